@@ -1,0 +1,169 @@
+/* kiln: an ONNX inference runtime built around fused custom operators.
+ *
+ * The public C API. Every function that can fail returns a kiln_code and, when `err` is not
+ * NULL, fills it with the code and a human-readable message naming the problem. Handles are
+ * opaque; every *_create / *_load has a matching *_free, and every free accepts NULL.
+ * Nothing in this header aborts on bad input.
+ */
+#ifndef KILN_KILN_H
+#define KILN_KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_VERSION_STRING "0.1.0"
+#define KILN_MAX_RANK 12
+
+typedef enum kiln_code {
+  KILN_OK = 0,
+  KILN_ERR_INVALID_ARG = 1, /* bad argument from the caller */
+  KILN_ERR_IO = 2,          /* file missing or unreadable */
+  KILN_ERR_MODEL = 3,       /* malformed or unsupported model */
+  KILN_ERR_RUN = 4,         /* a kernel failed at run time */
+  KILN_ERR_NOMEM = 5,       /* allocation failed or size overflow */
+  KILN_ERR_UNSUPPORTED = 6  /* valid ONNX that kiln does not implement */
+} kiln_code;
+
+typedef struct kiln_error {
+  kiln_code code;
+  char message[1024];
+} kiln_error;
+
+/* ONNX element types; the numbers are TensorProto.DataType's. */
+typedef enum kiln_dtype {
+  KILN_UNDEFINED = 0,
+  KILN_FLOAT = 1,
+  KILN_UINT8 = 2,
+  KILN_INT8 = 3,
+  KILN_UINT16 = 4,
+  KILN_INT16 = 5,
+  KILN_INT32 = 6,
+  KILN_INT64 = 7,
+  KILN_STRING = 8,
+  KILN_BOOL = 9,
+  KILN_FLOAT16 = 10,
+  KILN_DOUBLE = 11,
+  KILN_UINT32 = 12,
+  KILN_UINT64 = 13,
+  KILN_COMPLEX64 = 14,
+  KILN_COMPLEX128 = 15,
+  KILN_BFLOAT16 = 16
+} kiln_dtype;
+
+/* A value is a tensor, a sequence of values, or an empty optional. */
+typedef enum kiln_kind { KILN_KIND_TENSOR = 0, KILN_KIND_SEQUENCE = 1, KILN_KIND_NONE = 2 } kiln_kind;
+
+typedef struct kiln_tensor kiln_tensor;
+typedef struct kiln_session kiln_session;
+
+const char *kiln_dtype_name(kiln_dtype t);
+/* Bytes per element; 0 for STRING (stored as char *) and UNDEFINED. */
+size_t kiln_dtype_size(kiln_dtype t);
+const char *kiln_code_name(kiln_code c);
+
+/* ---- tensors ------------------------------------------------------------------------- */
+
+/* A new zero-filled tensor (strings: empty). dims may be NULL when rank is 0. */
+kiln_code kiln_tensor_create(kiln_dtype dtype, int rank, const int64_t *dims, kiln_tensor **out,
+                             kiln_error *err);
+/* A new empty sequence whose elements will have elem_dtype. */
+kiln_code kiln_sequence_create(kiln_dtype elem_dtype, kiln_tensor **out, kiln_error *err);
+/* Append `item` to a sequence; the sequence takes ownership of `item`. */
+kiln_code kiln_sequence_append(kiln_tensor *seq, kiln_tensor *item, kiln_error *err);
+/* A new empty optional ("None"). */
+kiln_code kiln_none_create(kiln_dtype elem_dtype, kiln_tensor **out, kiln_error *err);
+void kiln_tensor_free(kiln_tensor *t);
+
+kiln_kind kiln_tensor_kind(const kiln_tensor *t);
+kiln_dtype kiln_tensor_dtype(const kiln_tensor *t); /* element type (of the items, for sequences) */
+int kiln_tensor_rank(const kiln_tensor *t);
+const int64_t *kiln_tensor_dims(const kiln_tensor *t);
+int64_t kiln_tensor_numel(const kiln_tensor *t);
+/* Raw element storage, numel * kiln_dtype_size bytes; for STRING an array of numel char *. */
+void *kiln_tensor_data(kiln_tensor *t);
+const void *kiln_tensor_cdata(const kiln_tensor *t);
+/* Replace string element i (STRING tensors only); the string is copied. */
+kiln_code kiln_tensor_set_string(kiln_tensor *t, int64_t i, const char *s, kiln_error *err);
+size_t kiln_sequence_length(const kiln_tensor *seq);
+const kiln_tensor *kiln_sequence_at(const kiln_tensor *seq, size_t i); /* borrowed */
+
+/* Read or write a value as serialised ONNX: TensorProto, SequenceProto or OptionalProto
+ * (the layout of the ONNX test data). `kiln_value_load_pb` tries the three in that order
+ * unless the file is unambiguous. */
+kiln_code kiln_value_load_pb(const char *path, kiln_tensor **out, kiln_error *err);
+kiln_code kiln_value_save_pb(const char *path, const kiln_tensor *v, const char *name,
+                             int as_optional, kiln_error *err);
+/* Load a NumPy .npy file (little-endian numeric dtypes and bool). */
+kiln_code kiln_tensor_load_npy(const char *path, kiln_tensor **out, kiln_error *err);
+
+/* ---- sessions ------------------------------------------------------------------------ */
+
+typedef struct kiln_options {
+  size_t size;         /* sizeof(kiln_options): lets the struct grow without new functions */
+  int opt_level;       /* 0 none, 1 basic, 2 fusion (default 2) */
+  int threads;         /* 0: one per physical core */
+  int verbose;         /* print load-time diagnostics to stderr */
+} kiln_options;
+
+/* Fill `o` with defaults. */
+void kiln_options_init(kiln_options *o);
+
+/* Load, check and prepare a model. `opts` may be NULL for defaults. */
+kiln_code kiln_session_create(const char *model_path, const kiln_options *opts,
+                              kiln_session **out, kiln_error *err);
+kiln_code kiln_session_create_from_memory(const void *bytes, size_t len, const char *base_dir,
+                                          const kiln_options *opts, kiln_session **out,
+                                          kiln_error *err);
+void kiln_session_free(kiln_session *s);
+
+/* Graph inputs that must be fed (initializers excluded) and graph outputs, in graph order. */
+size_t kiln_session_input_count(const kiln_session *s);
+size_t kiln_session_output_count(const kiln_session *s);
+
+typedef struct kiln_io_info {
+  const char *name;       /* borrowed, lives as long as the session */
+  kiln_kind kind;         /* tensor, sequence, or optional (reported as NONE) */
+  kiln_dtype dtype;       /* element type, UNDEFINED when unknown */
+  int rank;               /* -1 when unknown */
+  const int64_t *dims;    /* rank entries, -1 for a symbolic or unknown dim */
+  const char *const *dim_names; /* rank entries, symbolic name or NULL */
+} kiln_io_info;
+
+kiln_code kiln_session_input_info(const kiln_session *s, size_t i, kiln_io_info *info,
+                                  kiln_error *err);
+kiln_code kiln_session_output_info(const kiln_session *s, size_t i, kiln_io_info *info,
+                                   kiln_error *err);
+
+/* Run the model. `inputs[i]` is the value for input `input_names[i]` (borrowed). When
+ * `output_names` is NULL all graph outputs are produced in graph order; `outputs` receives
+ * new values the caller frees with kiln_tensor_free. Safe to call from several threads on
+ * one session. */
+kiln_code kiln_session_run(kiln_session *s, size_t n_inputs, const char *const *input_names,
+                           const kiln_tensor *const *inputs, size_t n_outputs,
+                           const char *const *output_names, kiln_tensor **outputs,
+                           kiln_error *err);
+
+/* Model facts for `kiln info`. */
+typedef struct kiln_model_stats {
+  int64_t ir_version;
+  size_t n_nodes;
+  size_t n_initializers;
+  uint64_t param_bytes;
+  size_t n_opsets;
+} kiln_model_stats;
+kiln_code kiln_session_stats(const kiln_session *s, kiln_model_stats *st);
+/* Opset import i: domain ("" is ai.onnx) and version. */
+kiln_code kiln_session_opset(const kiln_session *s, size_t i, const char **domain,
+                             int64_t *version);
+/* Op histogram entry i (sorted by count, descending); returns KILN_ERR_INVALID_ARG past the end. */
+kiln_code kiln_session_op_count(const kiln_session *s, size_t i, const char **op_type,
+                                size_t *count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

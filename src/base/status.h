@@ -1,0 +1,30 @@
+/* Error reporting shared by every module: a kiln_error filled with printf-style text. */
+#ifndef KILN_BASE_STATUS_H
+#define KILN_BASE_STATUS_H
+
+#include <stdarg.h>
+#include "kiln/kiln.h"
+
+#if defined(__GNUC__)
+#define KILN_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define KILN_PRINTF(a, b)
+#endif
+
+/* Set err (may be NULL) to `code` and the formatted message; returns `code`. */
+kiln_code kiln_fail(kiln_error *err, kiln_code code, const char *fmt, ...) KILN_PRINTF(3, 4);
+kiln_code kiln_vfail(kiln_error *err, kiln_code code, const char *fmt, va_list ap);
+/* Prefix an existing message with formatted context ("while loading X: ..."). */
+void kiln_error_prefix(kiln_error *err, const char *fmt, ...) KILN_PRINTF(2, 3);
+void kiln_error_clear(kiln_error *err);
+
+/* Checked size arithmetic: return 0 on overflow. */
+int kiln_mul_ok(int64_t a, int64_t b, int64_t *out);
+int kiln_add_ok(int64_t a, int64_t b, int64_t *out);
+
+/* malloc/calloc that never return NULL for size 0. */
+void *kiln_malloc(size_t n);
+void *kiln_calloc(size_t n, size_t sz);
+char *kiln_strdup(const char *s);
+
+#endif

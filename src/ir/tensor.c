@@ -1,0 +1,368 @@
+#include "ir/tensor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+const char *kiln_dtype_name(kiln_dtype t) {
+  static const char *names[] = {"undefined", "float",   "uint8",  "int8",      "uint16",
+                                "int16",     "int32",   "int64",  "string",    "bool",
+                                "float16",   "double",  "uint32", "uint64",    "complex64",
+                                "complex128", "bfloat16"};
+  if ((unsigned)t < sizeof names / sizeof names[0]) return names[t];
+  return "unknown";
+}
+
+size_t kiln_dtype_size(kiln_dtype t) {
+  switch (t) {
+    case KILN_FLOAT: case KILN_INT32: case KILN_UINT32: return 4;
+    case KILN_UINT8: case KILN_INT8: case KILN_BOOL: return 1;
+    case KILN_UINT16: case KILN_INT16: case KILN_FLOAT16: case KILN_BFLOAT16: return 2;
+    case KILN_INT64: case KILN_DOUBLE: case KILN_UINT64: case KILN_COMPLEX64: return 8;
+    case KILN_COMPLEX128: return 16;
+    case KILN_STRING: return sizeof(char *);
+    default: return 0;
+  }
+}
+
+bool kiln_dtype_is_float(kiln_dtype t) {
+  return t == KILN_FLOAT || t == KILN_DOUBLE || t == KILN_FLOAT16 || t == KILN_BFLOAT16;
+}
+
+bool kiln_dtype_is_int(kiln_dtype t) {
+  switch (t) {
+    case KILN_UINT8: case KILN_INT8: case KILN_UINT16: case KILN_INT16: case KILN_INT32:
+    case KILN_INT64: case KILN_UINT32: case KILN_UINT64: return true;
+    default: return false;
+  }
+}
+
+bool kiln_dtype_is_signed(kiln_dtype t) {
+  return t == KILN_INT8 || t == KILN_INT16 || t == KILN_INT32 || t == KILN_INT64 ||
+         kiln_dtype_is_float(t);
+}
+
+int64_t kiln_numel(int rank, const int64_t *dims) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++)
+    if (dims[i] < 0 || !kiln_mul_ok(n, dims[i], &n)) return -1;
+  return n;
+}
+
+kiln_tensor *kiln_tensor_new(kiln_dtype dtype, int rank, const int64_t *dims, kiln_error *err) {
+  char buf[256];
+  if (rank < 0 || rank > KILN_MAX_RANK) {
+    kiln_fail(err, KILN_ERR_UNSUPPORTED, "tensor rank %d exceeds kiln's limit of %d", rank,
+              KILN_MAX_RANK);
+    return NULL;
+  }
+  size_t esz = kiln_dtype_size(dtype);
+  if (esz == 0) {
+    kiln_fail(err, KILN_ERR_UNSUPPORTED, "tensor element type %s is not supported",
+              kiln_dtype_name(dtype));
+    return NULL;
+  }
+  int64_t n = kiln_numel(rank, dims), bytes;
+  if (n < 0 || !kiln_mul_ok(n, (int64_t)esz, &bytes) || bytes > ((int64_t)1 << 46)) {
+    kiln_fail(err, KILN_ERR_NOMEM, "tensor shape %s: element count overflows or is too large",
+              kiln_dims_str(rank, dims, buf, sizeof buf));
+    return NULL;
+  }
+  kiln_tensor *t = calloc(1, sizeof *t);
+  if (!t) goto oom;
+  t->kind = KILN_KIND_TENSOR;
+  t->dtype = dtype;
+  t->rank = rank;
+  if (rank) memcpy(t->dims, dims, (size_t)rank * sizeof *dims);
+  t->numel = n;
+  t->nbytes = (size_t)bytes;
+  t->data = kiln_calloc((size_t)bytes, 1);
+  if (!t->data) {
+    free(t);
+    goto oom;
+  }
+  if (dtype == KILN_STRING) {
+    char **s = t->data;
+    for (int64_t i = 0; i < n; i++)
+      if (!(s[i] = kiln_strdup(""))) {
+        kiln_tensor_free(t);
+        goto oom;
+      }
+  }
+  return t;
+oom:
+  kiln_fail(err, KILN_ERR_NOMEM, "out of memory allocating tensor %s",
+            kiln_dims_str(rank, dims, buf, sizeof buf));
+  return NULL;
+}
+
+void kiln_tensor_free(kiln_tensor *t) {
+  if (!t) return;
+  if (t->kind == KILN_KIND_SEQUENCE) {
+    for (size_t i = 0; i < t->n_items; i++) kiln_tensor_free(t->items[i]);
+    free(t->items);
+  }
+  if (!t->borrowed && t->data) {
+    if (t->dtype == KILN_STRING) {
+      char **s = t->data;
+      for (int64_t i = 0; i < t->numel; i++) free(s[i]);
+    }
+    free(t->data);
+  }
+  free(t);
+}
+
+kiln_tensor *kiln_tensor_clone(const kiln_tensor *t, kiln_error *err) {
+  if (t->kind == KILN_KIND_SEQUENCE || t->kind == KILN_KIND_NONE) {
+    kiln_tensor *c = calloc(1, sizeof *c);
+    if (!c) {
+      kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+      return NULL;
+    }
+    c->kind = t->kind;
+    c->dtype = t->dtype;
+    for (size_t i = 0; i < t->n_items; i++) {
+      kiln_tensor *it = kiln_tensor_clone(t->items[i], err);
+      if (!it || kiln_sequence_append(c, it, err) != KILN_OK) {
+        kiln_tensor_free(it);
+        kiln_tensor_free(c);
+        return NULL;
+      }
+    }
+    return c;
+  }
+  kiln_tensor *c = kiln_tensor_new(t->dtype, t->rank, t->dims, err);
+  if (!c) return NULL;
+  if (t->dtype == KILN_STRING) {
+    for (int64_t i = 0; i < t->numel; i++) kiln_copy_elem(c, i, t, i);
+  } else if (t->nbytes) {
+    memcpy(c->data, t->data, t->nbytes);
+  }
+  return c;
+}
+
+bool kiln_same_shape(const kiln_tensor *a, const kiln_tensor *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
+const char *kiln_dims_str(int rank, const int64_t *dims, char *buf, size_t n) {
+  size_t off = 0;
+  off += (size_t)snprintf(buf + off, n - off, "[");
+  for (int i = 0; i < rank && off < n; i++)
+    off += (size_t)snprintf(buf + off, n - off, i ? ",%lld" : "%lld", (long long)dims[i]);
+  if (off < n) snprintf(buf + off, n - off, "]");
+  return buf;
+}
+
+const char *kiln_shape_str(const kiln_tensor *t, char *buf, size_t n) {
+  if (t->kind == KILN_KIND_SEQUENCE) {
+    snprintf(buf, n, "sequence<%s>(%zu)", kiln_dtype_name(t->dtype), t->n_items);
+    return buf;
+  }
+  if (t->kind == KILN_KIND_NONE) {
+    snprintf(buf, n, "none");
+    return buf;
+  }
+  char d[200];
+  snprintf(buf, n, "%s%s", kiln_dtype_name(t->dtype), kiln_dims_str(t->rank, t->dims, d, sizeof d));
+  return buf;
+}
+
+/* IEEE half and bfloat16 conversions, round to nearest even. */
+float kiln_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {
+      int e = -1;
+      do {
+        e++;
+        man <<= 1;
+      } while (!(man & 0x400));
+      bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t kiln_f32_to_f16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000;
+  int32_t exp = (int32_t)((x >> 23) & 0xff);
+  uint32_t man = x & 0x7fffff;
+  if (exp == 255) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
+  int32_t e = exp - 127 + 15;
+  if (e >= 31) return (uint16_t)(sign | 0x7c00);
+  if (e <= 0) {
+    if (e < -10) return (uint16_t)sign;
+    man |= 0x800000;
+    uint32_t shift = (uint32_t)(14 - e);
+    uint32_t half = man >> shift;
+    uint32_t rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) half++;
+    return (uint16_t)(sign | half);
+  }
+  uint32_t half = sign | ((uint32_t)e << 10) | (man >> 13);
+  uint32_t rem = man & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++;
+  return (uint16_t)half;
+}
+
+float kiln_bf16_to_f32(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t kiln_f32_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
+  uint32_t lsb = (x >> 16) & 1;
+  x += 0x7fff + lsb;
+  return (uint16_t)(x >> 16);
+}
+
+double kiln_get_f64(const kiln_tensor *t, int64_t i) {
+  const void *d = t->data;
+  switch (t->dtype) {
+    case KILN_FLOAT: return ((const float *)d)[i];
+    case KILN_DOUBLE: return ((const double *)d)[i];
+    case KILN_FLOAT16: return kiln_f16_to_f32(((const uint16_t *)d)[i]);
+    case KILN_BFLOAT16: return kiln_bf16_to_f32(((const uint16_t *)d)[i]);
+    case KILN_INT8: return ((const int8_t *)d)[i];
+    case KILN_UINT8: return ((const uint8_t *)d)[i];
+    case KILN_INT16: return ((const int16_t *)d)[i];
+    case KILN_UINT16: return ((const uint16_t *)d)[i];
+    case KILN_INT32: return ((const int32_t *)d)[i];
+    case KILN_UINT32: return ((const uint32_t *)d)[i];
+    case KILN_INT64: return (double)((const int64_t *)d)[i];
+    case KILN_UINT64: return (double)((const uint64_t *)d)[i];
+    case KILN_BOOL: return ((const uint8_t *)d)[i] ? 1.0 : 0.0;
+    case KILN_STRING: return strtod(((char *const *)d)[i], NULL);
+    default: return 0;
+  }
+}
+
+/* Float-to-integer conversion that stays defined for NaN and out-of-range values. */
+static int64_t sat_i64(double v) {
+  if (v != v) return 0;
+  if (v >= 9.2233720368547758e18) return INT64_MAX;
+  if (v <= -9.2233720368547758e18) return INT64_MIN;
+  return (int64_t)v;
+}
+
+static uint64_t sat_u64(double v) {
+  if (v != v || v <= 0) return v < 0 ? (uint64_t)sat_i64(v) : 0;
+  if (v >= 1.8446744073709552e19) return UINT64_MAX;
+  return (uint64_t)v;
+}
+
+void kiln_set_f64(kiln_tensor *t, int64_t i, double v) {
+  void *d = t->data;
+  switch (t->dtype) {
+    case KILN_FLOAT: ((float *)d)[i] = (float)v; break;
+    case KILN_DOUBLE: ((double *)d)[i] = v; break;
+    case KILN_FLOAT16: ((uint16_t *)d)[i] = kiln_f32_to_f16((float)v); break;
+    case KILN_BFLOAT16: ((uint16_t *)d)[i] = kiln_f32_to_bf16((float)v); break;
+    case KILN_BOOL: ((uint8_t *)d)[i] = v != 0; break;
+    case KILN_UINT64: ((uint64_t *)d)[i] = sat_u64(v); break;
+    case KILN_STRING: {
+      char buf[64];
+      snprintf(buf, sizeof buf, "%.9g", v);
+      char **s = d;
+      free(s[i]);
+      s[i] = kiln_strdup(buf);
+      break;
+    }
+    default:
+      if (t->dtype == KILN_UINT8 || t->dtype == KILN_UINT16 || t->dtype == KILN_UINT32)
+        kiln_set_u64(t, i, (uint64_t)sat_i64(v));
+      else
+        kiln_set_i64(t, i, sat_i64(v));
+  }
+}
+
+int64_t kiln_get_i64(const kiln_tensor *t, int64_t i) {
+  const void *d = t->data;
+  switch (t->dtype) {
+    case KILN_INT8: return ((const int8_t *)d)[i];
+    case KILN_UINT8: return ((const uint8_t *)d)[i];
+    case KILN_INT16: return ((const int16_t *)d)[i];
+    case KILN_UINT16: return ((const uint16_t *)d)[i];
+    case KILN_INT32: return ((const int32_t *)d)[i];
+    case KILN_UINT32: return ((const uint32_t *)d)[i];
+    case KILN_INT64: return ((const int64_t *)d)[i];
+    case KILN_UINT64: return (int64_t)((const uint64_t *)d)[i];
+    case KILN_BOOL: return ((const uint8_t *)d)[i] != 0;
+    case KILN_STRING: return strtoll(((char *const *)d)[i], NULL, 10);
+    default: return sat_i64(kiln_get_f64(t, i));
+  }
+}
+
+void kiln_set_i64(kiln_tensor *t, int64_t i, int64_t v) {
+  void *d = t->data;
+  switch (t->dtype) {
+    case KILN_INT8: ((int8_t *)d)[i] = (int8_t)v; break;
+    case KILN_UINT8: ((uint8_t *)d)[i] = (uint8_t)v; break;
+    case KILN_INT16: ((int16_t *)d)[i] = (int16_t)v; break;
+    case KILN_UINT16: ((uint16_t *)d)[i] = (uint16_t)v; break;
+    case KILN_INT32: ((int32_t *)d)[i] = (int32_t)v; break;
+    case KILN_UINT32: ((uint32_t *)d)[i] = (uint32_t)v; break;
+    case KILN_INT64: ((int64_t *)d)[i] = v; break;
+    case KILN_UINT64: ((uint64_t *)d)[i] = (uint64_t)v; break;
+    case KILN_BOOL: ((uint8_t *)d)[i] = v != 0; break;
+    case KILN_STRING: {
+      char buf[32];
+      snprintf(buf, sizeof buf, "%lld", (long long)v);
+      char **s = d;
+      free(s[i]);
+      s[i] = kiln_strdup(buf);
+      break;
+    }
+    default: kiln_set_f64(t, i, (double)v);
+  }
+}
+
+uint64_t kiln_get_u64(const kiln_tensor *t, int64_t i) {
+  if (t->dtype == KILN_UINT64) return ((const uint64_t *)t->data)[i];
+  if (kiln_dtype_is_float(t->dtype)) return sat_u64(kiln_get_f64(t, i));
+  return (uint64_t)kiln_get_i64(t, i);
+}
+
+void kiln_set_u64(kiln_tensor *t, int64_t i, uint64_t v) {
+  if (t->dtype == KILN_UINT64) {
+    ((uint64_t *)t->data)[i] = v;
+  } else if (kiln_dtype_is_float(t->dtype)) {
+    kiln_set_f64(t, i, (double)v);
+  } else {
+    kiln_set_i64(t, i, (int64_t)v);
+  }
+}
+
+void kiln_copy_elem(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_t si) {
+  if (dst->dtype == KILN_STRING) {
+    char **d = dst->data;
+    char *const *s = src->data;
+    free(d[di]);
+    d[di] = kiln_strdup(s[si] ? s[si] : "");
+    return;
+  }
+  size_t esz = kiln_dtype_size(dst->dtype);
+  memcpy((char *)dst->data + (size_t)di * esz, (const char *)src->data + (size_t)si * esz, esz);
+}

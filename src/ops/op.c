@@ -1,0 +1,181 @@
+#include "ops/op.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *node_name(const kiln_node *n) { return n->name && *n->name ? n->name : "<unnamed>"; }
+
+static kiln_code vkfail(kiln_error *err, const kiln_node *n, kiln_code code, const char *fmt,
+                        va_list ap) {
+  char msg[900];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  return kiln_fail(err, code, "node '%s' (%s): %s", node_name(n), n->op_type, msg);
+}
+
+kiln_code kiln_kfail(kiln_kctx *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  kiln_code rc = vkfail(c->err, c->node, KILN_ERR_RUN, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+kiln_code kiln_kunsup(kiln_kctx *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  kiln_code rc = vkfail(c->err, c->node, KILN_ERR_UNSUPPORTED, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+kiln_code kiln_ifail(kiln_ictx *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  kiln_code rc = vkfail(c->err, c->node, KILN_ERR_MODEL, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+kiln_tensor *kiln_out(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank, const int64_t *dims) {
+  if (i >= c->n_out) {
+    kiln_kfail(c, "output %zu requested but the node has %zu outputs", i, c->n_out);
+    return NULL;
+  }
+  kiln_tensor *t = kiln_tensor_new(dtype, rank, dims, c->err);
+  if (!t) {
+    kiln_error_prefix(c->err, "node '%s' (%s) output %zu", node_name(c->node), c->node->op_type, i);
+    return NULL;
+  }
+  kiln_tensor_free(c->out[i]);
+  c->out[i] = t;
+  return t;
+}
+
+void kiln_set_out(kiln_kctx *c, size_t i, kiln_tensor *v) {
+  if (i >= c->n_out) {
+    kiln_tensor_free(v);
+    return;
+  }
+  kiln_tensor_free(c->out[i]);
+  c->out[i] = v;
+}
+
+const kiln_tensor *kiln_in(const kiln_kctx *c, size_t i) { return i < c->n_in ? c->in[i] : NULL; }
+
+bool kiln_out_used(const kiln_kctx *c, size_t i) {
+  return i < c->node->n_out && c->node->out[i] >= 0;
+}
+
+int kiln_axis(kiln_kctx *c, int64_t axis, int rank) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= (rank ? rank : 1)) {
+    kiln_kfail(c, "axis %lld is out of range for rank %d", (long long)axis, rank);
+    return -1;
+  }
+  return (int)a;
+}
+
+bool kiln_broadcast_shape(int ra, const int64_t *da, int rb, const int64_t *db, int *rout,
+                          int64_t *dout) {
+  int r = ra > rb ? ra : rb;
+  for (int i = 0; i < r; i++) {
+    int64_t a = i < r - ra ? 1 : da[i - (r - ra)];
+    int64_t b = i < r - rb ? 1 : db[i - (r - rb)];
+    if (a == b || b == 1)
+      dout[i] = a;
+    else if (a == 1)
+      dout[i] = b;
+    else
+      return false;
+  }
+  *rout = r;
+  return true;
+}
+
+void kiln_bcast_init(kiln_bcast *b, int rank, const int64_t *dims, const kiln_tensor *in) {
+  b->rank = rank;
+  int64_t s = 1;
+  for (int i = rank - 1; i >= 0; i--) {
+    b->dims[i] = dims[i];
+    int j = i - (rank - in->rank);
+    int64_t d = j >= 0 ? in->dims[j] : 1;
+    b->stride[i] = d == 1 ? 0 : s;
+    s *= d;
+  }
+}
+
+int64_t kiln_bcast_index(const kiln_bcast *b, int64_t i) {
+  int64_t idx = 0;
+  for (int d = b->rank - 1; d >= 0; d--) {
+    int64_t q = b->dims[d] ? i / b->dims[d] : 0;
+    idx += (i - q * b->dims[d]) * b->stride[d];
+    i = q;
+  }
+  return idx;
+}
+
+kiln_code kiln_read_ints(kiln_kctx *c, const kiln_tensor *t, int64_t *out, size_t cap,
+                         size_t *count) {
+  if (!t || t->kind != KILN_KIND_TENSOR) return kiln_kfail(c, "expected an integer tensor input");
+  if (!kiln_dtype_is_int(t->dtype)) return kiln_kfail(c, "expected an integer tensor, got %s",
+                                                      kiln_dtype_name(t->dtype));
+  if ((size_t)t->numel > cap) return kiln_kfail(c, "integer list of %lld items is too long",
+                                                (long long)t->numel);
+  for (int64_t i = 0; i < t->numel; i++) out[i] = kiln_get_i64(t, i);
+  *count = (size_t)t->numel;
+  return KILN_OK;
+}
+
+void kiln_infer_tensor(kiln_ictx *c, size_t i, kiln_dtype dtype, int rank, const int64_t *dims) {
+  if (i >= c->n_out || !c->out[i]) return;
+  kiln_type *t = c->out[i];
+  kiln_type_clear(t);
+  t->kind = KILN_T_TENSOR;
+  t->dtype = dtype;
+  t->rank = rank;
+  for (int d = 0; d < rank && d < KILN_MAX_RANK; d++) t->dims[d] = dims ? dims[d] : -1;
+}
+
+void kiln_infer_same(kiln_ictx *c, size_t i, size_t j) {
+  if (i >= c->n_out || !c->out[i] || j >= c->n_in || !c->in[j]) return;
+  kiln_type_copy(c->out[i], c->in[j]);
+}
+
+kiln_code kiln_infer_unary(kiln_ictx *c) {
+  kiln_infer_same(c, 0, 0);
+  return KILN_OK;
+}
+
+kiln_code kiln_infer_broadcast(kiln_ictx *c, kiln_dtype dtype) {
+  int rank = 0;
+  int64_t dims[KILN_MAX_RANK];
+  kiln_dtype dt = KILN_UNDEFINED;
+  for (size_t k = 0; k < c->n_in; k++) {
+    const kiln_type *t = c->in[k];
+    if (!t || t->kind != KILN_T_TENSOR) return KILN_OK;
+    if (k == 0) dt = t->dtype;
+    if (t->rank < 0) {
+      kiln_infer_tensor(c, 0, dtype ? dtype : dt, -1, NULL);
+      return KILN_OK;
+    }
+    int r = rank > t->rank ? rank : t->rank;
+    int64_t nd[KILN_MAX_RANK];
+    for (int i = 0; i < r; i++) {
+      int64_t a = i < r - rank ? 1 : dims[i - (r - rank)];
+      int64_t b = i < r - t->rank ? 1 : t->dims[i - (r - t->rank)];
+      if (a == b || b == 1)
+        nd[i] = a;
+      else if (a == 1)
+        nd[i] = b;
+      else if (a < 0 || b < 0)
+        nd[i] = a < 0 && b < 0 ? -1 : (a < 0 ? b : a);
+      else
+        return kiln_ifail(c, "input shapes cannot be broadcast: dim %d is %lld vs %lld", i,
+                          (long long)a, (long long)b);
+    }
+    rank = r;
+    memcpy(dims, nd, sizeof nd);
+  }
+  kiln_infer_tensor(c, 0, dtype ? dtype : dt, rank, dims);
+  return KILN_OK;
+}

@@ -1,0 +1,106 @@
+/* The operator description every kernel registers: schema, shape function, reference kernel.
+ *
+ * One file per operator or family in src/ops/ defines a table
+ *     const kiln_op_schema kiln_ops_<family>[] = { {...}, ..., {0} };
+ * listed once in src/ops/registry.c. An op is chosen by (domain, name) and the model's opset:
+ * the entry with the highest `since` not above the imported version. A kernel may read
+ * c->opset to follow behaviour that changed between versions it covers.
+ */
+#ifndef KILN_OPS_OP_H
+#define KILN_OPS_OP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "ir/graph.h"
+#include "ir/tensor.h"
+
+struct kiln_frame;
+
+/* What a kernel sees for one node execution. */
+typedef struct kiln_kctx {
+  const kiln_node *node;
+  int opset;
+  size_t n_in, n_out;
+  const kiln_tensor *const *in; /* in[i] NULL when the optional input is omitted */
+  kiln_tensor **out;            /* the kernel stores new values here (kiln_out or its own) */
+  struct kiln_frame *frame;     /* executor state, for control-flow ops */
+  kiln_error *err;
+} kiln_kctx;
+
+/* What a shape function sees at load time. */
+typedef struct kiln_ictx {
+  const kiln_node *node;
+  int opset;
+  size_t n_in, n_out;
+  const kiln_type *const *in;   /* NULL when omitted */
+  const kiln_tensor *const *cin;/* constant value of input i when known at load, else NULL */
+  kiln_type *const *out;        /* preset to unknown; fill what is known */
+  kiln_error *err;
+} kiln_ictx;
+
+typedef kiln_code (*kiln_kernel_fn)(kiln_kctx *c);
+typedef kiln_code (*kiln_infer_fn)(kiln_ictx *c);
+
+typedef struct kiln_op_schema {
+  const char *domain;   /* "" for ai.onnx */
+  const char *name;
+  int since;            /* first opset version this entry covers */
+  int min_in, max_in;   /* arity; max -1 for variadic */
+  int min_out, max_out;
+  kiln_infer_fn infer;  /* may be NULL: outputs stay unknown until run time */
+  kiln_kernel_fn run;
+} kiln_op_schema;
+
+#define KILN_VARIADIC (-1)
+
+/* ---- helpers for kernels ---- */
+
+/* Allocate output i with the given type and shape and store it in c->out[i]. NULL on error
+ * (c->err is set naming the node). */
+kiln_tensor *kiln_out(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank, const int64_t *dims);
+/* Store an already-built value as output i (ownership passes to the executor). */
+void kiln_set_out(kiln_kctx *c, size_t i, kiln_tensor *v);
+/* Fail the node: message "node 'name' (Op): <text>"; returns KILN_ERR_RUN. */
+kiln_code kiln_kfail(kiln_kctx *c, const char *fmt, ...) KILN_PRINTF(2, 3);
+/* Same, for valid inputs kiln does not handle; returns KILN_ERR_UNSUPPORTED. */
+kiln_code kiln_kunsup(kiln_kctx *c, const char *fmt, ...) KILN_PRINTF(2, 3);
+/* Input i or NULL when omitted / out of range. */
+const kiln_tensor *kiln_in(const kiln_kctx *c, size_t i);
+/* Whether output i is wanted by the graph (not omitted). */
+bool kiln_out_used(const kiln_kctx *c, size_t i);
+
+/* Normalise an axis in [-rank, rank) to [0, rank); -1 (and c->err set) when out of range. */
+int kiln_axis(kiln_kctx *c, int64_t axis, int rank);
+
+/* Numpy-style broadcast of two shapes into out (rank = max). Returns false on mismatch. */
+bool kiln_broadcast_shape(int ra, const int64_t *da, int rb, const int64_t *db, int *rout,
+                          int64_t *dout);
+/* For output flat index i of shape (rank, dims), the flat index into an input of shape
+ * (ra, da) broadcast to it. Use kiln_bcast_* for speed in loops. */
+typedef struct kiln_bcast {
+  int rank;
+  int64_t dims[KILN_MAX_RANK];
+  int64_t stride[KILN_MAX_RANK]; /* input stride per output dim, 0 where broadcast */
+} kiln_bcast;
+void kiln_bcast_init(kiln_bcast *b, int rank, const int64_t *dims, const kiln_tensor *in);
+int64_t kiln_bcast_index(const kiln_bcast *b, int64_t i);
+
+/* Integer list input (e.g. shape, axes) to int64 array of at most KILN_MAX_RANK*4 items. */
+kiln_code kiln_read_ints(kiln_kctx *c, const kiln_tensor *t, int64_t *out, size_t cap,
+                         size_t *count);
+
+/* ---- helpers for shape functions ---- */
+kiln_code kiln_ifail(kiln_ictx *c, const char *fmt, ...) KILN_PRINTF(2, 3);
+/* Output i: a tensor of dtype with rank/dims (dims entries -1 for unknown). */
+void kiln_infer_tensor(kiln_ictx *c, size_t i, kiln_dtype dtype, int rank, const int64_t *dims);
+/* Output i gets input j's type (element type and shape). */
+void kiln_infer_same(kiln_ictx *c, size_t i, size_t j);
+/* Shape function for ops whose output 0 is input 0's type and shape. */
+kiln_code kiln_infer_unary(kiln_ictx *c);
+/* Numpy broadcast of all inputs; output dtype = input 0's (or `dtype` when not UNDEFINED). */
+kiln_code kiln_infer_broadcast(kiln_ictx *c, kiln_dtype dtype);
+
+#endif

@@ -1,0 +1,13 @@
+/* Lookup of operator descriptions by (domain, name, opset). */
+#ifndef KILN_OPS_REGISTRY_H
+#define KILN_OPS_REGISTRY_H
+
+#include "ops/op.h"
+
+/* The entry for (domain, name) with the highest `since` <= opset, or NULL.
+ * "ai.onnx" is treated as "". */
+const kiln_op_schema *kiln_op_find(const char *domain, const char *name, int opset);
+/* Whether any version of (domain, name) is known (to tell "unknown op" from "opset too old"). */
+bool kiln_op_known(const char *domain, const char *name);
+
+#endif

@@ -1,0 +1,244 @@
+/* Public session API: create, inspect, run. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "onnx/reader.h"
+#include "runtime/session.h"
+
+void kiln_options_init(kiln_options *o) {
+  memset(o, 0, sizeof *o);
+  o->size = sizeof *o;
+  o->opt_level = 2;
+  o->threads = 0;
+}
+
+static kiln_code check_opsets(const kiln_model *m, kiln_error *err) {
+  for (size_t i = 0; i < m->n_opsets; i++) {
+    const kiln_opset *o = &m->opsets[i];
+    if (!*o->domain && (o->version < 1 || o->version > KILN_MAX_OPSET))
+      return kiln_fail(err, KILN_ERR_UNSUPPORTED,
+                       "the model imports ai.onnx opset %lld; kiln supports opsets 1 to %d",
+                       (long long)o->version, KILN_MAX_OPSET);
+  }
+  return KILN_OK;
+}
+
+static int hist_cmp(const void *a, const void *b) {
+  const kiln_op_hist *x = a, *y = b;
+  if (x->count != y->count) return x->count < y->count ? 1 : -1;
+  return strcmp(x->op, y->op);
+}
+
+static kiln_code build_hist(kiln_session *s, kiln_error *err) {
+  const kiln_graph *g = s->model->graph;
+  s->hist = kiln_calloc(g->n_nodes, sizeof *s->hist);
+  if (!s->hist) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  for (size_t i = 0; i < g->n_nodes; i++) {
+    size_t k = 0;
+    while (k < s->n_hist && strcmp(s->hist[k].op, g->nodes[i].op_type)) k++;
+    if (k == s->n_hist) s->hist[s->n_hist++].op = g->nodes[i].op_type;
+    s->hist[k].count++;
+  }
+  qsort(s->hist, s->n_hist, sizeof *s->hist, hist_cmp);
+  return KILN_OK;
+}
+
+static kiln_code finish_create(kiln_model *m, const kiln_options *opts, kiln_session **out,
+                               kiln_error *err) {
+  kiln_code rc = check_opsets(m, err);
+  if (!rc) rc = kiln_graph_prepare(m->graph, m, err);
+  kiln_session *s = rc ? NULL : calloc(1, sizeof *s);
+  if (!rc && !s) rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  if (rc) {
+    kiln_model_free(m);
+    return rc;
+  }
+  s->model = m;
+  kiln_options_init(&s->opts);
+  if (opts) memcpy(&s->opts, opts, opts->size < sizeof s->opts ? opts->size : sizeof s->opts);
+  s->opts.size = sizeof s->opts;
+  const kiln_graph *g = m->graph;
+  s->feeds = kiln_malloc(g->n_inputs * sizeof *s->feeds);
+  if (!s->feeds) rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  for (size_t i = 0; !rc && i < g->n_inputs; i++)
+    if (!g->values[g->inputs[i]].init) s->feeds[s->n_feeds++] = g->inputs[i];
+  if (!rc) rc = build_hist(s, err);
+  if (rc) {
+    kiln_session_free(s);
+    return rc;
+  }
+  *out = s;
+  return KILN_OK;
+}
+
+kiln_code kiln_session_create(const char *model_path, const kiln_options *opts,
+                              kiln_session **out, kiln_error *err) {
+  if (!model_path || !out) return kiln_fail(err, KILN_ERR_INVALID_ARG, "model path and out are required");
+  *out = NULL;
+  kiln_model *m;
+  kiln_code rc = kiln_model_read_file(model_path, &m, err);
+  if (rc) return rc;
+  rc = finish_create(m, opts, out, err);
+  if (rc) kiln_error_prefix(err, "%s", model_path);
+  return rc;
+}
+
+kiln_code kiln_session_create_from_memory(const void *bytes, size_t len, const char *base_dir,
+                                          const kiln_options *opts, kiln_session **out,
+                                          kiln_error *err) {
+  if (!bytes || !out) return kiln_fail(err, KILN_ERR_INVALID_ARG, "bytes and out are required");
+  *out = NULL;
+  kiln_model *m;
+  kiln_code rc = kiln_model_read_memory(bytes, len, base_dir, &m, err);
+  if (rc) return rc;
+  return finish_create(m, opts, out, err);
+}
+
+void kiln_session_free(kiln_session *s) {
+  if (!s) return;
+  kiln_model_free(s->model);
+  free(s->feeds);
+  free(s->hist);
+  free(s);
+}
+
+size_t kiln_session_input_count(const kiln_session *s) { return s ? s->n_feeds : 0; }
+size_t kiln_session_output_count(const kiln_session *s) { return s ? s->model->graph->n_outputs : 0; }
+
+static void fill_info(const kiln_value_info *v, kiln_io_info *info) {
+  info->name = v->name;
+  const kiln_type *t = &v->type;
+  info->kind = t->kind == KILN_T_SEQUENCE ? KILN_KIND_SEQUENCE
+               : t->kind == KILN_T_OPTIONAL ? KILN_KIND_NONE : KILN_KIND_TENSOR;
+  info->dtype = t->dtype;
+  info->rank = t->rank;
+  info->dims = t->dims;
+  info->dim_names = (const char *const *)t->sym;
+}
+
+kiln_code kiln_session_input_info(const kiln_session *s, size_t i, kiln_io_info *info, kiln_error *err) {
+  if (!s || !info || i >= s->n_feeds) return kiln_fail(err, KILN_ERR_INVALID_ARG, "input %zu does not exist", i);
+  fill_info(&s->model->graph->values[s->feeds[i]], info);
+  return KILN_OK;
+}
+
+kiln_code kiln_session_output_info(const kiln_session *s, size_t i, kiln_io_info *info, kiln_error *err) {
+  if (!s || !info || i >= s->model->graph->n_outputs)
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "output %zu does not exist", i);
+  fill_info(&s->model->graph->values[s->model->graph->outputs[i]], info);
+  return KILN_OK;
+}
+
+/* A fed value must match the declared input: kind, element type, rank and fixed dims. */
+static kiln_code check_feed(const kiln_value_info *v, const kiln_tensor *t, kiln_error *err) {
+  const kiln_type *ty = &v->type;
+  char a[256], b[256];
+  if (ty->kind == KILN_T_UNKNOWN) return KILN_OK;
+  if (ty->kind == KILN_T_OPTIONAL) return KILN_OK;
+  if ((ty->kind == KILN_T_SEQUENCE) != (t->kind == KILN_KIND_SEQUENCE) || t->kind == KILN_KIND_NONE)
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "input '%s' expects %s, got %s", v->name,
+                     kiln_type_str(ty, a, sizeof a), kiln_shape_str(t, b, sizeof b));
+  if (ty->dtype && t->dtype != ty->dtype && !(t->kind == KILN_KIND_SEQUENCE && t->n_items == 0))
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "input '%s' expects element type %s, got %s", v->name,
+                     kiln_dtype_name(ty->dtype), kiln_dtype_name(t->dtype));
+  if (t->kind != KILN_KIND_TENSOR || ty->rank < 0) return KILN_OK;
+  if (ty->rank != t->rank)
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "input '%s' expects shape %s, got %s", v->name,
+                     kiln_type_str(ty, a, sizeof a), kiln_shape_str(t, b, sizeof b));
+  for (int d = 0; d < t->rank; d++)
+    if (ty->dims[d] >= 0 && !ty->sym[d] && ty->dims[d] != t->dims[d])
+      return kiln_fail(err, KILN_ERR_INVALID_ARG, "input '%s' expects shape %s, got %s (dim %d)",
+                       v->name, kiln_type_str(ty, a, sizeof a), kiln_shape_str(t, b, sizeof b), d);
+  return KILN_OK;
+}
+
+kiln_code kiln_session_run(kiln_session *s, size_t n_inputs, const char *const *input_names,
+                           const kiln_tensor *const *inputs, size_t n_outputs,
+                           const char *const *output_names, kiln_tensor **outputs,
+                           kiln_error *err) {
+  if (!s || (n_inputs && (!input_names || !inputs)) || !outputs)
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "kiln_session_run: missing argument");
+  const kiln_graph *g = s->model->graph;
+  const kiln_tensor **bound = kiln_calloc(g->n_inputs, sizeof *bound);
+  kiln_tensor **all = kiln_calloc(g->n_outputs, sizeof *all);
+  kiln_code rc = KILN_OK;
+  if (!bound || !all) {
+    rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  for (size_t i = 0; i < n_inputs && !rc; i++) {
+    size_t k = 0;
+    while (k < g->n_inputs && strcmp(g->values[g->inputs[k]].name, input_names[i] ? input_names[i] : "")) k++;
+    if (k == g->n_inputs) rc = kiln_fail(err, KILN_ERR_INVALID_ARG, "the model has no input named '%s'", input_names[i]);
+    else if (!inputs[i]) rc = kiln_fail(err, KILN_ERR_INVALID_ARG, "input '%s' is NULL", input_names[i]);
+    else if (!(rc = check_feed(&g->values[g->inputs[k]], inputs[i], err))) bound[k] = inputs[i];
+  }
+  for (size_t k = 0; k < g->n_inputs && !rc; k++)
+    if (!bound[k] && !g->values[g->inputs[k]].init && g->values[g->inputs[k]].type.kind != KILN_T_OPTIONAL)
+      rc = kiln_fail(err, KILN_ERR_INVALID_ARG, "input '%s' was not given", g->values[g->inputs[k]].name);
+  if (!rc) rc = kiln_graph_run(s, NULL, g, g->n_inputs, bound, all, err);
+  if (rc) goto done;
+  if (!output_names) {
+    for (size_t i = 0; i < n_outputs && i < g->n_outputs; i++) {
+      outputs[i] = all[i];
+      all[i] = NULL;
+    }
+  } else {
+    for (size_t i = 0; i < n_outputs; i++) outputs[i] = NULL;
+    for (size_t i = 0; i < n_outputs && !rc; i++) {
+      size_t k = 0;
+      while (k < g->n_outputs && strcmp(g->values[g->outputs[k]].name, output_names[i] ? output_names[i] : "")) k++;
+      if (k == g->n_outputs) rc = kiln_fail(err, KILN_ERR_INVALID_ARG, "the model has no output named '%s'", output_names[i]);
+      else if (all[k]) {
+        outputs[i] = all[k];
+        all[k] = NULL;
+      } else {
+        size_t j = 0; /* the same output asked for twice: copy the first */
+        while (j < i && strcmp(output_names[j], output_names[i])) j++;
+        if (!(outputs[i] = kiln_tensor_clone(outputs[j], err))) rc = KILN_ERR_NOMEM;
+      }
+    }
+    if (rc)
+      for (size_t i = 0; i < n_outputs; i++) {
+        kiln_tensor_free(outputs[i]);
+        outputs[i] = NULL;
+      }
+  }
+done:
+  if (all)
+    for (size_t i = 0; i < g->n_outputs; i++) kiln_tensor_free(all[i]);
+  free(all);
+  free(bound);
+  return rc;
+}
+
+kiln_code kiln_session_stats(const kiln_session *s, kiln_model_stats *st) {
+  if (!s || !st) return KILN_ERR_INVALID_ARG;
+  memset(st, 0, sizeof *st);
+  const kiln_graph *g = s->model->graph;
+  st->ir_version = s->model->ir_version;
+  st->n_nodes = g->n_nodes;
+  st->n_opsets = s->model->n_opsets;
+  for (size_t i = 0; i < g->n_values; i++)
+    if (g->values[i].init) {
+      st->n_initializers++;
+      st->param_bytes += g->values[i].init->nbytes;
+    }
+  return KILN_OK;
+}
+
+kiln_code kiln_session_opset(const kiln_session *s, size_t i, const char **domain, int64_t *version) {
+  if (!s || i >= s->model->n_opsets) return KILN_ERR_INVALID_ARG;
+  *domain = s->model->opsets[i].domain;
+  *version = s->model->opsets[i].version;
+  return KILN_OK;
+}
+
+kiln_code kiln_session_op_count(const kiln_session *s, size_t i, const char **op_type, size_t *count) {
+  if (!s || i >= s->n_hist) return KILN_ERR_INVALID_ARG;
+  *op_type = s->hist[i].op;
+  *count = s->hist[i].count;
+  return KILN_OK;
+}

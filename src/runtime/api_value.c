@@ -1,0 +1,317 @@
+/* Public value API: tensors, sequences, optionals, and their file formats. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "onnx/proto.h"
+
+kiln_code kiln_tensor_create(kiln_dtype dtype, int rank, const int64_t *dims, kiln_tensor **out,
+                             kiln_error *err) {
+  if (!out || (rank > 0 && !dims)) return kiln_fail(err, KILN_ERR_INVALID_ARG, "kiln_tensor_create: missing argument");
+  *out = kiln_tensor_new(dtype, rank, dims, err);
+  return *out ? KILN_OK : (err ? err->code : KILN_ERR_NOMEM);
+}
+
+static kiln_code make_container(kiln_kind kind, kiln_dtype elem, kiln_tensor **out, kiln_error *err) {
+  if (!out) return kiln_fail(err, KILN_ERR_INVALID_ARG, "missing out argument");
+  *out = calloc(1, sizeof **out);
+  if (!*out) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  (*out)->kind = kind;
+  (*out)->dtype = elem;
+  return KILN_OK;
+}
+
+kiln_code kiln_sequence_create(kiln_dtype elem_dtype, kiln_tensor **out, kiln_error *err) {
+  return make_container(KILN_KIND_SEQUENCE, elem_dtype, out, err);
+}
+
+kiln_code kiln_none_create(kiln_dtype elem_dtype, kiln_tensor **out, kiln_error *err) {
+  return make_container(KILN_KIND_NONE, elem_dtype, out, err);
+}
+
+kiln_code kiln_sequence_append(kiln_tensor *seq, kiln_tensor *item, kiln_error *err) {
+  if (!seq || !item || seq->kind != KILN_KIND_SEQUENCE)
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "kiln_sequence_append: not a sequence");
+  if (seq->n_items == seq->cap_items) {
+    size_t cap = seq->cap_items ? seq->cap_items * 2 : 8;
+    kiln_tensor **it = realloc(seq->items, cap * sizeof *it);
+    if (!it) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+    seq->items = it;
+    seq->cap_items = cap;
+  }
+  if (seq->n_items == 0 && !seq->dtype) seq->dtype = item->dtype;
+  seq->items[seq->n_items++] = item;
+  return KILN_OK;
+}
+
+kiln_kind kiln_tensor_kind(const kiln_tensor *t) { return t->kind; }
+kiln_dtype kiln_tensor_dtype(const kiln_tensor *t) { return t->dtype; }
+int kiln_tensor_rank(const kiln_tensor *t) { return t->rank; }
+const int64_t *kiln_tensor_dims(const kiln_tensor *t) { return t->dims; }
+int64_t kiln_tensor_numel(const kiln_tensor *t) { return t->kind == KILN_KIND_TENSOR ? t->numel : 0; }
+void *kiln_tensor_data(kiln_tensor *t) { return t->data; }
+const void *kiln_tensor_cdata(const kiln_tensor *t) { return t->data; }
+size_t kiln_sequence_length(const kiln_tensor *seq) { return seq->kind == KILN_KIND_SEQUENCE ? seq->n_items : 0; }
+const kiln_tensor *kiln_sequence_at(const kiln_tensor *seq, size_t i) {
+  return seq->kind == KILN_KIND_SEQUENCE && i < seq->n_items ? seq->items[i] : NULL;
+}
+
+kiln_code kiln_tensor_set_string(kiln_tensor *t, int64_t i, const char *s, kiln_error *err) {
+  if (!t || t->dtype != KILN_STRING || i < 0 || i >= t->numel || !s)
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "kiln_tensor_set_string: bad argument");
+  char *c = kiln_strdup(s);
+  if (!c) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  char **d = t->data;
+  free(d[i]);
+  d[i] = c;
+  return KILN_OK;
+}
+
+/* ---- protobuf files ---- */
+
+static kiln_code read_all(const char *path, uint8_t **buf, size_t *len, kiln_error *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return kiln_fail(err, KILN_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+  size_t cap = 1 << 16, n = 0;
+  uint8_t *b = malloc(cap);
+  while (b) {
+    size_t got = fread(b + n, 1, cap - n, f);
+    n += got;
+    if (n < cap) break;
+    uint8_t *nb = realloc(b, cap * 2);
+    if (!nb) {
+      free(b);
+      b = NULL;
+      break;
+    }
+    b = nb;
+    cap *= 2;
+  }
+  int bad = ferror(f);
+  fclose(f);
+  if (!b) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory reading '%s'", path);
+  if (bad) {
+    free(b);
+    return kiln_fail(err, KILN_ERR_IO, "error reading '%s'", path);
+  }
+  *buf = b;
+  *len = n;
+  return KILN_OK;
+}
+
+static kiln_tensor *from_sequence(const Onnx__SequenceProto *sp, kiln_error *err);
+
+static kiln_tensor *from_optional(const Onnx__OptionalProto *op, kiln_error *err) {
+  if (op->tensor_value) return kiln_tensor_from_proto(op->tensor_value, NULL, err);
+  if (op->sequence_value) return from_sequence(op->sequence_value, err);
+  kiln_tensor *t;
+  return kiln_none_create(KILN_UNDEFINED, &t, err) ? NULL : t;
+}
+
+static kiln_tensor *from_sequence(const Onnx__SequenceProto *sp, kiln_error *err) {
+  kiln_tensor *seq;
+  if (sp->n_sequence_values || sp->n_map_values || sp->n_optional_values || sp->n_sparse_tensor_values) {
+    kiln_fail(err, KILN_ERR_UNSUPPORTED, "sequences of non-tensor values are not supported");
+    return NULL;
+  }
+  if (kiln_sequence_create(KILN_UNDEFINED, &seq, err)) return NULL;
+  for (size_t i = 0; i < sp->n_tensor_values; i++) {
+    kiln_tensor *t = kiln_tensor_from_proto(sp->tensor_values[i], NULL, err);
+    if (!t || kiln_sequence_append(seq, t, err)) {
+      kiln_tensor_free(t);
+      kiln_tensor_free(seq);
+      return NULL;
+    }
+  }
+  if (!seq->dtype && sp->n_tensor_values == 0) seq->dtype = KILN_FLOAT;
+  return seq;
+}
+
+/* A TensorProto always has dims or data_type; the containers have elem_type (field 2, a varint
+ * in all three). Decode as each and keep the reading that makes sense. */
+kiln_code kiln_value_load_pb(const char *path, kiln_tensor **out, kiln_error *err) {
+  if (!path || !out) return kiln_fail(err, KILN_ERR_INVALID_ARG, "missing argument");
+  *out = NULL;
+  uint8_t *buf;
+  size_t len;
+  kiln_code rc = read_all(path, &buf, &len, err);
+  if (rc) return rc;
+  kiln_tensor *v = NULL;
+  Onnx__SequenceProto *sp = onnx__sequence_proto__unpack(NULL, len, buf);
+  Onnx__OptionalProto *op = onnx__optional_proto__unpack(NULL, len, buf);
+  Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, len, buf);
+  if (sp && sp->elem_type == ONNX__SEQUENCE_PROTO__DATA_TYPE__TENSOR && (sp->n_tensor_values || !tp || !tp->n_dims)) {
+    v = from_sequence(sp, err);
+  } else if (op && op->elem_type >= 1 && op->elem_type <= 5 && (op->tensor_value || op->sequence_value || !tp || !tp->has_data_type || op->elem_type == ONNX__OPTIONAL_PROTO__DATA_TYPE__OPTIONAL)) {
+    v = from_optional(op, err);
+  } else if (tp) {
+    v = kiln_tensor_from_proto(tp, NULL, err);
+  } else {
+    kiln_fail(err, KILN_ERR_IO, "'%s' is not a TensorProto, SequenceProto or OptionalProto", path);
+  }
+  if (sp) onnx__sequence_proto__free_unpacked(sp, NULL);
+  if (op) onnx__optional_proto__free_unpacked(op, NULL);
+  if (tp) onnx__tensor_proto__free_unpacked(tp, NULL);
+  free(buf);
+  if (!v) {
+    kiln_error_prefix(err, "%s", path);
+    return err ? err->code : KILN_ERR_IO;
+  }
+  *out = v;
+  return KILN_OK;
+}
+
+static kiln_code write_file(const char *path, const uint8_t *buf, size_t len, kiln_error *err) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return kiln_fail(err, KILN_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+  size_t w = len ? fwrite(buf, 1, len, f) : 0;
+  if (fclose(f) != 0 || w != len) return kiln_fail(err, KILN_ERR_IO, "error writing '%s'", path);
+  return KILN_OK;
+}
+
+kiln_code kiln_value_save_pb(const char *path, const kiln_tensor *v, const char *name,
+                             int as_optional, kiln_error *err) {
+  if (!path || !v) return kiln_fail(err, KILN_ERR_INVALID_ARG, "missing argument");
+  kiln_code rc = KILN_OK;
+  size_t n = v->kind == KILN_KIND_SEQUENCE ? v->n_items : 1;
+  Onnx__TensorProto *tps = kiln_calloc(n, sizeof *tps);
+  Onnx__TensorProto **tpp = kiln_calloc(n, sizeof *tpp);
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  if (!tps || !tpp) {
+    rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  for (size_t i = 0; i < n; i++) onnx__tensor_proto__init(&tps[i]);
+  Onnx__SequenceProto sp;
+  onnx__sequence_proto__init(&sp);
+  Onnx__OptionalProto op;
+  onnx__optional_proto__init(&op);
+  if (v->kind == KILN_KIND_SEQUENCE) {
+    for (size_t i = 0; i < n && !rc; i++) {
+      rc = kiln_tensor_to_proto(v->items[i], "", &tps[i], err);
+      tpp[i] = &tps[i];
+    }
+    sp.name = (char *)(uintptr_t)(name ? name : "");
+    sp.has_elem_type = 1;
+    sp.elem_type = ONNX__SEQUENCE_PROTO__DATA_TYPE__TENSOR;
+    sp.n_tensor_values = n;
+    sp.tensor_values = tpp;
+  } else if (v->kind == KILN_KIND_TENSOR) {
+    rc = kiln_tensor_to_proto(v, name, &tps[0], err);
+  }
+  if (rc) goto done;
+  const ProtobufCMessage *msg;
+  if (as_optional || v->kind == KILN_KIND_NONE) {
+    op.name = (char *)(uintptr_t)(name ? name : "");
+    op.has_elem_type = 1;
+    if (v->kind == KILN_KIND_SEQUENCE) {
+      op.elem_type = ONNX__OPTIONAL_PROTO__DATA_TYPE__SEQUENCE;
+      op.sequence_value = &sp;
+    } else if (v->kind == KILN_KIND_TENSOR) {
+      op.elem_type = ONNX__OPTIONAL_PROTO__DATA_TYPE__TENSOR;
+      op.tensor_value = &tps[0];
+    } else {
+      op.elem_type = ONNX__OPTIONAL_PROTO__DATA_TYPE__UNDEFINED;
+    }
+    msg = &op.base;
+  } else {
+    msg = v->kind == KILN_KIND_SEQUENCE ? &sp.base : &tps[0].base;
+  }
+  len = protobuf_c_message_get_packed_size(msg);
+  buf = kiln_malloc(len);
+  if (!buf) {
+    rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  protobuf_c_message_pack(msg, buf);
+  rc = write_file(path, buf, len, err);
+done:
+  for (size_t i = 0; tps && i < n; i++) kiln_tensor_proto_release(&tps[i]);
+  free(tps);
+  free(tpp);
+  free(buf);
+  return rc;
+}
+
+/* ---- .npy ---- */
+
+static kiln_dtype npy_dtype(const char *descr) {
+  static const struct { const char *d; kiln_dtype t; } map[] = {
+      {"<f4", KILN_FLOAT}, {"<f8", KILN_DOUBLE}, {"<f2", KILN_FLOAT16}, {"|i1", KILN_INT8},
+      {"|u1", KILN_UINT8}, {"<i2", KILN_INT16}, {"<u2", KILN_UINT16}, {"<i4", KILN_INT32},
+      {"<u4", KILN_UINT32}, {"<i8", KILN_INT64}, {"<u8", KILN_UINT64}, {"|b1", KILN_BOOL}};
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (!strcmp(descr, map[i].d)) return map[i].t;
+  return KILN_UNDEFINED;
+}
+
+kiln_code kiln_tensor_load_npy(const char *path, kiln_tensor **out, kiln_error *err) {
+  if (!path || !out) return kiln_fail(err, KILN_ERR_INVALID_ARG, "missing argument");
+  *out = NULL;
+  uint8_t *buf;
+  size_t len;
+  kiln_code rc = read_all(path, &buf, &len, err);
+  if (rc) return rc;
+  rc = KILN_ERR_IO;
+  if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0) {
+    kiln_fail(err, rc, "'%s' is not a .npy file", path);
+    goto done;
+  }
+  size_t hlen = buf[8] | (size_t)buf[9] << 8, hoff = 10;
+  if (buf[6] >= 2) {
+    if (len < 12) goto bad;
+    hlen = buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
+    hoff = 12;
+  }
+  if (hoff + hlen > len || hlen > 65536) goto bad;
+  char hdr[65537];
+  memcpy(hdr, buf + hoff, hlen);
+  hdr[hlen] = 0;
+  char descr[16] = {0};
+  const char *p = strstr(hdr, "'descr':");
+  if (!p || sscanf(p, "'descr': '%15[^']'", descr) != 1) goto bad;
+  if (strstr(hdr, "'fortran_order': True")) {
+    kiln_fail(err, KILN_ERR_UNSUPPORTED, "'%s': Fortran-order arrays are not supported", path);
+    goto done;
+  }
+  kiln_dtype dt = npy_dtype(descr);
+  if (!dt) {
+    kiln_fail(err, KILN_ERR_UNSUPPORTED, "'%s': dtype '%s' is not supported", path, descr);
+    goto done;
+  }
+  p = strstr(hdr, "'shape':");
+  if (!p || !(p = strchr(p, '('))) goto bad;
+  int64_t dims[KILN_MAX_RANK];
+  int rank = 0;
+  for (p++; *p && *p != ')';) {
+    while (*p == ' ' || *p == ',') p++;
+    if (*p == ')') break;
+    char *end;
+    long long d = strtoll(p, &end, 10);
+    if (end == p || d < 0 || rank == KILN_MAX_RANK) goto bad;
+    dims[rank++] = d;
+    p = end;
+  }
+  kiln_tensor *t = kiln_tensor_new(dt, rank, dims, err);
+  if (!t) {
+    rc = err ? err->code : KILN_ERR_NOMEM;
+    goto done;
+  }
+  if (len - hoff - hlen < t->nbytes) {
+    kiln_tensor_free(t);
+    kiln_fail(err, KILN_ERR_IO, "'%s': data is shorter than its shape needs", path);
+    goto done;
+  }
+  memcpy(t->data, buf + hoff + hlen, t->nbytes);
+  *out = t;
+  rc = KILN_OK;
+  goto done;
+bad:
+  kiln_fail(err, KILN_ERR_IO, "'%s': malformed .npy header", path);
+done:
+  free(buf);
+  return rc;
+}

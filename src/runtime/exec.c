@@ -1,0 +1,145 @@
+/* The reference executor: nodes in topological order, one fresh tensor per output. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/session.h"
+
+static const char *nlabel(const kiln_node *n, char *buf, size_t len) {
+  snprintf(buf, len, "node '%s' (%s)", n->name && *n->name ? n->name : "<unnamed>", n->op_type);
+  return buf;
+}
+
+/* The value bound to `id` in frame f, looking through enclosing frames for outer names. */
+static const kiln_tensor *lookup(const kiln_frame *f, int id) {
+  const kiln_value_info *vi = &f->g->values[id];
+  if (f->vals[id]) return f->vals[id];
+  if (vi->init) return vi->init;
+  if (!vi->is_outer) return NULL;
+  for (const kiln_frame *p = f->parent; p; p = p->parent) {
+    int pid = kiln_graph_find(p->g, vi->name);
+    if (pid >= 0) {
+      if (p->vals[pid]) return p->vals[pid];
+      if (p->g->values[pid].init) return p->g->values[pid].init;
+      if (!p->g->values[pid].is_outer) return NULL;
+    }
+  }
+  return NULL;
+}
+
+static kiln_code run_node(kiln_frame *f, const kiln_node *n, kiln_error *err) {
+  char lbl[300];
+  enum { CAP = 64 };
+  const kiln_tensor *inbuf[CAP];
+  kiln_tensor *outbuf[CAP];
+  const kiln_tensor **in = n->n_in <= CAP ? inbuf : kiln_calloc(n->n_in, sizeof *in);
+  kiln_tensor **out = n->n_out <= CAP ? outbuf : kiln_calloc(n->n_out, sizeof *out);
+  kiln_code rc = KILN_OK;
+  if (!in || !out) {
+    rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  for (size_t i = 0; i < n->n_in; i++) {
+    in[i] = NULL;
+    if (n->in[i] < 0) continue;
+    if (!(in[i] = lookup(f, n->in[i]))) {
+      rc = kiln_fail(err, KILN_ERR_RUN, "%s: input '%s' has no value", nlabel(n, lbl, sizeof lbl),
+                     f->g->values[n->in[i]].name);
+      goto done;
+    }
+  }
+  for (size_t i = 0; i < n->n_out; i++) out[i] = NULL;
+  kiln_kctx c = {.node = n, .opset = n->opset, .n_in = n->n_in, .n_out = n->n_out, .in = in,
+                 .out = out, .frame = f, .err = err};
+  rc = n->schema->run(&c);
+  if (rc == KILN_OK) {
+    for (size_t i = 0; i < n->n_out; i++) {
+      if (n->out[i] < 0) continue;
+      if (!out[i]) {
+        rc = kiln_fail(err, KILN_ERR_RUN, "%s: kernel produced no value for output %zu",
+                       nlabel(n, lbl, sizeof lbl), i);
+        break;
+      }
+    }
+  } else if (err && !strstr(err->message, "node '")) {
+    kiln_error_prefix(err, "%s", nlabel(n, lbl, sizeof lbl));
+  }
+  for (size_t i = 0; i < n->n_out; i++) {
+    if (rc == KILN_OK && n->out[i] >= 0) {
+      kiln_tensor_free(f->vals[n->out[i]]);
+      f->vals[n->out[i]] = out[i];
+      f->owned[n->out[i]] = true;
+    } else {
+      kiln_tensor_free(out[i]);
+    }
+  }
+done:
+  if (in != inbuf) free(in);
+  if (out != outbuf) free(out);
+  return rc;
+}
+
+static void frame_release(kiln_frame *f) {
+  for (size_t i = 0; i < f->g->n_values; i++)
+    if (f->owned[i]) kiln_tensor_free(f->vals[i]);
+  free(f->vals);
+  free(f->owned);
+}
+
+kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_graph *g,
+                         size_t n_inputs, const kiln_tensor *const *inputs, kiln_tensor **outputs,
+                         kiln_error *err) {
+  kiln_frame f = {g, kiln_calloc(g->n_values, sizeof(kiln_tensor *)),
+                  kiln_calloc(g->n_values, sizeof(bool)), parent, s};
+  kiln_code rc = KILN_OK;
+  for (size_t i = 0; i < g->n_outputs; i++) outputs[i] = NULL;
+  if (!f.vals || !f.owned) {
+    rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  for (size_t i = 0; i < n_inputs && i < g->n_inputs; i++)
+    if (inputs[i]) f.vals[g->inputs[i]] = (kiln_tensor *)(uintptr_t)inputs[i]; /* borrowed */
+  for (size_t i = 0; i < g->n_nodes && rc == KILN_OK; i++) rc = run_node(&f, &g->nodes[i], err);
+  for (size_t i = 0; i < g->n_outputs && rc == KILN_OK; i++) {
+    int id = g->outputs[i];
+    const kiln_tensor *v = lookup(&f, id);
+    if (!v) {
+      rc = kiln_fail(err, KILN_ERR_RUN, "graph output '%s' has no value", g->values[id].name);
+      break;
+    }
+    bool dup = false; /* the same value may be listed twice as an output */
+    for (size_t k = 0; k < i; k++) dup |= g->outputs[k] == id;
+    if (f.owned[id] && !dup) {
+      outputs[i] = f.vals[id];
+      f.owned[id] = false;
+      f.vals[id] = NULL;
+      /* later duplicates must still find it */
+      for (size_t k = i + 1; k < g->n_outputs; k++)
+        if (g->outputs[k] == id) {
+          outputs[k] = kiln_tensor_clone(outputs[i], err);
+          if (!outputs[k]) rc = KILN_ERR_NOMEM;
+        }
+    } else if (!outputs[i]) {
+      if (!(outputs[i] = kiln_tensor_clone(v, err))) rc = err ? err->code : KILN_ERR_NOMEM;
+    }
+  }
+  if (rc)
+    for (size_t i = 0; i < g->n_outputs; i++) {
+      kiln_tensor_free(outputs[i]);
+      outputs[i] = NULL;
+    }
+done:
+  if (f.vals && f.owned) frame_release(&f);
+  else {
+    free(f.vals);
+    free(f.owned);
+  }
+  return rc;
+}
+
+kiln_code kiln_subgraph_run(kiln_kctx *c, const kiln_graph *g, size_t n_inputs,
+                            const kiln_tensor *const *inputs, kiln_tensor **outputs) {
+  if (n_inputs > g->n_inputs)
+    return kiln_kfail(c, "subgraph '%s' takes %zu inputs, given %zu", g->name, g->n_inputs, n_inputs);
+  return kiln_graph_run(c->frame->session, c->frame, g, n_inputs, inputs, outputs, c->err);
+}

@@ -1,0 +1,48 @@
+/* Session internals shared by the executor and the API layer. */
+#ifndef KILN_RUNTIME_SESSION_H
+#define KILN_RUNTIME_SESSION_H
+
+#include "ir/graph.h"
+#include "ops/op.h"
+
+#define KILN_MAX_OPSET 18
+
+typedef struct kiln_op_hist {
+  const char *op;
+  size_t count;
+} kiln_op_hist;
+
+struct kiln_session {
+  kiln_model *model;
+  kiln_options opts;
+  size_t n_feeds;          /* graph inputs that are not initializers */
+  int *feeds;              /* value ids */
+  const char **dim_names;  /* scratch for io info: KILN_MAX_RANK per io, built on demand */
+  size_t n_hist;
+  kiln_op_hist *hist;
+};
+
+/* One activation of a graph: the values its nodes produced. */
+typedef struct kiln_frame {
+  const kiln_graph *g;
+  kiln_tensor **vals;       /* per value id; NULL until produced or bound */
+  bool *owned;              /* vals[i] is ours to free */
+  struct kiln_frame *parent;
+  const kiln_session *session;
+} kiln_frame;
+
+/* Resolve schemas, sort and infer types for a graph and its subgraphs. */
+kiln_code kiln_graph_prepare(kiln_graph *g, const kiln_model *m, kiln_error *err);
+
+/* Run `g` with `inputs` bound to g->inputs in order (borrowed; NULL leaves an input unbound,
+ * which is an error unless it has an initializer). outputs[i] receives a new value for each
+ * graph output. */
+kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_graph *g,
+                         size_t n_inputs, const kiln_tensor *const *inputs, kiln_tensor **outputs,
+                         kiln_error *err);
+
+/* For control-flow kernels: run a subgraph attribute of the current node. */
+kiln_code kiln_subgraph_run(kiln_kctx *c, const kiln_graph *g, size_t n_inputs,
+                            const kiln_tensor *const *inputs, kiln_tensor **outputs);
+
+#endif

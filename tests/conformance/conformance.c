@@ -1,0 +1,385 @@
+/* ONNX conformance runner over the test data Debian's libonnx-testdata ships.
+ *
+ * Every test runs in a forked child, so a crash or a hang is one failed test, not a lost run.
+ * A checked-in list of known failures makes the run strict both ways: a listed test that now
+ * passes, or an unlisted test that fails, fails the run. */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kiln/kiln.h"
+
+#define DEFAULT_DATA "/usr/share/libonnx-testdata/data"
+static const char *const SUITES[] = {"node", "pytorch-converted", "pytorch-operator", "simple"};
+enum { NSUITES = sizeof SUITES / sizeof SUITES[0] };
+enum { R_PASS = 0, R_FAIL = 1, R_ERROR = 2 };
+
+typedef struct {
+  const char *data, *expected, *write_expected, *filter;
+  int verbose, timeout, level;
+} opts;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: kiln_conformance [--data DIR] [--expected FILE] [--write-expected FILE]\n"
+          "                        [--filter SUBSTR] [--level N] [--timeout SEC] [-v]\n"
+          "Runs every model under DIR/{node,pytorch-converted,pytorch-operator,simple} and compares\n"
+          "its outputs with the reference (floats: |a-e| <= 1e-5 + 1e-3*|e|; NaN equals NaN).\n"
+          "--expected FILE    known failures, one 'suite/test  # reason' per line; the run fails\n"
+          "                   when a listed test passes or an unlisted one fails\n"
+          "--write-expected F write the current failures to F (with kiln's error as the reason)\n");
+}
+
+/* ---- comparison ---- */
+
+static int cmp_tensor(const kiln_tensor *a, const kiln_tensor *e, char *why, size_t n) {
+  if (kiln_tensor_kind(a) != kiln_tensor_kind(e)) {
+    snprintf(why, n, "kind %d, expected %d", kiln_tensor_kind(a), kiln_tensor_kind(e));
+    return 0;
+  }
+  if (kiln_tensor_kind(e) == KILN_KIND_NONE) return 1;
+  if (kiln_tensor_kind(e) == KILN_KIND_SEQUENCE) {
+    size_t la = kiln_sequence_length(a), le = kiln_sequence_length(e);
+    if (la != le) {
+      snprintf(why, n, "sequence length %zu, expected %zu", la, le);
+      return 0;
+    }
+    for (size_t i = 0; i < le; i++)
+      if (!cmp_tensor(kiln_sequence_at(a, i), kiln_sequence_at(e, i), why, n)) return 0;
+    return 1;
+  }
+  kiln_dtype dt = kiln_tensor_dtype(e);
+  if (kiln_tensor_dtype(a) != dt) {
+    snprintf(why, n, "dtype %s, expected %s", kiln_dtype_name(kiln_tensor_dtype(a)), kiln_dtype_name(dt));
+    return 0;
+  }
+  int r = kiln_tensor_rank(e);
+  if (kiln_tensor_rank(a) != r || memcmp(kiln_tensor_dims(a), kiln_tensor_dims(e), (size_t)r * sizeof(int64_t))) {
+    snprintf(why, n, "shape rank %d, expected rank %d (or dims differ)", kiln_tensor_rank(a), r);
+    return 0;
+  }
+  int64_t cnt = kiln_tensor_numel(e);
+  const void *pa = kiln_tensor_cdata(a), *pe = kiln_tensor_cdata(e);
+  for (int64_t i = 0; i < cnt; i++) {
+    double x, y;
+    switch (dt) {
+      case KILN_FLOAT: x = ((const float *)pa)[i]; y = ((const float *)pe)[i]; break;
+      case KILN_DOUBLE: x = ((const double *)pa)[i]; y = ((const double *)pe)[i]; break;
+      case KILN_FLOAT16: case KILN_BFLOAT16: {
+        kiln_tensor *ta = NULL;
+        (void)ta;
+        uint16_t ha = ((const uint16_t *)pa)[i], he = ((const uint16_t *)pe)[i];
+        if (dt == KILN_BFLOAT16) {
+          uint32_t ba = (uint32_t)ha << 16, be = (uint32_t)he << 16;
+          float fa, fe;
+          memcpy(&fa, &ba, 4);
+          memcpy(&fe, &be, 4);
+          x = fa;
+          y = fe;
+        } else {
+          /* compare half floats through their float value */
+          float fa, fe;
+          uint16_t h[2] = {ha, he};
+          float *f[2] = {&fa, &fe};
+          for (int k = 0; k < 2; k++) {
+            uint32_t s = (uint32_t)(h[k] >> 15) << 31, ex = (h[k] >> 10) & 31, m = h[k] & 1023u;
+            double v = ex == 0 ? ldexp(m, -24) : ex == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024.0, (int)ex - 25);
+            *f[k] = (float)(s ? -v : v);
+          }
+          x = fa;
+          y = fe;
+        }
+        break;
+      }
+      case KILN_STRING: {
+        const char *sa = ((char *const *)pa)[i], *se = ((char *const *)pe)[i];
+        if (strcmp(sa, se)) {
+          snprintf(why, n, "element %lld is \"%s\", expected \"%s\"", (long long)i, sa, se);
+          return 0;
+        }
+        continue;
+      }
+      default: {
+        size_t esz = kiln_dtype_size(dt);
+        if (memcmp((const char *)pa + (size_t)i * esz, (const char *)pe + (size_t)i * esz, esz)) {
+          snprintf(why, n, "integer element %lld differs", (long long)i);
+          return 0;
+        }
+        continue;
+      }
+    }
+    if (isnan(y) && isnan(x)) continue;
+    if (isinf(y) && x == y) continue;
+    if (!(fabs(x - y) <= 1e-5 + 1e-3 * fabs(y))) {
+      snprintf(why, n, "element %lld is %.8g, expected %.8g", (long long)i, x, y);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* ---- one test ---- */
+
+static int count_files(const char *dir, const char *prefix) {
+  int n = 0;
+  char path[4096];
+  for (;; n++) {
+    snprintf(path, sizeof path, "%s/%s_%d.pb", dir, prefix, n);
+    if (access(path, R_OK) != 0) return n;
+  }
+}
+
+static int run_test(const char *dir, int level, char *why, size_t n) {
+  char path[4096];
+  kiln_error err = {0};
+  kiln_options o;
+  kiln_options_init(&o);
+  o.opt_level = level;
+  o.threads = 1;
+  snprintf(path, sizeof path, "%s/model.onnx", dir);
+  kiln_session *s = NULL;
+  if (kiln_session_create(path, &o, &s, &err)) {
+    snprintf(why, n, "load: %s", err.message);
+    return R_ERROR;
+  }
+  int result = R_PASS;
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  int sets = 0;
+  while (result == R_PASS && d && (de = readdir(d))) {
+    if (strncmp(de->d_name, "test_data_set_", 14)) continue;
+    sets++;
+    char set[4096];
+    snprintf(set, sizeof set, "%s/%s", dir, de->d_name);
+    int ni = count_files(set, "input"), no = count_files(set, "output");
+    size_t nfeed = kiln_session_input_count(s), nout = kiln_session_output_count(s);
+    kiln_tensor **in = calloc((size_t)ni + 1, sizeof *in), **out = calloc(nout + 1, sizeof *out);
+    const char **names = calloc((size_t)ni + 1, sizeof *names);
+    if ((size_t)no != nout) {
+      snprintf(why, n, "model has %zu outputs, test data %d", nout, no);
+      result = R_ERROR;
+    }
+    if ((size_t)ni > nfeed) {
+      snprintf(why, n, "model has %zu inputs to feed, test data %d", nfeed, ni);
+      result = R_ERROR;
+    }
+    for (int i = 0; i < ni && result == R_PASS; i++) {
+      snprintf(path, sizeof path, "%s/input_%d.pb", set, i);
+      kiln_io_info info;
+      kiln_session_input_info(s, (size_t)i, &info, NULL);
+      names[i] = info.name;
+      if (kiln_value_load_pb(path, &in[i], &err)) {
+        snprintf(why, n, "input: %s", err.message);
+        result = R_ERROR;
+      }
+    }
+    if (result == R_PASS &&
+        kiln_session_run(s, (size_t)ni, names, (const kiln_tensor *const *)in, nout, NULL, out, &err)) {
+      snprintf(why, n, "run: %s", err.message);
+      result = R_ERROR;
+    }
+    for (int i = 0; i < no && result == R_PASS; i++) {
+      kiln_tensor *e = NULL;
+      snprintf(path, sizeof path, "%s/output_%d.pb", set, i);
+      if (kiln_value_load_pb(path, &e, &err)) {
+        snprintf(why, n, "expected output: %s", err.message);
+        result = R_ERROR;
+      } else {
+        char w[600];
+        if (!cmp_tensor(out[i], e, w, sizeof w)) {
+          kiln_io_info info;
+          kiln_session_output_info(s, (size_t)i, &info, NULL);
+          snprintf(why, n, "output '%s': %s", info.name, w);
+          result = R_FAIL;
+        }
+      }
+      kiln_tensor_free(e);
+    }
+    for (int i = 0; i < ni; i++) kiln_tensor_free(in[i]);
+    for (size_t i = 0; i < nout; i++) kiln_tensor_free(out[i]);
+    free(in);
+    free(out);
+    free(names);
+  }
+  if (d) closedir(d);
+  if (result == R_PASS && sets == 0) {
+    snprintf(why, n, "no test data sets");
+    result = R_ERROR;
+  }
+  kiln_session_free(s);
+  return result;
+}
+
+/* Fork, run, and read the verdict back through a pipe. */
+static int run_isolated(const char *dir, const opts *o, char *why, size_t n) {
+  int fds[2];
+  if (pipe(fds) != 0) return run_test(dir, o->level, why, n);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    alarm((unsigned)o->timeout);
+    char w[1500] = {0};
+    int r = run_test(dir, o->level, w, sizeof w);
+    ssize_t wr = write(fds[1], w, strlen(w));
+    (void)wr;
+    close(fds[1]);
+    _exit(r);
+  }
+  close(fds[1]);
+  size_t got = 0;
+  ssize_t k;
+  while (got + 1 < n && (k = read(fds[0], why + got, n - 1 - got)) > 0) got += (size_t)k;
+  why[got] = 0;
+  close(fds[0]);
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) < 0) {
+    snprintf(why, n, "fork failed");
+    return R_ERROR;
+  }
+  if (WIFSIGNALED(status)) {
+    snprintf(why, n, WTERMSIG(status) == SIGALRM ? "timed out after %d s" : "crashed with signal %d",
+             WTERMSIG(status) == SIGALRM ? o->timeout : WTERMSIG(status));
+    return R_ERROR;
+  }
+  int code = WEXITSTATUS(status);
+  return code <= R_ERROR ? code : R_ERROR;
+}
+
+/* ---- known failures ---- */
+
+typedef struct {
+  char **names;
+  size_t n;
+} list;
+
+static void load_list(const char *path, list *l) {
+  FILE *f = path ? fopen(path, "r") : NULL;
+  if (!f) return;
+  char line[2048];
+  while (fgets(line, sizeof line, f)) {
+    char *p = line;
+    while (*p == ' ') p++;
+    if (*p == '#' || *p == '\n' || !*p) continue;
+    size_t len = strcspn(p, " \t#\n");
+    p[len] = 0;
+    l->names = realloc(l->names, (l->n + 1) * sizeof *l->names);
+    l->names[l->n++] = strdup(p);
+  }
+  fclose(f);
+}
+
+static int in_list(const list *l, const char *name) {
+  for (size_t i = 0; i < l->n; i++)
+    if (!strcmp(l->names[i], name)) return 1;
+  return 0;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int main(int argc, char **argv) {
+  opts o = {DEFAULT_DATA, NULL, NULL, NULL, 0, 60, 0};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "-v")) {
+      o.verbose = 1;
+    } else if (next && !strcmp(a, "--data")) {
+      o.data = argv[++i];
+    } else if (next && !strcmp(a, "--expected")) {
+      o.expected = argv[++i];
+    } else if (next && !strcmp(a, "--write-expected")) {
+      o.write_expected = argv[++i];
+    } else if (next && !strcmp(a, "--filter")) {
+      o.filter = argv[++i];
+    } else if (next && !strcmp(a, "--level")) {
+      o.level = atoi(argv[++i]);
+    } else if (next && !strcmp(a, "--timeout")) {
+      o.timeout = atoi(argv[++i]);
+    } else {
+      fprintf(stderr, "kiln_conformance: unknown argument '%s'\n", a);
+      usage(stderr);
+      return 2;
+    }
+  }
+  list known = {0};
+  load_list(o.expected, &known);
+  FILE *wf = o.write_expected ? fopen(o.write_expected, "w") : NULL;
+  if (o.write_expected && !wf) {
+    fprintf(stderr, "cannot write %s: %s\n", o.write_expected, strerror(errno));
+    return 2;
+  }
+  if (wf) fprintf(wf, "# Known conformance failures: suite/test  # reason (kiln's error).\n"
+                      "# Regenerate: kiln_conformance --write-expected tests/conformance/known_failures.txt\n");
+  int tot[3] = {0}, unexpected = 0, fixed = 0;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  printf("%-20s %7s %7s %7s\n", "suite", "passed", "failed", "errored");
+  for (int s = 0; s < NSUITES; s++) {
+    char sdir[4096];
+    snprintf(sdir, sizeof sdir, "%s/%s", o.data, SUITES[s]);
+    DIR *d = opendir(sdir);
+    if (!d) {
+      fprintf(stderr, "cannot open %s: %s (install libonnx-testdata)\n", sdir, strerror(errno));
+      return 2;
+    }
+    char **names = NULL;
+    size_t nn = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+      if (strncmp(de->d_name, "test_", 5)) continue;
+      names = realloc(names, (nn + 1) * sizeof *names);
+      names[nn++] = strdup(de->d_name);
+    }
+    closedir(d);
+    qsort(names, nn, sizeof *names, cmp_str);
+    int cnt[3] = {0};
+    for (size_t i = 0; i < nn; i++) {
+      char full[512], dir[4096], why[1500];
+      snprintf(full, sizeof full, "%s/%s", SUITES[s], names[i]);
+      if (o.filter && !strstr(full, o.filter)) continue;
+      snprintf(dir, sizeof dir, "%s/%s", sdir, names[i]);
+      int r = run_isolated(dir, &o, why, sizeof why);
+      cnt[r]++;
+      int listed = in_list(&known, full);
+      for (char *p = why; *p; p++)
+        if (*p == '\n' || *p == '#') *p = ' ';
+      if (r != R_PASS && wf) fprintf(wf, "%s  # %s%.200s\n", full, r == R_FAIL ? "wrong output: " : "", why);
+      if (o.expected && r != R_PASS && !listed) {
+        printf("UNEXPECTED FAILURE %s: %s\n", full, why);
+        unexpected++;
+      } else if (o.expected && r == R_PASS && listed) {
+        printf("NOW PASSES (remove it from the known failures) %s\n", full);
+        fixed++;
+      } else if (o.verbose && r != R_PASS) {
+        printf("%s %s: %s\n", r == R_FAIL ? "FAIL " : "ERROR", full, why);
+      }
+      free(names[i]);
+    }
+    free(names);
+    printf("%-20s %7d %7d %7d\n", SUITES[s], cnt[0], cnt[1], cnt[2]);
+    for (int k = 0; k < 3; k++) tot[k] += cnt[k];
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (wf) fclose(wf);
+  for (size_t i = 0; i < known.n; i++) free(known.names[i]);
+  free(known.names);
+  printf("%-20s %7d %7d %7d   (%.1f s)\n", "total", tot[0], tot[1], tot[2],
+         (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+  if (o.expected)
+    printf("known failures: %d unexpected failures, %d listed tests now pass\n", unexpected, fixed);
+  printf("%d passed, %d failed\n", tot[0], tot[1] + tot[2]);
+  return unexpected || fixed ? 1 : 0;
+}

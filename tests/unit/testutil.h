@@ -1,0 +1,36 @@
+/* A tiny test harness: CHECK records a failure and continues; main returns non-zero if any. */
+#ifndef KILN_TESTUTIL_H
+#define KILN_TESTUTIL_H
+
+#include <stdio.h>
+
+extern int kt_failures, kt_checks;
+
+#define CHECK(cond)                                                              \
+  do {                                                                           \
+    kt_checks++;                                                                 \
+    if (!(cond)) {                                                               \
+      kt_failures++;                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
+    }                                                                            \
+  } while (0)
+
+#define CHECK_MSG(cond, ...)                                                     \
+  do {                                                                           \
+    kt_checks++;                                                                 \
+    if (!(cond)) {                                                               \
+      kt_failures++;                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);   \
+      fprintf(stderr, __VA_ARGS__);                                              \
+      fprintf(stderr, "\n");                                                     \
+    }                                                                            \
+  } while (0)
+
+/* Print the summary and return the exit code. */
+int kt_finish(const char *name);
+/* Write `len` bytes to a new temporary file; returns its path (static buffer per call slot). */
+const char *kt_write_temp(const char *tag, const void *bytes, size_t len);
+/* Run a shell command, capture up to cap-1 bytes of stdout+stderr; returns the exit status. */
+int kt_run(const char *cmd, char *out, size_t cap);
+
+#endif

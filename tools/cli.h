@@ -1,0 +1,39 @@
+/* Shared pieces of the `kiln` command line. The tools use only the public API. */
+#ifndef KILN_TOOLS_CLI_H
+#define KILN_TOOLS_CLI_H
+
+#include <stdio.h>
+
+#include "kiln/kiln.h"
+
+enum { CLI_OK = 0, CLI_ERR = 1, CLI_USAGE = 2 };
+
+typedef struct cli_feed {
+  size_t n;
+  const char **names;   /* borrowed from the session */
+  kiln_tensor **values;
+} cli_feed;
+
+typedef struct cli_dims {
+  size_t n;
+  const char *names[32];
+  int64_t values[32];
+} cli_dims;
+
+/* Parse NAME=VALUE into dims; returns 0 on success. */
+int cli_parse_dim(cli_dims *d, const char *arg);
+/* Build the feed for every session input: from --inputs DIR, --input NAME=FILE, or random
+ * (deterministic, seeded). Returns KILN_OK or an error in err. */
+kiln_code cli_make_feed(kiln_session *s, const char *inputs_dir, size_t n_input_args,
+                        char **input_args, const cli_dims *dims, unsigned seed, cli_feed *feed,
+                        kiln_error *err);
+void cli_feed_free(cli_feed *feed);
+/* One-line description "float[1,3,224,224]" of a declared input/output. */
+const char *cli_info_str(const kiln_io_info *info, char *buf, size_t n);
+/* Print a value: shape and a short summary of its contents. */
+void cli_print_value(FILE *f, const char *name, const kiln_tensor *v);
+
+int cmd_info(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+
+#endif
