@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Quick start, command 2: install dependencies, build, and run the whole test suite:
+#   1. gcc release build: unit tests + ONNX conformance (CTest)
+#   2. clang build with warnings as errors
+#   3. AddressSanitizer + UBSan build: unit tests
+# The last lines printed are CTest's summary of the full run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+jobs=$(nproc)
+
+echo "== clang build (warnings are errors)"
+CC=clang scripts/build.sh build-clang
+
+echo "== sanitizer build (ASan + UBSan): unit tests"
+scripts/build.sh build-asan -DKILN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+   ctest -L unit --output-on-failure -j"$jobs")
+
+echo "== gcc release build: unit tests and ONNX conformance"
+scripts/build.sh build
+cd build
+ctest --output-on-failure -j"$jobs" 2>&1 | tee ctest.log | grep -v "^\s*$" | grep -vE "^\s+(Start|[0-9]+/[0-9]+ Test)" || true
+echo
+echo "== conformance table"
+sed -n '/^suite /,/passed, .* failed$/p' Testing/Temporary/LastTest.log | grep -E "^(suite|node|pytorch|simple|total|known|[0-9]+ passed)" || true
+echo
+tail -n 3 ctest.log
+grep -q "100% tests passed" ctest.log
