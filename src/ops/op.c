@@ -149,6 +149,7 @@ kiln_code kiln_infer_unary(kiln_ictx *c) {
 kiln_code kiln_infer_broadcast(kiln_ictx *c, kiln_dtype dtype) {
   int rank = 0;
   int64_t dims[KILN_MAX_RANK];
+  const char *sym[KILN_MAX_RANK] = {0}; /* symbolic names carried through (borrowed) */
   kiln_dtype dt = KILN_UNDEFINED;
   for (size_t k = 0; k < c->n_in; k++) {
     const kiln_type *t = c->in[k];
@@ -160,22 +161,35 @@ kiln_code kiln_infer_broadcast(kiln_ictx *c, kiln_dtype dtype) {
     }
     int r = rank > t->rank ? rank : t->rank;
     int64_t nd[KILN_MAX_RANK];
+    const char *ns[KILN_MAX_RANK];
     for (int i = 0; i < r; i++) {
-      int64_t a = i < r - rank ? 1 : dims[i - (r - rank)];
-      int64_t b = i < r - t->rank ? 1 : t->dims[i - (r - t->rank)];
-      if (a == b || b == 1)
+      int ia = i - (r - rank), ib = i - (r - t->rank);
+      int64_t a = ia < 0 ? 1 : dims[ia], b = ib < 0 ? 1 : t->dims[ib];
+      const char *sa = ia < 0 ? NULL : sym[ia], *sb = ib < 0 ? NULL : t->sym[ib];
+      if (a == b && a >= 0) {
         nd[i] = a;
-      else if (a == 1)
+        ns[i] = NULL;
+      } else if (b == 1) {
+        nd[i] = a;
+        ns[i] = sa;
+      } else if (a == 1) {
         nd[i] = b;
-      else if (a < 0 || b < 0)
+        ns[i] = sb;
+      } else if (a < 0 || b < 0) {
         nd[i] = a < 0 && b < 0 ? -1 : (a < 0 ? b : a);
-      else
+        ns[i] = nd[i] >= 0 ? NULL : (sa && sb && !strcmp(sa, sb) ? sa : NULL);
+      } else {
         return kiln_ifail(c, "input shapes cannot be broadcast: dim %d is %lld vs %lld", i,
                           (long long)a, (long long)b);
+      }
     }
     rank = r;
     memcpy(dims, nd, sizeof nd);
+    memcpy(sym, ns, sizeof ns);
   }
   kiln_infer_tensor(c, 0, dtype ? dtype : dt, rank, dims);
+  if (c->n_out && c->out[0])
+    for (int i = 0; i < rank; i++)
+      if (sym[i]) c->out[0]->sym[i] = kiln_strdup(sym[i]);
   return KILN_OK;
 }
