@@ -30,6 +30,7 @@ int cmd_info(int argc, char **argv) {
   kiln_error err = {0};
   kiln_options o;
   kiln_options_init(&o);
+  o.opt_level = 0; /* describe the model as written */
   kiln_session *s;
   if (kiln_session_create(model, &o, &s, &err)) {
     fprintf(stderr, "kiln info: %s\n", err.message);

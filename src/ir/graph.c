@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "base/strmap.h"
+#include "ir/edit.h"
 
 kiln_graph *kiln_graph_new(kiln_graph *parent) {
   kiln_graph *g = calloc(1, sizeof *g);
@@ -52,19 +53,9 @@ void kiln_attr_clear(kiln_attr *a) {
   memset(a, 0, sizeof *a);
 }
 
-static void node_clear(kiln_node *n) {
-  free(n->name);
-  free(n->op_type);
-  free(n->domain);
-  free(n->in);
-  free(n->out);
-  for (size_t i = 0; i < n->n_attrs; i++) kiln_attr_clear(&n->attrs[i]);
-  free(n->attrs);
-}
-
 void kiln_graph_free(kiln_graph *g) {
   if (!g) return;
-  for (size_t i = 0; i < g->n_nodes; i++) node_clear(&g->nodes[i]);
+  for (size_t i = 0; i < g->n_nodes; i++) kiln_node_clear(&g->nodes[i]);
   free(g->nodes);
   for (size_t i = 0; i < g->n_values; i++) {
     free(g->values[i].name);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/status.h"
+#include "ir/edit.h"
 #include "onnx/proto.h"
 
 static kiln_code convert_graph(const Onnx__GraphProto *gp, kiln_graph *g, const kiln_ext_ctx *ext,
@@ -194,16 +195,8 @@ static kiln_code convert_node(const Onnx__NodeProto *np, kiln_graph *g, const ki
       return kiln_fail(err, KILN_ERR_MODEL, "value '%s' is produced twice", v->name);
     }
     v->init = t;
+    kiln_node_clear(n);
     g->n_nodes--;
-    kiln_node tmp = *n;
-    memset(n, 0, sizeof *n);
-    free(tmp.name);
-    free(tmp.op_type);
-    free(tmp.domain);
-    free(tmp.in);
-    free(tmp.out);
-    for (size_t i = 0; i < tmp.n_attrs; i++) kiln_attr_clear(&tmp.attrs[i]);
-    free(tmp.attrs);
   }
   return KILN_OK;
 }

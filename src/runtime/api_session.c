@@ -1,10 +1,12 @@
 /* Public session API: create, inspect, run. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "onnx/reader.h"
+#include "opt/opt.h"
 #include "runtime/session.h"
 
 void kiln_options_init(kiln_options *o) {
@@ -49,6 +51,11 @@ static kiln_code finish_create(kiln_model *m, const kiln_options *opts, kiln_ses
                                kiln_error *err) {
   kiln_code rc = check_opsets(m, err);
   if (!rc) rc = kiln_graph_prepare(m->graph, m, err);
+  int level = opts && opts->size >= offsetof(kiln_options, threads) ? opts->opt_level : 2;
+  if (!rc && level > 0) {
+    kiln_opt_config cfg = {.level = level};
+    rc = kiln_optimize(m, &cfg, NULL, err);
+  }
   kiln_session *s = rc ? NULL : calloc(1, sizeof *s);
   if (!rc && !s) rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   if (rc) {

@@ -1,0 +1,95 @@
+#include "ir/edit.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+static bool graph_reads_outer(const kiln_graph *g, const char *name);
+
+static bool node_subgraphs_read(const kiln_node *n, const char *name) {
+  for (size_t a = 0; a < n->n_attrs; a++) {
+    const kiln_attr *at = &n->attrs[a];
+    if (at->g && graph_reads_outer(at->g, name)) return true;
+    for (size_t k = 0; at->graphs && k < at->n; k++)
+      if (graph_reads_outer(at->graphs[k], name)) return true;
+  }
+  return false;
+}
+
+/* A subgraph reads `name` from outside when it has a value of that name that it neither
+ * produces nor declares (or a nested subgraph does). */
+static bool graph_reads_outer(const kiln_graph *g, const char *name) {
+  int id = kiln_graph_find(g, name);
+  if (id >= 0) {
+    const kiln_value_info *v = &g->values[id];
+    if (v->is_input || v->init || v->producer >= 0) return false; /* shadowed */
+    return true;
+  }
+  for (size_t i = 0; i < g->n_nodes; i++)
+    if (node_subgraphs_read(&g->nodes[i], name)) return true;
+  return false;
+}
+
+bool kiln_graph_name_used_by_subgraphs(const kiln_graph *g, const char *name) {
+  for (size_t i = 0; i < g->n_nodes; i++)
+    if (node_subgraphs_read(&g->nodes[i], name)) return true;
+  return false;
+}
+
+bool kiln_graph_is_output(const kiln_graph *g, int id) {
+  for (size_t i = 0; i < g->n_outputs; i++)
+    if (g->outputs[i] == id) return true;
+  return false;
+}
+
+size_t *kiln_graph_use_counts(const kiln_graph *g) {
+  size_t *uses = kiln_calloc(g->n_values, sizeof *uses);
+  if (!uses) return NULL;
+  bool any_subgraph = false;
+  for (size_t i = 0; i < g->n_nodes; i++) {
+    const kiln_node *n = &g->nodes[i];
+    for (size_t k = 0; k < n->n_in; k++)
+      if (n->in[k] >= 0) uses[n->in[k]]++;
+    for (size_t a = 0; a < n->n_attrs; a++) any_subgraph |= n->attrs[a].g || n->attrs[a].graphs;
+  }
+  for (size_t i = 0; i < g->n_outputs; i++) uses[g->outputs[i]]++;
+  if (any_subgraph)
+    for (size_t v = 0; v < g->n_values; v++)
+      if (kiln_graph_name_used_by_subgraphs(g, g->values[v].name)) uses[v]++;
+  return uses;
+}
+
+void kiln_graph_replace_uses(kiln_graph *g, int from, int to) {
+  for (size_t i = 0; i < g->n_nodes; i++)
+    for (size_t k = 0; k < g->nodes[i].n_in; k++)
+      if (g->nodes[i].in[k] == from) g->nodes[i].in[k] = to;
+}
+
+void kiln_node_clear(kiln_node *n) {
+  free(n->name);
+  free(n->op_type);
+  free(n->domain);
+  free(n->in);
+  free(n->out);
+  for (size_t i = 0; i < n->n_attrs; i++) kiln_attr_clear(&n->attrs[i]);
+  free(n->attrs);
+  memset(n, 0, sizeof *n);
+}
+
+void kiln_graph_remove_nodes(kiln_graph *g, const bool *dead) {
+  size_t w = 0;
+  for (size_t i = 0; i < g->n_nodes; i++) {
+    if (dead[i]) {
+      kiln_node_clear(&g->nodes[i]);
+      continue;
+    }
+    if (w != i) g->nodes[w] = g->nodes[i];
+    w++;
+  }
+  g->n_nodes = w;
+  for (size_t v = 0; v < g->n_values; v++) g->values[v].producer = -1;
+  for (size_t i = 0; i < g->n_nodes; i++)
+    for (size_t k = 0; k < g->nodes[i].n_out; k++)
+      if (g->nodes[i].out[k] >= 0) g->values[g->nodes[i].out[k]].producer = (int)i;
+}
