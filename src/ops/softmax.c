@@ -1,6 +1,112 @@
-/* softmax operators. */
+/* Softmax, LogSoftmax and Hardmax.
+ *
+ * Before opset 13 the input is coerced to 2D at `axis` (default 1): dims [0, axis) form the
+ * rows and dims [axis, rank) one long row the operation runs along. From opset 13 it runs
+ * along the single dimension `axis` (default -1). Both are an (outer, len, inner) walk: the
+ * old form is simply inner = 1 with len the product of the trailing dims.
+ */
+#include <math.h>
+
 #include "ops/op.h"
 
+typedef enum smkind { SM_SOFTMAX, SM_LOGSOFTMAX, SM_HARDMAX } smkind;
+
+static inline double ld(const kiln_tensor *t, int64_t i) {
+  if (t->dtype == KILN_FLOAT) return ((const float *)t->data)[i];
+  if (t->dtype == KILN_DOUBLE) return ((const double *)t->data)[i];
+  return kiln_get_f64(t, i);
+}
+
+static inline void st(kiln_tensor *t, int64_t i, double v) {
+  if (t->dtype == KILN_FLOAT)
+    ((float *)t->data)[i] = (float)v;
+  else if (t->dtype == KILN_DOUBLE)
+    ((double *)t->data)[i] = v;
+  else
+    kiln_set_f64(t, i, v);
+}
+
+static int64_t default_axis(int opset) { return opset < 13 ? 1 : -1; }
+
+static kiln_code softmax_run(kiln_kctx *c, smkind k) {
+  const kiln_tensor *x = c->in[0];
+  if (!x || x->kind != KILN_KIND_TENSOR) return kiln_kfail(c, "input must be a tensor");
+  if (!kiln_dtype_is_float(x->dtype))
+    return kiln_kfail(c, "input must be a floating-point tensor, got %s",
+                      kiln_dtype_name(x->dtype));
+  if (x->rank < 1) return kiln_kfail(c, "input must have rank >= 1");
+  int axis = kiln_axis(c, kiln_attr_int(c->node, "axis", default_axis(c->opset)), x->rank);
+  if (axis < 0) return KILN_ERR_RUN;
+
+  int64_t outer = 1, len = 1, inner = 1;
+  for (int d = 0; d < axis; d++) outer *= x->dims[d];
+  if (c->opset < 13) {
+    for (int d = axis; d < x->rank; d++) len *= x->dims[d];
+  } else {
+    len = x->dims[axis];
+    for (int d = axis + 1; d < x->rank; d++) inner *= x->dims[d];
+  }
+
+  kiln_tensor *y = kiln_out(c, 0, x->dtype, x->rank, x->dims);
+  if (!y) return c->err->code;
+  if (y->numel == 0 || len == 0) return KILN_OK;
+
+  for (int64_t o = 0; o < outer; o++) {
+    for (int64_t in = 0; in < inner; in++) {
+      int64_t base = o * len * inner + in;
+      /* First maximum: Hardmax's pick, and the shift that keeps exp() in range. */
+      double mx = ld(x, base);
+      int64_t arg = 0;
+      for (int64_t j = 1; j < len; j++) {
+        double v = ld(x, base + j * inner);
+        if (v > mx) {
+          mx = v;
+          arg = j;
+        }
+      }
+      if (k == SM_HARDMAX) {
+        st(y, base + arg * inner, 1.0);
+        continue;
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < len; j++) sum += exp(ld(x, base + j * inner) - mx);
+      if (k == SM_SOFTMAX) {
+        for (int64_t j = 0; j < len; j++) {
+          int64_t i = base + j * inner;
+          st(y, i, exp(ld(x, i) - mx) / sum);
+        }
+      } else {
+        double lse = log(sum);
+        for (int64_t j = 0; j < len; j++) {
+          int64_t i = base + j * inner;
+          st(y, i, ld(x, i) - mx - lse);
+        }
+      }
+    }
+  }
+  return KILN_OK;
+}
+
+static kiln_code softmax_infer(kiln_ictx *c) {
+  const kiln_type *x = c->in[0];
+  if (!x || x->kind != KILN_T_TENSOR) return KILN_OK;
+  if (x->rank >= 0) {
+    int64_t axis = kiln_attr_int(c->node, "axis", default_axis(c->opset));
+    if (x->rank < 1) return kiln_ifail(c, "input must have rank >= 1");
+    if (axis < -x->rank || axis >= x->rank)
+      return kiln_ifail(c, "axis %lld is out of range for rank %d", (long long)axis, x->rank);
+  }
+  kiln_infer_same(c, 0, 0);
+  return KILN_OK;
+}
+
+static kiln_code sm_run(kiln_kctx *c) { return softmax_run(c, SM_SOFTMAX); }
+static kiln_code lsm_run(kiln_kctx *c) { return softmax_run(c, SM_LOGSOFTMAX); }
+static kiln_code hm_run(kiln_kctx *c) { return softmax_run(c, SM_HARDMAX); }
+
 const kiln_op_schema kiln_ops_softmax[] = {
+    {"", "Softmax", 1, 1, 1, 1, 1, softmax_infer, sm_run},
+    {"", "LogSoftmax", 1, 1, 1, 1, 1, softmax_infer, lsm_run},
+    {"", "Hardmax", 1, 1, 1, 1, 1, softmax_infer, hm_run},
     {0},
 };
