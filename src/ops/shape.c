@@ -1,6 +1,973 @@
-/* shape operators. */
+/* Shape-manipulating operators: Reshape, Shape, Size, Flatten, Squeeze, Unsqueeze, Transpose,
+ * Identity, Concat, Split, Slice, Expand, Tile.
+ *
+ * The shape functions matter as much as the kernels: these ops are where constant shape inputs
+ * (initializers) turn into static output shapes. They state only what is certain and fail only
+ * on inputs that are invalid whatever the run-time values. The remaining shape ops (Pad,
+ * DepthToSpace, ...) live in shape2.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "ops/op.h"
 
+#define MAXR KILN_MAX_RANK
+
+/* ---- helpers shared by the shape functions ---- */
+
+/* Input i's static type when it is known to be a tensor, else NULL. */
+static const kiln_type *tin_type(const kiln_ictx *c, size_t i) {
+  if (i >= c->n_in || !c->in[i] || c->in[i]->kind != KILN_T_TENSOR) return NULL;
+  return c->in[i];
+}
+
+static kiln_dtype in_dtype(const kiln_ictx *c, size_t i) {
+  const kiln_type *t = tin_type(c, i);
+  return t ? t->dtype : KILN_UNDEFINED;
+}
+
+static int in_rank(const kiln_ictx *c, size_t i) {
+  const kiln_type *t = tin_type(c, i);
+  return t && t->rank <= MAXR ? t->rank : -1;
+}
+
+/* Integer values of input i when it is a load-time constant. */
+static bool const_ints(const kiln_ictx *c, size_t i, int64_t *out, size_t cap, size_t *n) {
+  const kiln_tensor *t = i < c->n_in ? c->cin[i] : NULL;
+  if (!t || t->kind != KILN_KIND_TENSOR || !kiln_dtype_is_int(t->dtype) || (size_t)t->numel > cap)
+    return false;
+  for (int64_t k = 0; k < t->numel; k++) out[k] = kiln_get_i64(t, k);
+  *n = (size_t)t->numel;
+  return true;
+}
+
+/* Length of a 1-D input (e.g. an axes list) when its static shape says so, else -1. */
+static int64_t list_len(const kiln_ictx *c, size_t i) {
+  const kiln_type *t = tin_type(c, i);
+  return t && t->rank == 1 ? t->dims[0] : -1;
+}
+
+/* ---- helpers shared by the kernels ---- */
+
+/* Every input below `required` must be present, and every present input a tensor. */
+static kiln_code need_tensors(kiln_kctx *c, size_t required) {
+  for (size_t i = 0; i < c->n_in; i++) {
+    const kiln_tensor *t = c->in[i];
+    if (!t) {
+      if (i < required) return kiln_kfail(c, "input %zu is required", i);
+      continue;
+    }
+    if (t->kind != KILN_KIND_TENSOR) return kiln_kfail(c, "input %zu must be a tensor", i);
+  }
+  return KILN_OK;
+}
+
+static void row_strides(int rank, const int64_t *dims, int64_t *stride) {
+  int64_t s = 1;
+  for (int d = rank - 1; d >= 0; d--) {
+    stride[d] = s;
+    s *= dims[d];
+  }
+}
+
+/* Copy n consecutive elements between tensors of the same dtype. */
+static void copy_run(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_t si, int64_t n) {
+  if (n <= 0) return;
+  if (dst->dtype == KILN_STRING) {
+    for (int64_t k = 0; k < n; k++) kiln_copy_elem(dst, di + k, src, si + k);
+    return;
+  }
+  size_t esz = kiln_dtype_size(dst->dtype);
+  memcpy((char *)dst->data + (size_t)di * esz, (const char *)src->data + (size_t)si * esz,
+         (size_t)n * esz);
+}
+
+/* out[i0..ik] = in[base + sum_d i_d * sstride[d]] over out's shape: the one strided walk behind
+ * Transpose, Slice and Expand (sstride 0 broadcasts, negative walks backwards). */
+static void gather_strided(kiln_tensor *out, const kiln_tensor *in, int64_t base,
+                           const int64_t *sstride) {
+  if (out->numel == 0) return;
+  int r = out->rank;
+  int64_t inner = r ? out->dims[r - 1] : 1, is = r ? sstride[r - 1] : 0;
+  int64_t idx[MAXR] = {0}, src = base;
+  size_t esz = kiln_dtype_size(out->dtype);
+  for (int64_t o = 0; o < out->numel; o += inner) {
+    if (is == 1) {
+      copy_run(out, o, in, src, inner);
+    } else if (out->dtype == KILN_STRING) {
+      for (int64_t k = 0; k < inner; k++) kiln_copy_elem(out, o + k, in, src + k * is);
+    } else if (esz == 4) {
+      uint32_t *d = (uint32_t *)out->data + o;
+      const uint32_t *s = (const uint32_t *)in->data + src;
+      for (int64_t k = 0; k < inner; k++) d[k] = s[k * is];
+    } else if (esz == 8) {
+      uint64_t *d = (uint64_t *)out->data + o;
+      const uint64_t *s = (const uint64_t *)in->data + src;
+      for (int64_t k = 0; k < inner; k++) d[k] = s[k * is];
+    } else {
+      for (int64_t k = 0; k < inner; k++)
+        memcpy((char *)out->data + (size_t)(o + k) * esz,
+               (const char *)in->data + (size_t)(src + k * is) * esz, esz);
+    }
+    for (int d = r - 2; d >= 0; d--) {
+      src += sstride[d];
+      if (++idx[d] < out->dims[d]) break;
+      src -= idx[d] * sstride[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/* A copy of `in` with a new shape of the same element count. */
+static kiln_code reshaped_copy(kiln_kctx *c, size_t oi, const kiln_tensor *in, int rank,
+                               const int64_t *dims) {
+  kiln_tensor *o = kiln_out(c, oi, in->dtype, rank, dims);
+  if (!o) return c->err->code;
+  if (o->numel != in->numel)
+    return kiln_kfail(c, "cannot reshape %lld elements to %lld", (long long)in->numel,
+                      (long long)o->numel);
+  copy_run(o, 0, in, 0, in->numel);
+  return KILN_OK;
+}
+
+/* Normalise a list of axes against `rank`; false (with msg) when out of range or repeated. */
+static bool norm_axes(const int64_t *axes, size_t n, int rank, int *out, char *msg, size_t len) {
+  for (size_t i = 0; i < n; i++) {
+    int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+    if (a < 0 || a >= rank) {
+      snprintf(msg, len, "axis %lld is out of range for rank %d", (long long)axes[i], rank);
+      return false;
+    }
+    for (size_t j = 0; j < i; j++)
+      if (out[j] == a) {
+        snprintf(msg, len, "axis %lld is repeated", (long long)axes[i]);
+        return false;
+      }
+    out[i] = (int)a;
+  }
+  return true;
+}
+
+/* ---- Reshape ---- */
+
+/* Resolve a Reshape target. Input dims may be -1 (unknown, at load time) and rank -1; then the
+ * affected output dims stay -1. Returns an error text or NULL. */
+static const char *reshape_dims(int r, const int64_t *in, const int64_t *s, size_t n,
+                                bool allowzero, int64_t *out) {
+  int neg = -1;
+  bool zero = false;
+  for (size_t k = 0; k < n; k++) {
+    if (s[k] < -1) return "shape entries must be >= -1";
+    if (s[k] == -1) {
+      if (neg >= 0) return "shape has more than one -1";
+      neg = (int)k;
+    }
+    if (s[k] == 0) zero = true;
+  }
+  if (allowzero && zero && neg >= 0) return "shape has both 0 and -1 while allowzero is set";
+  bool known = r >= 0;
+  int64_t total = 1, prod = 1;
+  for (int k = 0; k < r; k++)
+    if (in[k] < 0 || !kiln_mul_ok(total, in[k], &total)) known = false;
+  for (size_t k = 0; k < n; k++) {
+    if (s[k] == 0 && !allowzero) {
+      if (r >= 0 && (int)k >= r) return "shape copies (0) a dimension the input does not have";
+      out[k] = r >= 0 ? in[k] : -1;
+    } else {
+      out[k] = s[k];
+    }
+    if ((int)k == neg) continue;
+    if (out[k] < 0 || !kiln_mul_ok(prod, out[k], &prod)) known = false;
+  }
+  if (!known) return NULL;
+  if (neg >= 0) {
+    if (prod == 0 || total % prod) return "shape does not divide the input's element count";
+    out[neg] = total / prod;
+  } else if (prod != total) {
+    return "shape's element count differs from the input's";
+  }
+  return NULL;
+}
+
+static kiln_code infer_reshape(kiln_ictx *c) {
+  int64_t s[MAXR], out[MAXR];
+  size_t n;
+  kiln_dtype dt = in_dtype(c, 0);
+  if (!const_ints(c, 1, s, MAXR, &n)) {
+    int64_t len = list_len(c, 1);
+    kiln_infer_tensor(c, 0, dt, len >= 0 && len <= MAXR ? (int)len : -1, NULL);
+    return KILN_OK;
+  }
+  const kiln_type *x = tin_type(c, 0);
+  bool allowzero = c->opset >= 14 && kiln_attr_int(c->node, "allowzero", 0);
+  const char *e = reshape_dims(in_rank(c, 0), x ? x->dims : NULL, s, n, allowzero, out);
+  if (e) return kiln_ifail(c, "%s", e);
+  kiln_infer_tensor(c, 0, dt, (int)n, out);
+  return KILN_OK;
+}
+
+static kiln_code run_reshape(kiln_kctx *c) {
+  kiln_code rc = need_tensors(c, 2);
+  if (rc) return rc;
+  const kiln_tensor *x = c->in[0];
+  int64_t s[MAXR], out[MAXR];
+  size_t n;
+  if ((rc = kiln_read_ints(c, c->in[1], s, MAXR, &n))) return rc;
+  bool allowzero = c->opset >= 14 && kiln_attr_int(c->node, "allowzero", 0);
+  const char *e = reshape_dims(x->rank, x->dims, s, n, allowzero, out);
+  if (e) return kiln_kfail(c, "%s", e);
+  return reshaped_copy(c, 0, x, (int)n, out);
+}
+
+/* ---- Shape, Size ---- */
+
+/* Shape's [start, end) window (opset 15) clamped to [0, rank]. */
+static void shape_window(const kiln_node *n, int opset, int rank, int *start, int *end) {
+  int64_t s = 0, e = rank;
+  if (opset >= 15) {
+    s = kiln_attr_int(n, "start", 0);
+    e = kiln_attr_int(n, "end", rank);
+  }
+  if (s < 0) s += rank;
+  if (e < 0) e += rank;
+  s = s < 0 ? 0 : s > rank ? rank : s;
+  e = e < 0 ? 0 : e > rank ? rank : e;
+  *start = (int)s;
+  *end = (int)(e > s ? e : s);
+}
+
+static kiln_code infer_shape(kiln_ictx *c) {
+  int r = in_rank(c, 0), s, e;
+  int64_t len = -1;
+  if (r >= 0) {
+    shape_window(c->node, c->opset, r, &s, &e);
+    len = e - s;
+  }
+  kiln_infer_tensor(c, 0, KILN_INT64, 1, &len);
+  return KILN_OK;
+}
+
+static kiln_code run_shape(kiln_kctx *c) {
+  kiln_code rc = need_tensors(c, 1);
+  if (rc) return rc;
+  const kiln_tensor *x = c->in[0];
+  int s, e;
+  shape_window(c->node, c->opset, x->rank, &s, &e);
+  int64_t len = e - s;
+  kiln_tensor *o = kiln_out(c, 0, KILN_INT64, 1, &len);
+  if (!o) return c->err->code;
+  for (int i = s; i < e; i++) ((int64_t *)o->data)[i - s] = x->dims[i];
+  return KILN_OK;
+}
+
+static kiln_code infer_size(kiln_ictx *c) {
+  kiln_infer_tensor(c, 0, KILN_INT64, 0, NULL);
+  return KILN_OK;
+}
+
+static kiln_code run_size(kiln_kctx *c) {
+  kiln_code rc = need_tensors(c, 1);
+  if (rc) return rc;
+  kiln_tensor *o = kiln_out(c, 0, KILN_INT64, 0, NULL);
+  if (!o) return c->err->code;
+  *(int64_t *)o->data = c->in[0]->numel;
+  return KILN_OK;
+}
+
+/* ---- Flatten ---- */
+
+/* Flatten's output [prod(dims[:axis]), prod(dims[axis:])]; unknown (-1) dims propagate. */
+static bool flatten_dims(int r, const int64_t *dims, int64_t axis, int64_t *out) {
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis > r) return false;
+  out[0] = out[1] = 1;
+  for (int k = 0; k < r; k++) {
+    int64_t *o = &out[k < axis ? 0 : 1];
+    if (*o < 0) continue;
+    if (dims[k] < 0 || !kiln_mul_ok(*o, dims[k], o)) *o = -1;
+  }
+  return true;
+}
+
+static kiln_code infer_flatten(kiln_ictx *c) {
+  int r = in_rank(c, 0);
+  int64_t out[2] = {-1, -1};
+  if (r >= 0 && !flatten_dims(r, c->in[0]->dims, kiln_attr_int(c->node, "axis", 1), out))
+    return kiln_ifail(c, "axis is out of range for rank %d", r);
+  kiln_infer_tensor(c, 0, in_dtype(c, 0), 2, out);
+  return KILN_OK;
+}
+
+static kiln_code run_flatten(kiln_kctx *c) {
+  kiln_code rc = need_tensors(c, 1);
+  if (rc) return rc;
+  const kiln_tensor *x = c->in[0];
+  int64_t out[2];
+  if (!flatten_dims(x->rank, x->dims, kiln_attr_int(c->node, "axis", 1), out))
+    return kiln_kfail(c, "axis is out of range for rank %d", x->rank);
+  return reshaped_copy(c, 0, x, 2, out);
+}
+
+/* ---- Squeeze, Unsqueeze ---- */
+
+/* The axes of (Un)Squeeze: an attribute before opset 13, the optional input 1 after.
+ * Returns 1 when known (n may be 0 = absent), 0 when not known at load time, -1 too long. */
+static int axes_of(const kiln_node *node, int opset, const kiln_tensor *t, int64_t *axes,
+                   size_t *n, bool *given) {
+  *n = 0;
+  *given = false;
+  if (opset < 13) {
+    const int64_t *a = kiln_attr_ints(node, "axes", n);
+    if (*n > MAXR) return -1;
+    if (a) memcpy(axes, a, *n * sizeof *a);
+    *given = a != NULL;
+    return 1;
+  }
+  if (node->n_in < 2 || node->in[1] < 0) return 1;
+  *given = true;
+  if (!t) return 0;
+  if (t->kind != KILN_KIND_TENSOR || !kiln_dtype_is_int(t->dtype)) return -1;
+  if (t->numel > MAXR) return -1;
+  for (int64_t k = 0; k < t->numel; k++) axes[k] = kiln_get_i64(t, k);
+  *n = (size_t)t->numel;
+  return 1;
+}
+
+static kiln_code infer_squeeze(kiln_ictx *c) {
+  int64_t axes[MAXR], out[MAXR];
+  size_t n;
+  bool given;
+  int r = in_rank(c, 0), ax[MAXR];
+  kiln_dtype dt = in_dtype(c, 0);
+  int k = axes_of(c->node, c->opset, c->n_in > 1 ? c->cin[1] : NULL, axes, &n, &given);
+  if (k < 0) return kiln_ifail(c, "axes must be a short list of integers");
+  if (r < 0 || k == 0) {
+    int64_t len = k == 0 ? list_len(c, 1) : -1;
+    kiln_infer_tensor(c, 0, dt, r >= 0 && len >= 0 && len <= r ? r - (int)len : -1, NULL);
+    return KILN_OK;
+  }
+  const int64_t *d = c->in[0]->dims;
+  bool drop[MAXR] = {false};
+  if (given) {
+    char msg[120];
+    if (!norm_axes(axes, n, r, ax, msg, sizeof msg)) return kiln_ifail(c, "%s", msg);
+    for (size_t i = 0; i < n; i++) {
+      if (d[ax[i]] >= 0 && d[ax[i]] != 1)
+        return kiln_ifail(c, "cannot squeeze axis %d of size %lld", ax[i], (long long)d[ax[i]]);
+      drop[ax[i]] = true;
+    }
+  } else {
+    for (int i = 0; i < r; i++) {
+      if (d[i] < 0) { /* might be 1: the rank is unknown */
+        kiln_infer_tensor(c, 0, dt, -1, NULL);
+        return KILN_OK;
+      }
+      drop[i] = d[i] == 1;
+    }
+  }
+  int m = 0;
+  for (int i = 0; i < r; i++)
+    if (!drop[i]) out[m++] = d[i];
+  kiln_infer_tensor(c, 0, dt, m, out);
+  return KILN_OK;
+}
+
+static kiln_code run_squeeze(kiln_kctx *c) {
+  kiln_code rc = need_tensors(c, 1);
+  if (rc) return rc;
+  const kiln_tensor *x = c->in[0];
+  int64_t axes[MAXR], out[MAXR];
+  size_t n;
+  bool given, drop[MAXR] = {false};
+  int ax[MAXR];
+  if (axes_of(c->node, c->opset, kiln_in(c, 1), axes, &n, &given) != 1)
+    return kiln_kfail(c, "axes must be a short list of integers");
+  if (given) {
+    char msg[120];
+    if (!norm_axes(axes, n, x->rank, ax, msg, sizeof msg)) return kiln_kfail(c, "%s", msg);
+    for (size_t i = 0; i < n; i++) {
+      if (x->dims[ax[i]] != 1)
+        return kiln_kfail(c, "cannot squeeze axis %d of size %lld", ax[i],
+                          (long long)x->dims[ax[i]]);
+      drop[ax[i]] = true;
+    }
+  } else {
+    for (int i = 0; i < x->rank; i++) drop[i] = x->dims[i] == 1;
+  }
+  int m = 0;
+  for (int i = 0; i < x->rank; i++)
+    if (!drop[i]) out[m++] = x->dims[i];
+  return reshaped_copy(c, 0, x, m, out);
+}
+
+/* Unsqueeze's output dims; the axes refer to the output's rank r + n. */
+static bool unsqueeze_dims(int r, const int64_t *d, const int64_t *axes, size_t n, int64_t *out,
+                           char *msg, size_t len) {
+  int ax[MAXR], orank = r + (int)n;
+  if (orank > MAXR) {
+    snprintf(msg, len, "output rank %d exceeds kiln's limit of %d", orank, MAXR);
+    return false;
+  }
+  if (!norm_axes(axes, n, orank, ax, msg, len)) return false;
+  bool ins[MAXR] = {false};
+  for (size_t i = 0; i < n; i++) ins[ax[i]] = true;
+  for (int i = 0, k = 0; i < orank; i++) out[i] = ins[i] ? 1 : d[k++];
+  return true;
+}
+
+static kiln_code infer_unsqueeze(kiln_ictx *c) {
+  int64_t axes[MAXR], out[MAXR];
+  size_t n;
+  bool given;
+  int r = in_rank(c, 0);
+  kiln_dtype dt = in_dtype(c, 0);
+  int k = axes_of(c->node, c->opset, c->n_in > 1 ? c->cin[1] : NULL, axes, &n, &given);
+  if (k < 0) return kiln_ifail(c, "axes must be a short list of integers");
+  if (k == 1 && !given) return kiln_ifail(c, "axes are required");
+  if (r < 0 || k == 0) {
+    int64_t len = k == 0 ? list_len(c, 1) : (int64_t)n;
+    kiln_infer_tensor(c, 0, dt, r >= 0 && len >= 0 && r + len <= MAXR ? r + (int)len : -1, NULL);
+    return KILN_OK;
+  }
+  char msg[120];
+  if (!unsqueeze_dims(r, c->in[0]->dims, axes, n, out, msg, sizeof msg))
+    return kiln_ifail(c, "%s", msg);
+  kiln_infer_tensor(c, 0, dt, r + (int)n, out);
+  return KILN_OK;
+}
+
+static kiln_code run_unsqueeze(kiln_kctx *c) {
+  kiln_code rc = need_tensors(c, 1);
+  if (rc) return rc;
+  const kiln_tensor *x = c->in[0];
+  int64_t axes[MAXR], out[MAXR];
+  size_t n;
+  bool given;
+  if (axes_of(c->node, c->opset, kiln_in(c, 1), axes, &n, &given) != 1)
+    return kiln_kfail(c, "axes must be a short list of integers");
+  if (!given) return kiln_kfail(c, "axes are required");
+  char msg[120];
+  if (!unsqueeze_dims(x->rank, x->dims, axes, n, out, msg, sizeof msg))
+    return kiln_kfail(c, "%s", msg);
+  return reshaped_copy(c, 0, x, x->rank + (int)n, out);
+}
+
+/* ---- Transpose ---- */
+
+/* perm attribute (default: reversed axes), checked to be a permutation of 0..r-1. */
+static bool transpose_perm(const kiln_node *node, int r, int *perm) {
+  size_t n;
+  const int64_t *p = kiln_attr_ints(node, "perm", &n);
+  if (!p) {
+    for (int i = 0; i < r; i++) perm[i] = r - 1 - i;
+    return true;
+  }
+  if ((int)n != r) return false;
+  bool seen[MAXR] = {false};
+  for (int i = 0; i < r; i++) {
+    if (p[i] < 0 || p[i] >= r || seen[p[i]]) return false;
+    seen[p[i]] = true;
+    perm[i] = (int)p[i];
+  }
+  return true;
+}
+
+static kiln_code infer_transpose(kiln_ictx *c) {
+  int r = in_rank(c, 0), perm[MAXR];
+  int64_t out[MAXR];
+  if (r < 0) {
+    size_t n;
+    const int64_t *p = kiln_attr_ints(c->node, "perm", &n);
+    kiln_infer_tensor(c, 0, in_dtype(c, 0), p && n <= MAXR ? (int)n : -1, NULL);
+    return KILN_OK;
+  }
+  if (!transpose_perm(c->node, r, perm))
+    return kiln_ifail(c, "perm is not a permutation of the %d axes", r);
+  for (int i = 0; i < r; i++) out[i] = c->in[0]->dims[perm[i]];
+  kiln_infer_tensor(c, 0, in_dtype(c, 0), r, out);
+  return KILN_OK;
+}
+
+static kiln_code run_transpose(kiln_kctx *c) {
+  kiln_code rc = need_tensors(c, 1);
+  if (rc) return rc;
+  const kiln_tensor *x = c->in[0];
+  int perm[MAXR];
+  int64_t out[MAXR], istride[MAXR], sstride[MAXR];
+  if (!transpose_perm(c->node, x->rank, perm))
+    return kiln_kfail(c, "perm is not a permutation of the %d axes", x->rank);
+  row_strides(x->rank, x->dims, istride);
+  for (int i = 0; i < x->rank; i++) {
+    out[i] = x->dims[perm[i]];
+    sstride[i] = istride[perm[i]];
+  }
+  kiln_tensor *o = kiln_out(c, 0, x->dtype, x->rank, out);
+  if (!o) return c->err->code;
+  gather_strided(o, x, 0, sstride);
+  return KILN_OK;
+}
+
+/* ---- Identity: tensors, sequences and optionals alike ---- */
+
+static kiln_code run_identity(kiln_kctx *c) {
+  if (!c->in[0]) return kiln_kfail(c, "input 0 is required");
+  kiln_tensor *v = kiln_tensor_clone(c->in[0], c->err);
+  if (!v) return c->err->code;
+  kiln_set_out(c, 0, v);
+  return KILN_OK;
+}
+
+/* ---- Concat ---- */
+
+static kiln_code infer_concat(kiln_ictx *c) {
+  int r = -1;
+  kiln_dtype dt = KILN_UNDEFINED;
+  for (size_t i = 0; i < c->n_in; i++) {
+    if (!dt) dt = in_dtype(c, i);
+    int ri = in_rank(c, i);
+    if (ri < 0) continue;
+    if (r >= 0 && ri != r) return kiln_ifail(c, "inputs have ranks %d and %d", r, ri);
+    r = ri;
+  }
+  if (r < 0) {
+    kiln_infer_tensor(c, 0, dt, -1, NULL);
+    return KILN_OK;
+  }
+  int64_t axis = kiln_attr_int(c->node, "axis", 0), out[MAXR];
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r) return kiln_ifail(c, "axis is out of range for rank %d", r);
+  for (int d = 0; d < r; d++) out[d] = d == axis ? 0 : -1;
+  for (size_t i = 0; i < c->n_in; i++) {
+    const kiln_type *t = tin_type(c, i);
+    if (!t || t->rank < 0) {
+      out[axis] = -1;
+      continue;
+    }
+    for (int d = 0; d < r; d++) {
+      int64_t v = t->dims[d];
+      if (d == axis) {
+        if (out[d] >= 0) out[d] = v >= 0 ? out[d] + v : -1;
+      } else if (v >= 0) {
+        if (out[d] >= 0 && out[d] != v)
+          return kiln_ifail(c, "input %zu has size %lld on axis %d, others %lld", i, (long long)v,
+                            d, (long long)out[d]);
+        out[d] = v;
+      }
+    }
+  }
+  kiln_infer_tensor(c, 0, dt, r, out);
+  return KILN_OK;
+}
+
+static kiln_code run_concat(kiln_kctx *c) {
+  kiln_code rc = need_tensors(c, c->n_in);
+  if (rc) return rc;
+  const kiln_tensor *x0 = c->in[0];
+  int r = x0->rank;
+  if (r == 0) return kiln_kfail(c, "cannot concatenate scalars");
+  int axis = kiln_axis(c, kiln_attr_int(c->node, "axis", 0), r);
+  if (axis < 0) return c->err->code;
+  int64_t out[MAXR];
+  memcpy(out, x0->dims, sizeof out);
+  out[axis] = 0;
+  for (size_t i = 0; i < c->n_in; i++) {
+    const kiln_tensor *t = c->in[i];
+    if (t->rank != r || t->dtype != x0->dtype)
+      return kiln_kfail(c, "input %zu's type or rank differs from input 0's", i);
+    for (int d = 0; d < r; d++)
+      if (d != axis && t->dims[d] != x0->dims[d])
+        return kiln_kfail(c, "input %zu has size %lld on axis %d, input 0 has %lld", i,
+                          (long long)t->dims[d], d, (long long)x0->dims[d]);
+    out[axis] += t->dims[axis];
+  }
+  kiln_tensor *o = kiln_out(c, 0, x0->dtype, r, out);
+  if (!o) return c->err->code;
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; d++) outer *= out[d];
+  for (int d = axis + 1; d < r; d++) inner *= out[d];
+  int64_t orow = out[axis] * inner, off = 0;
+  for (size_t i = 0; i < c->n_in; i++) {
+    int64_t row = c->in[i]->dims[axis] * inner;
+    for (int64_t b = 0; b < outer; b++) copy_run(o, b * orow + off, c->in[i], b * row, row);
+    off += row;
+  }
+  return KILN_OK;
+}
+
+/* ---- Split ---- */
+
+/* Sizes of the n outputs along an axis of length dim: from `split` when given, else equal parts
+ * (opset 18: num_outputs, the last part may be smaller). Returns an error text or NULL. */
+static const char *split_sizes(int64_t dim, const int64_t *split, size_t ns, size_t n, int opset,
+                               int64_t *sizes) {
+  if (split) {
+    if (ns != n) return "split has a different length than the number of outputs";
+    int64_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (split[i] < 0) return "split sizes must be non-negative";
+      sum += sizes[i] = split[i];
+    }
+    return dim >= 0 && sum != dim ? "split sizes do not add up to the axis length" : NULL;
+  }
+  if (dim < 0) {
+    for (size_t i = 0; i < n; i++) sizes[i] = -1;
+    return NULL;
+  }
+  if (opset >= 18) { /* ceil-sized parts, the last one takes the rest */
+    int64_t part = (dim + (int64_t)n - 1) / (int64_t)n, left = dim;
+    for (size_t i = 0; i < n; i++) {
+      sizes[i] = part < left ? part : left;
+      left -= sizes[i];
+    }
+    return NULL;
+  }
+  if (dim % (int64_t)n) return "axis length is not divisible by the number of outputs";
+  for (size_t i = 0; i < n; i++) sizes[i] = dim / (int64_t)n;
+  return NULL;
+}
+
+/* The split sizes given to the node, malloc'd into *out (NULL when none are given): the
+ * attribute before opset 13, input 1 (value t, NULL when not known) from 13.
+ * Returns 1 when known, 0 when given but not known at load time, -1 when invalid. */
+static int split_list(const kiln_node *node, int opset, const kiln_tensor *t, int64_t **out,
+                      size_t *n) {
+  *out = NULL;
+  *n = 0;
+  if (opset < 13) {
+    const int64_t *a = kiln_attr_ints(node, "split", n);
+    if (!a) return 1;
+    if (!(*out = malloc(*n * sizeof **out + 1))) return -1;
+    memcpy(*out, a, *n * sizeof *a);
+    return 1;
+  }
+  if (node->n_in < 2 || node->in[1] < 0) return 1;
+  if (!t) return 0;
+  if (t->kind != KILN_KIND_TENSOR || !kiln_dtype_is_int(t->dtype) || t->rank > 1) return -1;
+  if (!(*out = malloc((size_t)t->numel * sizeof **out + 1))) return -1;
+  *n = (size_t)t->numel;
+  for (size_t k = 0; k < *n; k++) (*out)[k] = kiln_get_i64(t, (int64_t)k);
+  return 1;
+}
+
+static kiln_code infer_split(kiln_ictx *c) {
+  int r = in_rank(c, 0);
+  kiln_dtype dt = in_dtype(c, 0);
+  bool has_split = c->opset >= 13 && c->n_in > 1 && c->node->in[1] >= 0;
+  if (c->opset >= 18 && !has_split &&
+      kiln_attr_int(c->node, "num_outputs", 0) != (int64_t)c->n_out)
+    return kiln_ifail(c, "num_outputs does not match the node's %zu outputs", c->n_out);
+  for (size_t i = 0; i < c->n_out; i++) kiln_infer_tensor(c, i, dt, r, NULL);
+  if (r < 0) return KILN_OK;
+  int64_t axis = kiln_attr_int(c->node, "axis", 0);
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r) return kiln_ifail(c, "axis is out of range for rank %d", r);
+  int64_t *split, *sizes;
+  size_t ns;
+  int k = split_list(c->node, c->opset, c->n_in > 1 ? c->cin[1] : NULL, &split, &ns);
+  if (k < 0) return kiln_ifail(c, "split must be a 1-D integer tensor");
+  if (k == 0 || !(sizes = malloc(c->n_out * sizeof *sizes))) {
+    free(split);
+    return KILN_OK;
+  }
+  const kiln_type *x = c->in[0];
+  kiln_code rc = KILN_OK;
+  const char *e = split_sizes(x->dims[axis], split, ns, c->n_out, c->opset, sizes);
+  if (e) rc = kiln_ifail(c, "%s", e);
+  for (size_t i = 0; !rc && i < c->n_out; i++) {
+    int64_t d[MAXR];
+    memcpy(d, x->dims, sizeof d);
+    d[axis] = sizes[i];
+    kiln_infer_tensor(c, i, dt, r, d);
+  }
+  free(split);
+  free(sizes);
+  return rc;
+}
+
+static kiln_code run_split(kiln_kctx *c) {
+  kiln_code rc = need_tensors(c, 1);
+  if (rc) return rc;
+  const kiln_tensor *x = c->in[0];
+  if (x->rank == 0) return kiln_kfail(c, "cannot split a scalar");
+  int axis = kiln_axis(c, kiln_attr_int(c->node, "axis", 0), x->rank);
+  if (axis < 0) return c->err->code;
+  size_t n = c->n_out, ns;
+  int64_t *split, *sizes;
+  if (split_list(c->node, c->opset, kiln_in(c, 1), &split, &ns) != 1)
+    return kiln_kfail(c, "split must be a 1-D integer tensor");
+  if (!(sizes = malloc(n * sizeof *sizes))) {
+    free(split);
+    return kiln_kfail(c, "out of memory");
+  }
+  const char *e = split_sizes(x->dims[axis], split, ns, n, c->opset, sizes);
+  if (e) rc = kiln_kfail(c, "%s", e);
+  int64_t outer = 1, inner = 1, off = 0;
+  for (int d = 0; d < axis; d++) outer *= x->dims[d];
+  for (int d = axis + 1; d < x->rank; d++) inner *= x->dims[d];
+  int64_t irow = x->dims[axis] * inner;
+  for (size_t i = 0; !rc && i < n; i++) {
+    int64_t d[MAXR];
+    memcpy(d, x->dims, sizeof d);
+    d[axis] = sizes[i];
+    kiln_tensor *o = kiln_out(c, i, x->dtype, x->rank, d);
+    if (!o) {
+      rc = c->err->code;
+      break;
+    }
+    int64_t row = sizes[i] * inner;
+    for (int64_t b = 0; b < outer; b++) copy_run(o, b * row, x, b * irow + off, row);
+    off += row;
+  }
+  free(split);
+  free(sizes);
+  return rc;
+}
+
+/* ---- Slice ---- */
+
+typedef struct slice_spec {
+  size_t n;
+  int64_t starts[MAXR], ends[MAXR], axes[MAXR], steps[MAXR];
+} slice_spec;
+
+/* Fill `sp` from attributes (opset < 10) or from the given input tensors (NULL = omitted). */
+static const char *slice_spec_read(slice_spec *sp, const kiln_node *node, int opset,
+                                   const kiln_tensor *const *t) {
+  size_t n[4] = {0, 0, 0, 0};
+  int64_t *dst[4] = {sp->starts, sp->ends, sp->axes, sp->steps};
+  bool have[4] = {false, false, false, false};
+  if (opset < 10) {
+    static const char *names[3] = {"starts", "ends", "axes"};
+    for (int k = 0; k < 3; k++) {
+      const int64_t *a = kiln_attr_ints(node, names[k], &n[k]);
+      if (n[k] > MAXR) return "slice lists are too long";
+      if (a) memcpy(dst[k], a, n[k] * sizeof *a), have[k] = true;
+    }
+    if (!have[0] || !have[1]) return "starts and ends are required";
+  } else {
+    for (int k = 0; k < 4; k++) {
+      if (!t[k]) continue;
+      if (t[k]->kind != KILN_KIND_TENSOR || !kiln_dtype_is_int(t[k]->dtype) || t[k]->rank != 1)
+        return "starts, ends, axes and steps must be 1-D integer tensors";
+      if (t[k]->numel > MAXR) return "slice lists are too long";
+      n[k] = (size_t)t[k]->numel;
+      for (size_t i = 0; i < n[k]; i++) dst[k][i] = kiln_get_i64(t[k], (int64_t)i);
+      have[k] = true;
+    }
+  }
+  sp->n = n[0];
+  if (n[1] != n[0] || (have[2] && n[2] != n[0]) || (have[3] && n[3] != n[0]))
+    return "starts, ends, axes and steps differ in length";
+  for (size_t i = 0; i < sp->n; i++) {
+    if (!have[2]) sp->axes[i] = (int64_t)i;
+    if (!have[3]) sp->steps[i] = 1;
+    if (sp->steps[i] == 0) return "steps must not be 0";
+  }
+  return NULL;
+}
+
+/* Apply `sp` to a shape: per axis the first index, step and count. dims may hold -1 (unknown);
+ * then the count is -1. Returns an error text or NULL. */
+static const char *slice_apply(const slice_spec *sp, int r, const int64_t *dims, int64_t *first,
+                               int64_t *step, int64_t *count) {
+  for (int d = 0; d < r; d++) first[d] = 0, step[d] = 1, count[d] = dims[d];
+  bool seen[MAXR] = {false};
+  for (size_t i = 0; i < sp->n; i++) {
+    int64_t a = sp->axes[i] < 0 ? sp->axes[i] + r : sp->axes[i];
+    if (a < 0 || a >= r) return "an axis is out of range";
+    if (seen[a]) return "an axis is repeated";
+    seen[a] = true;
+    int64_t dim = dims[a], s = sp->starts[i], e = sp->ends[i], st = sp->steps[i];
+    step[a] = st;
+    if (dim < 0) {
+      count[a] = -1;
+      continue;
+    }
+    if (s < 0) s += dim;
+    if (e < 0) e += dim;
+    if (st > 0) {
+      s = s < 0 ? 0 : s > dim ? dim : s;
+      e = e < 0 ? 0 : e > dim ? dim : e;
+      count[a] = e > s ? (e - s - 1) / st + 1 : 0;
+    } else {
+      s = s < 0 ? 0 : s > dim - 1 ? dim - 1 : s;
+      e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
+      uint64_t ust = (uint64_t)0 - (uint64_t)st;
+      count[a] = s > e ? (int64_t)((uint64_t)(s - e - 1) / ust) + 1 : 0;
+    }
+    first[a] = s;
+  }
+  return NULL;
+}
+
+static kiln_code infer_slice(kiln_ictx *c) {
+  int r = in_rank(c, 0);
+  kiln_dtype dt = in_dtype(c, 0);
+  const kiln_tensor *t[4] = {NULL, NULL, NULL, NULL};
+  bool known = r >= 0;
+  for (size_t k = 0; c->opset >= 10 && k < 4; k++) {
+    bool present = k + 1 < c->n_in && c->node->in[k + 1] >= 0;
+    t[k] = present ? c->cin[k + 1] : NULL;
+    if (present && !t[k]) known = false;
+  }
+  if (!known) {
+    kiln_infer_tensor(c, 0, dt, r, NULL);
+    return KILN_OK;
+  }
+  slice_spec sp;
+  int64_t first[MAXR], step[MAXR], count[MAXR];
+  const char *e = slice_spec_read(&sp, c->node, c->opset, t);
+  if (!e) e = slice_apply(&sp, r, c->in[0]->dims, first, step, count);
+  if (e) return kiln_ifail(c, "%s", e);
+  kiln_infer_tensor(c, 0, dt, r, count);
+  return KILN_OK;
+}
+
+static kiln_code run_slice(kiln_kctx *c) {
+  kiln_code rc = need_tensors(c, c->opset < 10 ? 1 : 3);
+  if (rc) return rc;
+  const kiln_tensor *x = c->in[0];
+  const kiln_tensor *t[4] = {kiln_in(c, 1), kiln_in(c, 2), kiln_in(c, 3), kiln_in(c, 4)};
+  slice_spec sp;
+  int64_t first[MAXR], step[MAXR], count[MAXR], istride[MAXR], sstride[MAXR], base = 0;
+  const char *e = slice_spec_read(&sp, c->node, c->opset, t);
+  if (!e) e = slice_apply(&sp, x->rank, x->dims, first, step, count);
+  if (e) return kiln_kfail(c, "%s", e);
+  row_strides(x->rank, x->dims, istride);
+  for (int d = 0; d < x->rank; d++) {
+    base += first[d] * istride[d];
+    sstride[d] = step[d] * istride[d];
+  }
+  kiln_tensor *o = kiln_out(c, 0, x->dtype, x->rank, count);
+  if (!o) return c->err->code;
+  gather_strided(o, x, base, sstride);
+  return KILN_OK;
+}
+
+/* ---- Expand, Tile ---- */
+
+/* Broadcast input dims (-1 = unknown) with a target shape. Returns false when incompatible. */
+static bool expand_dims(int r, const int64_t *d, const int64_t *s, int n, int *orank,
+                        int64_t *out) {
+  int m = r > n ? r : n;
+  if (m > MAXR) return false;
+  for (int i = 0; i < m; i++) {
+    int64_t a = i < m - r ? 1 : d[i - (m - r)], b = i < m - n ? 1 : s[i - (m - n)];
+    if (b < 0) return false;
+    if (b == 1 || a == b)
+      out[i] = a;
+    else if (a == 1 || a < 0)
+      out[i] = b;
+    else
+      return false;
+  }
+  *orank = m;
+  return true;
+}
+
+static kiln_code infer_expand(kiln_ictx *c) {
+  int r = in_rank(c, 0), orank;
+  kiln_dtype dt = in_dtype(c, 0);
+  int64_t s[MAXR], out[MAXR];
+  size_t n;
+  if (!const_ints(c, 1, s, MAXR, &n)) {
+    int64_t len = list_len(c, 1);
+    kiln_infer_tensor(c, 0, dt, r >= 0 && len >= 0 && len <= MAXR ? (r > len ? r : (int)len) : -1,
+                      NULL);
+    return KILN_OK;
+  }
+  if (r < 0) {
+    kiln_infer_tensor(c, 0, dt, -1, NULL);
+    return KILN_OK;
+  }
+  if (!expand_dims(r, c->in[0]->dims, s, (int)n, &orank, out))
+    return kiln_ifail(c, "input shape cannot be broadcast to the given shape");
+  kiln_infer_tensor(c, 0, dt, orank, out);
+  return KILN_OK;
+}
+
+static kiln_code run_expand(kiln_kctx *c) {
+  kiln_code rc = need_tensors(c, 2);
+  if (rc) return rc;
+  const kiln_tensor *x = c->in[0];
+  int64_t s[MAXR], out[MAXR];
+  size_t n;
+  int orank;
+  if ((rc = kiln_read_ints(c, c->in[1], s, MAXR, &n))) return rc;
+  if (!expand_dims(x->rank, x->dims, s, (int)n, &orank, out))
+    return kiln_kfail(c, "input shape cannot be broadcast to the given shape");
+  kiln_tensor *o = kiln_out(c, 0, x->dtype, orank, out);
+  if (!o) return c->err->code;
+  kiln_bcast b;
+  kiln_bcast_init(&b, orank, out, x);
+  gather_strided(o, x, 0, b.stride);
+  return KILN_OK;
+}
+
+static kiln_code infer_tile(kiln_ictx *c) {
+  int r = in_rank(c, 0);
+  kiln_dtype dt = in_dtype(c, 0);
+  int64_t rep[MAXR], out[MAXR];
+  size_t n;
+  if (r < 0 || !const_ints(c, 1, rep, MAXR, &n)) {
+    kiln_infer_tensor(c, 0, dt, r, NULL);
+    return KILN_OK;
+  }
+  if ((int)n != r) return kiln_ifail(c, "repeats has %zu entries for rank %d", n, r);
+  for (int d = 0; d < r; d++) {
+    if (rep[d] < 0) return kiln_ifail(c, "repeats must be non-negative");
+    int64_t v = c->in[0]->dims[d];
+    out[d] = rep[d] == 0 ? 0 : v < 0 || !kiln_mul_ok(v, rep[d], &v) ? -1 : v;
+  }
+  kiln_infer_tensor(c, 0, dt, r, out);
+  return KILN_OK;
+}
+
+static kiln_code run_tile(kiln_kctx *c) {
+  kiln_code rc = need_tensors(c, 2);
+  if (rc) return rc;
+  const kiln_tensor *x = c->in[0];
+  int r = x->rank;
+  int64_t rep[MAXR], out[MAXR], istride[MAXR];
+  size_t n;
+  if ((rc = kiln_read_ints(c, c->in[1], rep, MAXR, &n))) return rc;
+  if ((int)n != r) return kiln_kfail(c, "repeats has %zu entries for rank %d", n, r);
+  for (int d = 0; d < r; d++) {
+    if (rep[d] < 0) return kiln_kfail(c, "repeats must be non-negative");
+    if (!kiln_mul_ok(x->dims[d], rep[d], &out[d])) return kiln_kfail(c, "output is too large");
+  }
+  kiln_tensor *o = kiln_out(c, 0, x->dtype, r, out);
+  if (!o) return c->err->code;
+  if (o->numel == 0) return KILN_OK;
+  if (r == 0) return copy_run(o, 0, x, 0, 1), KILN_OK;
+  row_strides(r, x->dims, istride);
+  /* Walk the output row by row; each row repeats one input row (index modulo the input dims). */
+  int64_t idx[MAXR] = {0}, inner = out[r - 1], irow = x->dims[r - 1];
+  for (int64_t o0 = 0; o0 < o->numel; o0 += inner) {
+    int64_t src = 0;
+    for (int d = 0; d < r - 1; d++) src += (idx[d] % x->dims[d]) * istride[d];
+    for (int64_t k = 0; k < inner; k += irow) copy_run(o, o0 + k, x, src, irow);
+    for (int d = r - 2; d >= 0; d--) {
+      if (++idx[d] < out[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return KILN_OK;
+}
+
 const kiln_op_schema kiln_ops_shape[] = {
+    {"", "Reshape", 5, 2, 2, 1, 1, infer_reshape, run_reshape},
+    {"", "Shape", 1, 1, 1, 1, 1, infer_shape, run_shape},
+    {"", "Size", 1, 1, 1, 1, 1, infer_size, run_size},
+    {"", "Flatten", 1, 1, 1, 1, 1, infer_flatten, run_flatten},
+    {"", "Squeeze", 1, 1, 2, 1, 1, infer_squeeze, run_squeeze},
+    {"", "Unsqueeze", 1, 1, 2, 1, 1, infer_unsqueeze, run_unsqueeze},
+    {"", "Transpose", 1, 1, 1, 1, 1, infer_transpose, run_transpose},
+    {"", "Identity", 1, 1, 1, 1, 1, kiln_infer_unary, run_identity},
+    {"", "Concat", 1, 1, KILN_VARIADIC, 1, 1, infer_concat, run_concat},
+    {"", "Split", 1, 1, 2, 1, KILN_VARIADIC, infer_split, run_split},
+    {"", "Slice", 1, 1, 5, 1, 1, infer_slice, run_slice},
+    {"", "Expand", 8, 2, 2, 1, 1, infer_expand, run_expand},
+    {"", "Tile", 6, 2, 2, 1, 1, infer_tile, run_tile},
     {0},
 };
