@@ -81,9 +81,15 @@ static int has_suffix(const char *s, const char *suf) {
   return a >= b && !strcmp(s + a - b, suf);
 }
 
-static kiln_code load_file(const char *path, kiln_tensor **out, kiln_error *err) {
+static kiln_pb_format pb_format(const kiln_io_info *info) {
+  if (info->kind == KILN_KIND_TENSOR && info->dtype == KILN_UNDEFINED) return KILN_PB_AUTO;
+  return (kiln_pb_format)info->kind;
+}
+
+static kiln_code load_file(const char *path, const kiln_io_info *info, kiln_tensor **out,
+                           kiln_error *err) {
   if (has_suffix(path, ".npy")) return kiln_tensor_load_npy(path, out, err);
-  return kiln_value_load_pb(path, out, err);
+  return kiln_value_load_pb(path, pb_format(info), out, err);
 }
 
 kiln_code cli_make_feed(kiln_session *s, const char *inputs_dir, size_t n_input_args,
@@ -107,13 +113,13 @@ kiln_code cli_make_feed(kiln_session *s, const char *inputs_dir, size_t n_input_
           !strncmp(input_args[k], info.name, strlen(info.name))) {
         kiln_tensor_free(feed->values[i]);
         feed->values[i] = NULL;
-        rc = load_file(eq + 1, &feed->values[i], err);
+        rc = load_file(eq + 1, &info, &feed->values[i], err);
       }
     }
     if (!rc && !feed->values[i] && inputs_dir) {
       char path[4096];
       snprintf(path, sizeof path, "%s/input_%zu.pb", inputs_dir, i);
-      rc = kiln_value_load_pb(path, &feed->values[i], err);
+      rc = kiln_value_load_pb(path, pb_format(&info), &feed->values[i], err);
     }
     if (!rc && !feed->values[i]) rc = random_input(&info, dims, &rng, &feed->values[i], err);
   }

@@ -92,9 +92,17 @@ size_t kiln_sequence_length(const kiln_tensor *seq);
 const kiln_tensor *kiln_sequence_at(const kiln_tensor *seq, size_t i); /* borrowed */
 
 /* Read or write a value as serialised ONNX: TensorProto, SequenceProto or OptionalProto
- * (the layout of the ONNX test data). `kiln_value_load_pb` tries the three in that order
- * unless the file is unambiguous. */
-kiln_code kiln_value_load_pb(const char *path, kiln_tensor **out, kiln_error *err);
+ * (the layout of the ONNX test data). The three share field numbers, so a reader must know
+ * which to expect: pass the declared kind (kiln_io_info.kind: NONE means optional), or
+ * KILN_PB_AUTO to guess (a tensor when the file has tensor data or dims, else a sequence). */
+typedef enum kiln_pb_format {
+  KILN_PB_AUTO = -1,
+  KILN_PB_TENSOR = KILN_KIND_TENSOR,
+  KILN_PB_SEQUENCE = KILN_KIND_SEQUENCE,
+  KILN_PB_OPTIONAL = KILN_KIND_NONE
+} kiln_pb_format;
+kiln_code kiln_value_load_pb(const char *path, kiln_pb_format format, kiln_tensor **out,
+                             kiln_error *err);
 kiln_code kiln_value_save_pb(const char *path, const kiln_tensor *v, const char *name,
                              int as_optional, kiln_error *err);
 /* Load a NumPy .npy file (little-endian numeric dtypes and bool). */

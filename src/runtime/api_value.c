@@ -129,9 +129,14 @@ static kiln_tensor *from_sequence(const Onnx__SequenceProto *sp, kiln_error *err
   return seq;
 }
 
-/* A TensorProto always has dims or data_type; the containers have elem_type (field 2, a varint
- * in all three). Decode as each and keep the reading that makes sense. */
-kiln_code kiln_value_load_pb(const char *path, kiln_tensor **out, kiln_error *err) {
+static bool has_tensor_payload(const Onnx__TensorProto *tp) {
+  return tp->n_dims || tp->has_raw_data || tp->n_float_data || tp->n_int32_data || tp->n_int64_data ||
+         tp->n_double_data || tp->n_uint64_data || tp->n_string_data ||
+         (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL);
+}
+
+kiln_code kiln_value_load_pb(const char *path, kiln_pb_format format, kiln_tensor **out,
+                             kiln_error *err) {
   if (!path || !out) return kiln_fail(err, KILN_ERR_INVALID_ARG, "missing argument");
   *out = NULL;
   uint8_t *buf;
@@ -139,21 +144,27 @@ kiln_code kiln_value_load_pb(const char *path, kiln_tensor **out, kiln_error *er
   kiln_code rc = read_all(path, &buf, &len, err);
   if (rc) return rc;
   kiln_tensor *v = NULL;
-  Onnx__SequenceProto *sp = onnx__sequence_proto__unpack(NULL, len, buf);
-  Onnx__OptionalProto *op = onnx__optional_proto__unpack(NULL, len, buf);
-  Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, len, buf);
-  if (sp && sp->elem_type == ONNX__SEQUENCE_PROTO__DATA_TYPE__TENSOR && (sp->n_tensor_values || !tp || !tp->n_dims)) {
-    v = from_sequence(sp, err);
-  } else if (op && op->elem_type >= 1 && op->elem_type <= 5 && (op->tensor_value || op->sequence_value || !tp || !tp->has_data_type || op->elem_type == ONNX__OPTIONAL_PROTO__DATA_TYPE__OPTIONAL)) {
-    v = from_optional(op, err);
-  } else if (tp) {
-    v = kiln_tensor_from_proto(tp, NULL, err);
-  } else {
-    kiln_fail(err, KILN_ERR_IO, "'%s' is not a TensorProto, SequenceProto or OptionalProto", path);
+  if (format == KILN_PB_AUTO) {
+    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, len, buf);
+    format = tp && has_tensor_payload(tp) ? KILN_PB_TENSOR : KILN_PB_SEQUENCE;
+    if (tp) onnx__tensor_proto__free_unpacked(tp, NULL);
   }
-  if (sp) onnx__sequence_proto__free_unpacked(sp, NULL);
-  if (op) onnx__optional_proto__free_unpacked(op, NULL);
-  if (tp) onnx__tensor_proto__free_unpacked(tp, NULL);
+  if (format == KILN_PB_SEQUENCE) {
+    Onnx__SequenceProto *sp = onnx__sequence_proto__unpack(NULL, len, buf);
+    if (sp) v = from_sequence(sp, err);
+    else kiln_fail(err, KILN_ERR_IO, "not a SequenceProto");
+    if (sp) onnx__sequence_proto__free_unpacked(sp, NULL);
+  } else if (format == KILN_PB_OPTIONAL) {
+    Onnx__OptionalProto *op = onnx__optional_proto__unpack(NULL, len, buf);
+    if (op) v = from_optional(op, err);
+    else kiln_fail(err, KILN_ERR_IO, "not an OptionalProto");
+    if (op) onnx__optional_proto__free_unpacked(op, NULL);
+  } else {
+    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, len, buf);
+    if (tp) v = kiln_tensor_from_proto(tp, NULL, err);
+    else kiln_fail(err, KILN_ERR_IO, "not a TensorProto");
+    if (tp) onnx__tensor_proto__free_unpacked(tp, NULL);
+  }
   free(buf);
   if (!v) {
     kiln_error_prefix(err, "%s", path);

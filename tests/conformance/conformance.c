@@ -138,6 +138,12 @@ static int count_files(const char *dir, const char *prefix) {
   }
 }
 
+/* The declared kind says how to read the file; undeclared types are guessed. */
+static kiln_pb_format pb_format(const kiln_io_info *info) {
+  if (info->kind == KILN_KIND_TENSOR && info->dtype == KILN_UNDEFINED) return KILN_PB_AUTO;
+  return (kiln_pb_format)info->kind;
+}
+
 static int run_test(const char *dir, int level, char *why, size_t n) {
   char path[4096];
   kiln_error err = {0};
@@ -177,7 +183,7 @@ static int run_test(const char *dir, int level, char *why, size_t n) {
       kiln_io_info info;
       kiln_session_input_info(s, (size_t)i, &info, NULL);
       names[i] = info.name;
-      if (kiln_value_load_pb(path, &in[i], &err)) {
+      if (kiln_value_load_pb(path, pb_format(&info), &in[i], &err)) {
         snprintf(why, n, "input: %s", err.message);
         result = R_ERROR;
       }
@@ -190,7 +196,9 @@ static int run_test(const char *dir, int level, char *why, size_t n) {
     for (int i = 0; i < no && result == R_PASS; i++) {
       kiln_tensor *e = NULL;
       snprintf(path, sizeof path, "%s/output_%d.pb", set, i);
-      if (kiln_value_load_pb(path, &e, &err)) {
+      kiln_io_info oinfo;
+      kiln_session_output_info(s, (size_t)i, &oinfo, NULL);
+      if (kiln_value_load_pb(path, pb_format(&oinfo), &e, &err)) {
         snprintf(why, n, "expected output: %s", err.message);
         result = R_ERROR;
       } else {
