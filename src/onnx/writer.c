@@ -299,7 +299,13 @@ static Onnx__NodeProto *node_proto(wctx *c, const kiln_graph *g, const kiln_node
   for (size_t k = 0; k < n->n_out; k++) p->output[k] = n->out[k] >= 0 ? g->values[n->out[k]].name : "";
   p->n_input = n->n_in;
   p->n_output = n->n_out;
-  BUILD_LIST(p->attribute, n->n_attrs, attr_proto(c, &n->attrs[k_]));
+  if (!(p->attribute = walloc(c, n->n_attrs, sizeof *p->attribute))) return NULL;
+  for (size_t k = 0; k < n->n_attrs; k++)
+    if (!(p->attribute[k] = attr_proto(c, &n->attrs[k]))) { /* say where, subgraphs nest */
+      kiln_error_prefix(c->err, "node '%s' (%s) attribute '%s'", n->name ? n->name : "",
+                        n->op_type ? n->op_type : "", n->attrs[k].name);
+      return NULL;
+    }
   p->n_attribute = n->n_attrs;
   return p;
 }
