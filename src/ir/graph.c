@@ -206,7 +206,7 @@ kiln_code kiln_graph_toposort(kiln_graph *g, kiln_error *err) {
   }
   /* Stable order: Kahn's queue order is a valid topological order. */
   for (size_t i = 0; i < nn; i++) sorted[i] = g->nodes[queue[i]];
-  memcpy(g->nodes, sorted, nn * sizeof *sorted);
+  if (nn) memcpy(g->nodes, sorted, nn * sizeof *sorted);
   for (size_t v = 0; v < nv; v++) g->values[v].producer = -1;
   for (size_t i = 0; i < nn; i++)
     for (size_t k = 0; k < g->nodes[i].n_out; k++)
