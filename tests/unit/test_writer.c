@@ -443,8 +443,8 @@ static void test_session_runs(void) {
   kiln_session *s = NULL;
   kiln_tensor *in = NULL, *want = NULL, *out = NULL;
   CHECK_MSG(kiln_session_create(tmp, NULL, &s, &err) == KILN_OK, "%s", err.message);
-  CHECK(kiln_value_load_pb(DATA "/node/test_relu/test_data_set_0/input_0.pb", &in, NULL) == KILN_OK);
-  CHECK(kiln_value_load_pb(DATA "/node/test_relu/test_data_set_0/output_0.pb", &want, NULL) == KILN_OK);
+  CHECK(kiln_value_load_pb(DATA "/node/test_relu/test_data_set_0/input_0.pb", KILN_PB_TENSOR, &in, NULL) == KILN_OK);
+  CHECK(kiln_value_load_pb(DATA "/node/test_relu/test_data_set_0/output_0.pb", KILN_PB_TENSOR, &want, NULL) == KILN_OK);
   kiln_io_info info;
   if (s && in && want && kiln_session_input_info(s, 0, &info, NULL) == KILN_OK) {
     const kiln_tensor *ins[1] = {in};
