@@ -36,5 +36,6 @@ void cli_print_value(FILE *f, const char *name, const kiln_tensor *v);
 int cmd_info(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_validate(int argc, char **argv);
+int cmd_optimize(int argc, char **argv);
 
 #endif

@@ -115,6 +115,7 @@ typedef struct kiln_options {
   int opt_level;       /* 0 none, 1 basic, 2 fusion (default 2) */
   int threads;         /* 0: one per physical core */
   int verbose;         /* print load-time diagnostics to stderr */
+  const char *disabled_passes; /* comma-separated optimizer pass names to skip, or NULL */
 } kiln_options;
 
 /* Fill `o` with defaults. */
@@ -167,6 +168,14 @@ kiln_code kiln_session_stats(const kiln_session *s, kiln_model_stats *st);
 /* Opset import i: domain ("" is ai.onnx) and version. */
 kiln_code kiln_session_opset(const kiln_session *s, size_t i, const char **domain,
                              int64_t *version);
+/* Optimizer log entry i: a pass name and how many rewrites it made at session creation.
+ * Returns KILN_ERR_INVALID_ARG past the end. */
+kiln_code kiln_session_pass_stat(const kiln_session *s, size_t i, const char **pass,
+                                 size_t *rewrites);
+/* Write the session's graph, as optimised, to an ONNX file that kiln (and, for level 0/1
+ * graphs, any ONNX runtime) can load. */
+kiln_code kiln_session_save(const kiln_session *s, const char *path, kiln_error *err);
+
 /* Op histogram entry i (sorted by count, descending); returns KILN_ERR_INVALID_ARG past the end. */
 kiln_code kiln_session_op_count(const kiln_session *s, size_t i, const char **op_type,
                                 size_t *count);

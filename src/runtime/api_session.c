@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "onnx/reader.h"
+#include "onnx/writer.h"
 #include "opt/opt.h"
 #include "runtime/session.h"
 
@@ -49,23 +50,28 @@ static kiln_code build_hist(kiln_session *s, kiln_error *err) {
 
 static kiln_code finish_create(kiln_model *m, const kiln_options *opts, kiln_session **out,
                                kiln_error *err) {
-  kiln_code rc = check_opsets(m, err);
-  if (!rc) rc = kiln_graph_prepare(m->graph, m, err);
-  int level = opts && opts->size >= offsetof(kiln_options, threads) ? opts->opt_level : 2;
-  if (!rc && level > 0) {
-    kiln_opt_config cfg = {.level = level};
-    rc = kiln_optimize(m, &cfg, NULL, err);
-  }
-  kiln_session *s = rc ? NULL : calloc(1, sizeof *s);
-  if (!rc && !s) rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
-  if (rc) {
+  kiln_session *s = calloc(1, sizeof *s);
+  if (!s) {
     kiln_model_free(m);
-    return rc;
+    return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   }
   s->model = m;
   kiln_options_init(&s->opts);
   if (opts) memcpy(&s->opts, opts, opts->size < sizeof s->opts ? opts->size : sizeof s->opts);
   s->opts.size = sizeof s->opts;
+  s->opts.disabled_passes = NULL; /* borrowed only during creation */
+  kiln_code rc = check_opsets(m, err);
+  if (!rc) rc = kiln_graph_prepare(m->graph, m, err);
+  if (!rc && s->opts.opt_level > 0) {
+    kiln_opt_config cfg = {.level = s->opts.opt_level,
+                           .disabled = opts && opts->size > offsetof(kiln_options, disabled_passes)
+                                           ? opts->disabled_passes : NULL};
+    rc = kiln_optimize(m, &cfg, &s->opt_log, err);
+  }
+  if (rc) {
+    kiln_session_free(s);
+    return rc;
+  }
   const kiln_graph *g = m->graph;
   s->feeds = kiln_malloc(g->n_inputs * sizeof *s->feeds);
   if (!s->feeds) rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
@@ -241,6 +247,19 @@ kiln_code kiln_session_opset(const kiln_session *s, size_t i, const char **domai
   *domain = s->model->opsets[i].domain;
   *version = s->model->opsets[i].version;
   return KILN_OK;
+}
+
+kiln_code kiln_session_pass_stat(const kiln_session *s, size_t i, const char **pass,
+                                 size_t *rewrites) {
+  if (!s || i >= s->opt_log.n) return KILN_ERR_INVALID_ARG;
+  *pass = s->opt_log.stats[i].pass;
+  *rewrites = s->opt_log.stats[i].rewrites;
+  return KILN_OK;
+}
+
+kiln_code kiln_session_save(const kiln_session *s, const char *path, kiln_error *err) {
+  if (!s || !path) return kiln_fail(err, KILN_ERR_INVALID_ARG, "kiln_session_save: missing argument");
+  return kiln_model_write_file(s->model, path, err);
 }
 
 kiln_code kiln_session_op_count(const kiln_session *s, size_t i, const char **op_type, size_t *count) {

@@ -4,6 +4,7 @@
 
 #include "ir/graph.h"
 #include "ops/op.h"
+#include "opt/opt.h"
 
 #define KILN_MAX_OPSET 18
 
@@ -20,6 +21,7 @@ struct kiln_session {
   const char **dim_names;  /* scratch for io info: KILN_MAX_RANK per io, built on demand */
   size_t n_hist;
   kiln_op_hist *hist;
+  kiln_opt_log opt_log;    /* what the optimizer did at creation */
 };
 
 /* One activation of a graph: the values its nodes produced. */
