@@ -63,6 +63,7 @@ void kiln_graph_free(kiln_graph *g) {
     kiln_tensor_free(g->values[i].init);
   }
   free(g->values);
+  free(g->uses);
   free(g->inputs);
   free(g->outputs);
   free(g->name);

@@ -99,6 +99,7 @@ struct kiln_graph {
   int *inputs;             /* value ids, graph order (may include initializers) */
   int *outputs;
   struct kiln_strmap *names; /* name -> value id */
+  size_t *uses;            /* per value: readers (see kiln_graph_use_counts), set by prepare */
 };
 
 typedef struct kiln_opset {

@@ -99,7 +99,24 @@ kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_g
   }
   for (size_t i = 0; i < n_inputs && i < g->n_inputs; i++)
     if (inputs[i]) f.vals[g->inputs[i]] = (kiln_tensor *)(uintptr_t)inputs[i]; /* borrowed */
-  for (size_t i = 0; i < g->n_nodes && rc == KILN_OK; i++) rc = run_node(&f, &g->nodes[i], err);
+  /* Free each intermediate after its last reader: remaining[] counts readers still to run.
+   * Graph outputs and values read by subgraphs are counted too, so they are never freed here. */
+  size_t *remaining = kiln_malloc(g->n_values * sizeof *remaining);
+  if (!remaining) rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  else memcpy(remaining, g->uses, g->n_values * sizeof *remaining);
+  for (size_t i = 0; i < g->n_nodes && rc == KILN_OK; i++) {
+    const kiln_node *n = &g->nodes[i];
+    rc = run_node(&f, n, err);
+    for (size_t k = 0; rc == KILN_OK && k < n->n_in; k++) {
+      int v = n->in[k];
+      if (v >= 0 && remaining[v] > 0 && --remaining[v] == 0 && f.owned[v]) {
+        kiln_tensor_free(f.vals[v]);
+        f.vals[v] = NULL;
+        f.owned[v] = false;
+      }
+    }
+  }
+  free(remaining);
   for (size_t i = 0; i < g->n_outputs && rc == KILN_OK; i++) {
     int id = g->outputs[i];
     const kiln_tensor *v = lookup(&f, id);

@@ -1,8 +1,10 @@
 /* Load-time checks: every node resolves to a known op at the model's opset, the graph sorts,
  * and types and shapes are inferred so a wrong model fails here, naming the node. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "ir/edit.h"
 #include "onnx/reader.h"
 #include "ops/registry.h"
 #include "runtime/session.h"
@@ -120,6 +122,8 @@ kiln_code kiln_graph_prepare(kiln_graph *g, const kiln_model *m, kiln_error *err
   for (size_t i = 0; i < g->n_nodes; i++)
     if ((rc = resolve_node(&g->nodes[i], m, err))) return rc;
   if ((rc = kiln_graph_toposort(g, err))) return rc;
+  free(g->uses);
+  if (!(g->uses = kiln_graph_use_counts(g))) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   for (size_t i = 0; i < g->n_nodes; i++)
     if ((rc = infer_node(g, &g->nodes[i], err))) return rc;
   return KILN_OK;
