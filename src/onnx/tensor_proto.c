@@ -103,6 +103,7 @@ static kiln_code need(const Onnx__TensorProto *p, size_t have, int64_t want, con
 static kiln_code fill_typed(const Onnx__TensorProto *p, kiln_tensor *t, kiln_error *err) {
   int64_t n = t->numel;
   kiln_code rc = KILN_OK;
+  if (n == 0) return KILN_OK; /* empty tensors carry no data (and the arrays may be NULL) */
   switch (t->dtype) {
     case KILN_FLOAT:
       if ((rc = need(p, p->n_float_data, n, "float_data", err))) return rc;

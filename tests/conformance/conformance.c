@@ -352,7 +352,7 @@ int main(int argc, char **argv) {
       names[nn++] = strdup(de->d_name);
     }
     closedir(d);
-    qsort(names, nn, sizeof *names, cmp_str);
+    if (nn) qsort(names, nn, sizeof *names, cmp_str);
     int cnt[3] = {0};
     for (size_t i = 0; i < nn; i++) {
       char full[512], dir[4096], why[1500];
