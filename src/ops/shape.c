@@ -1,10 +1,10 @@
-/* Shape-manipulating operators: Reshape, Shape, Size, Flatten, Squeeze, Unsqueeze, Transpose,
- * Identity, Concat, Split, Slice, Expand, Tile.
+/* Shape-manipulating operators: Reshape, Shape, Size, Flatten, Squeeze, Unsqueeze, Identity,
+ * Concat, Split.
  *
  * The shape functions matter as much as the kernels: these ops are where constant shape inputs
  * (initializers) turn into static output shapes. They state only what is certain and fail only
- * on inputs that are invalid whatever the run-time values. The remaining shape ops (Pad,
- * DepthToSpace, ...) live in shape2.c. */
+ * on inputs that are invalid whatever the run-time values. The data-moving shape ops
+ * (Transpose, Slice, Expand, Tile, Pad, ...) live in shape2.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,14 +62,6 @@ static kiln_code need_tensors(kiln_kctx *c, size_t required) {
   return KILN_OK;
 }
 
-static void row_strides(int rank, const int64_t *dims, int64_t *stride) {
-  int64_t s = 1;
-  for (int d = rank - 1; d >= 0; d--) {
-    stride[d] = s;
-    s *= dims[d];
-  }
-}
-
 /* Copy n consecutive elements between tensors of the same dtype. */
 static void copy_run(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_t si, int64_t n) {
   if (n <= 0) return;
@@ -80,42 +72,6 @@ static void copy_run(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64
   size_t esz = kiln_dtype_size(dst->dtype);
   memcpy((char *)dst->data + (size_t)di * esz, (const char *)src->data + (size_t)si * esz,
          (size_t)n * esz);
-}
-
-/* out[i0..ik] = in[base + sum_d i_d * sstride[d]] over out's shape: the one strided walk behind
- * Transpose, Slice and Expand (sstride 0 broadcasts, negative walks backwards). */
-static void gather_strided(kiln_tensor *out, const kiln_tensor *in, int64_t base,
-                           const int64_t *sstride) {
-  if (out->numel == 0) return;
-  int r = out->rank;
-  int64_t inner = r ? out->dims[r - 1] : 1, is = r ? sstride[r - 1] : 0;
-  int64_t idx[MAXR] = {0}, src = base;
-  size_t esz = kiln_dtype_size(out->dtype);
-  for (int64_t o = 0; o < out->numel; o += inner) {
-    if (is == 1) {
-      copy_run(out, o, in, src, inner);
-    } else if (out->dtype == KILN_STRING) {
-      for (int64_t k = 0; k < inner; k++) kiln_copy_elem(out, o + k, in, src + k * is);
-    } else if (esz == 4) {
-      uint32_t *d = (uint32_t *)out->data + o;
-      const uint32_t *s = (const uint32_t *)in->data + src;
-      for (int64_t k = 0; k < inner; k++) d[k] = s[k * is];
-    } else if (esz == 8) {
-      uint64_t *d = (uint64_t *)out->data + o;
-      const uint64_t *s = (const uint64_t *)in->data + src;
-      for (int64_t k = 0; k < inner; k++) d[k] = s[k * is];
-    } else {
-      for (int64_t k = 0; k < inner; k++)
-        memcpy((char *)out->data + (size_t)(o + k) * esz,
-               (const char *)in->data + (size_t)(src + k * is) * esz, esz);
-    }
-    for (int d = r - 2; d >= 0; d--) {
-      src += sstride[d];
-      if (++idx[d] < out->dims[d]) break;
-      src -= idx[d] * sstride[d];
-      idx[d] = 0;
-    }
-  }
 }
 
 /* A copy of `in` with a new shape of the same element count. */
@@ -452,61 +408,6 @@ static kiln_code run_unsqueeze(kiln_kctx *c) {
   return reshaped_copy(c, 0, x, x->rank + (int)n, out);
 }
 
-/* ---- Transpose ---- */
-
-/* perm attribute (default: reversed axes), checked to be a permutation of 0..r-1. */
-static bool transpose_perm(const kiln_node *node, int r, int *perm) {
-  size_t n;
-  const int64_t *p = kiln_attr_ints(node, "perm", &n);
-  if (!p) {
-    for (int i = 0; i < r; i++) perm[i] = r - 1 - i;
-    return true;
-  }
-  if ((int)n != r) return false;
-  bool seen[MAXR] = {false};
-  for (int i = 0; i < r; i++) {
-    if (p[i] < 0 || p[i] >= r || seen[p[i]]) return false;
-    seen[p[i]] = true;
-    perm[i] = (int)p[i];
-  }
-  return true;
-}
-
-static kiln_code infer_transpose(kiln_ictx *c) {
-  int r = in_rank(c, 0), perm[MAXR];
-  int64_t out[MAXR];
-  if (r < 0) {
-    size_t n;
-    const int64_t *p = kiln_attr_ints(c->node, "perm", &n);
-    kiln_infer_tensor(c, 0, in_dtype(c, 0), p && n <= MAXR ? (int)n : -1, NULL);
-    return KILN_OK;
-  }
-  if (!transpose_perm(c->node, r, perm))
-    return kiln_ifail(c, "perm is not a permutation of the %d axes", r);
-  for (int i = 0; i < r; i++) out[i] = c->in[0]->dims[perm[i]];
-  kiln_infer_tensor(c, 0, in_dtype(c, 0), r, out);
-  return KILN_OK;
-}
-
-static kiln_code run_transpose(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 1);
-  if (rc) return rc;
-  const kiln_tensor *x = c->in[0];
-  int perm[MAXR];
-  int64_t out[MAXR], istride[MAXR], sstride[MAXR];
-  if (!transpose_perm(c->node, x->rank, perm))
-    return kiln_kfail(c, "perm is not a permutation of the %d axes", x->rank);
-  row_strides(x->rank, x->dims, istride);
-  for (int i = 0; i < x->rank; i++) {
-    out[i] = x->dims[perm[i]];
-    sstride[i] = istride[perm[i]];
-  }
-  kiln_tensor *o = kiln_out(c, 0, x->dtype, x->rank, out);
-  if (!o) return c->err->code;
-  gather_strided(o, x, 0, sstride);
-  return KILN_OK;
-}
-
 /* ---- Identity: tensors, sequences and optionals alike ---- */
 
 static kiln_code run_identity(kiln_kctx *c) {
@@ -723,238 +624,6 @@ static kiln_code run_split(kiln_kctx *c) {
   return rc;
 }
 
-/* ---- Slice ---- */
-
-typedef struct slice_spec {
-  size_t n;
-  int64_t starts[MAXR], ends[MAXR], axes[MAXR], steps[MAXR];
-} slice_spec;
-
-/* Fill `sp` from attributes (opset < 10) or from the given input tensors (NULL = omitted). */
-static const char *slice_spec_read(slice_spec *sp, const kiln_node *node, int opset,
-                                   const kiln_tensor *const *t) {
-  size_t n[4] = {0, 0, 0, 0};
-  int64_t *dst[4] = {sp->starts, sp->ends, sp->axes, sp->steps};
-  bool have[4] = {false, false, false, false};
-  if (opset < 10) {
-    static const char *names[3] = {"starts", "ends", "axes"};
-    for (int k = 0; k < 3; k++) {
-      const int64_t *a = kiln_attr_ints(node, names[k], &n[k]);
-      if (n[k] > MAXR) return "slice lists are too long";
-      if (a) memcpy(dst[k], a, n[k] * sizeof *a), have[k] = true;
-    }
-    if (!have[0] || !have[1]) return "starts and ends are required";
-  } else {
-    for (int k = 0; k < 4; k++) {
-      if (!t[k]) continue;
-      if (t[k]->kind != KILN_KIND_TENSOR || !kiln_dtype_is_int(t[k]->dtype) || t[k]->rank != 1)
-        return "starts, ends, axes and steps must be 1-D integer tensors";
-      if (t[k]->numel > MAXR) return "slice lists are too long";
-      n[k] = (size_t)t[k]->numel;
-      for (size_t i = 0; i < n[k]; i++) dst[k][i] = kiln_get_i64(t[k], (int64_t)i);
-      have[k] = true;
-    }
-  }
-  sp->n = n[0];
-  if (n[1] != n[0] || (have[2] && n[2] != n[0]) || (have[3] && n[3] != n[0]))
-    return "starts, ends, axes and steps differ in length";
-  for (size_t i = 0; i < sp->n; i++) {
-    if (!have[2]) sp->axes[i] = (int64_t)i;
-    if (!have[3]) sp->steps[i] = 1;
-    if (sp->steps[i] == 0) return "steps must not be 0";
-  }
-  return NULL;
-}
-
-/* Apply `sp` to a shape: per axis the first index, step and count. dims may hold -1 (unknown);
- * then the count is -1. Returns an error text or NULL. */
-static const char *slice_apply(const slice_spec *sp, int r, const int64_t *dims, int64_t *first,
-                               int64_t *step, int64_t *count) {
-  for (int d = 0; d < r; d++) first[d] = 0, step[d] = 1, count[d] = dims[d];
-  bool seen[MAXR] = {false};
-  for (size_t i = 0; i < sp->n; i++) {
-    int64_t a = sp->axes[i] < 0 ? sp->axes[i] + r : sp->axes[i];
-    if (a < 0 || a >= r) return "an axis is out of range";
-    if (seen[a]) return "an axis is repeated";
-    seen[a] = true;
-    int64_t dim = dims[a], s = sp->starts[i], e = sp->ends[i], st = sp->steps[i];
-    step[a] = st;
-    if (dim < 0) {
-      count[a] = -1;
-      continue;
-    }
-    if (s < 0) s += dim;
-    if (e < 0) e += dim;
-    if (st > 0) {
-      s = s < 0 ? 0 : s > dim ? dim : s;
-      e = e < 0 ? 0 : e > dim ? dim : e;
-      count[a] = e > s ? (e - s - 1) / st + 1 : 0;
-    } else {
-      s = s < 0 ? 0 : s > dim - 1 ? dim - 1 : s;
-      e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
-      uint64_t ust = (uint64_t)0 - (uint64_t)st;
-      count[a] = s > e ? (int64_t)((uint64_t)(s - e - 1) / ust) + 1 : 0;
-    }
-    first[a] = s;
-  }
-  return NULL;
-}
-
-static kiln_code infer_slice(kiln_ictx *c) {
-  int r = in_rank(c, 0);
-  kiln_dtype dt = in_dtype(c, 0);
-  const kiln_tensor *t[4] = {NULL, NULL, NULL, NULL};
-  bool known = r >= 0;
-  for (size_t k = 0; c->opset >= 10 && k < 4; k++) {
-    bool present = k + 1 < c->n_in && c->node->in[k + 1] >= 0;
-    t[k] = present ? c->cin[k + 1] : NULL;
-    if (present && !t[k]) known = false;
-  }
-  if (!known) {
-    kiln_infer_tensor(c, 0, dt, r, NULL);
-    return KILN_OK;
-  }
-  slice_spec sp;
-  int64_t first[MAXR], step[MAXR], count[MAXR];
-  const char *e = slice_spec_read(&sp, c->node, c->opset, t);
-  if (!e) e = slice_apply(&sp, r, c->in[0]->dims, first, step, count);
-  if (e) return kiln_ifail(c, "%s", e);
-  kiln_infer_tensor(c, 0, dt, r, count);
-  return KILN_OK;
-}
-
-static kiln_code run_slice(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, c->opset < 10 ? 1 : 3);
-  if (rc) return rc;
-  const kiln_tensor *x = c->in[0];
-  const kiln_tensor *t[4] = {kiln_in(c, 1), kiln_in(c, 2), kiln_in(c, 3), kiln_in(c, 4)};
-  slice_spec sp;
-  int64_t first[MAXR], step[MAXR], count[MAXR], istride[MAXR], sstride[MAXR], base = 0;
-  const char *e = slice_spec_read(&sp, c->node, c->opset, t);
-  if (!e) e = slice_apply(&sp, x->rank, x->dims, first, step, count);
-  if (e) return kiln_kfail(c, "%s", e);
-  row_strides(x->rank, x->dims, istride);
-  for (int d = 0; d < x->rank; d++) {
-    base += first[d] * istride[d];
-    sstride[d] = step[d] * istride[d];
-  }
-  kiln_tensor *o = kiln_out(c, 0, x->dtype, x->rank, count);
-  if (!o) return c->err->code;
-  gather_strided(o, x, base, sstride);
-  return KILN_OK;
-}
-
-/* ---- Expand, Tile ---- */
-
-/* Broadcast input dims (-1 = unknown) with a target shape. Returns false when incompatible. */
-static bool expand_dims(int r, const int64_t *d, const int64_t *s, int n, int *orank,
-                        int64_t *out) {
-  int m = r > n ? r : n;
-  if (m > MAXR) return false;
-  for (int i = 0; i < m; i++) {
-    int64_t a = i < m - r ? 1 : d[i - (m - r)], b = i < m - n ? 1 : s[i - (m - n)];
-    if (b < 0) return false;
-    if (b == 1 || a == b)
-      out[i] = a;
-    else if (a == 1 || a < 0)
-      out[i] = b;
-    else
-      return false;
-  }
-  *orank = m;
-  return true;
-}
-
-static kiln_code infer_expand(kiln_ictx *c) {
-  int r = in_rank(c, 0), orank;
-  kiln_dtype dt = in_dtype(c, 0);
-  int64_t s[MAXR], out[MAXR];
-  size_t n;
-  if (!const_ints(c, 1, s, MAXR, &n)) {
-    int64_t len = list_len(c, 1);
-    kiln_infer_tensor(c, 0, dt, r >= 0 && len >= 0 && len <= MAXR ? (r > len ? r : (int)len) : -1,
-                      NULL);
-    return KILN_OK;
-  }
-  if (r < 0) {
-    kiln_infer_tensor(c, 0, dt, -1, NULL);
-    return KILN_OK;
-  }
-  if (!expand_dims(r, c->in[0]->dims, s, (int)n, &orank, out))
-    return kiln_ifail(c, "input shape cannot be broadcast to the given shape");
-  kiln_infer_tensor(c, 0, dt, orank, out);
-  return KILN_OK;
-}
-
-static kiln_code run_expand(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 2);
-  if (rc) return rc;
-  const kiln_tensor *x = c->in[0];
-  int64_t s[MAXR], out[MAXR];
-  size_t n;
-  int orank;
-  if ((rc = kiln_read_ints(c, c->in[1], s, MAXR, &n))) return rc;
-  if (!expand_dims(x->rank, x->dims, s, (int)n, &orank, out))
-    return kiln_kfail(c, "input shape cannot be broadcast to the given shape");
-  kiln_tensor *o = kiln_out(c, 0, x->dtype, orank, out);
-  if (!o) return c->err->code;
-  kiln_bcast b;
-  kiln_bcast_init(&b, orank, out, x);
-  gather_strided(o, x, 0, b.stride);
-  return KILN_OK;
-}
-
-static kiln_code infer_tile(kiln_ictx *c) {
-  int r = in_rank(c, 0);
-  kiln_dtype dt = in_dtype(c, 0);
-  int64_t rep[MAXR], out[MAXR];
-  size_t n;
-  if (r < 0 || !const_ints(c, 1, rep, MAXR, &n)) {
-    kiln_infer_tensor(c, 0, dt, r, NULL);
-    return KILN_OK;
-  }
-  if ((int)n != r) return kiln_ifail(c, "repeats has %zu entries for rank %d", n, r);
-  for (int d = 0; d < r; d++) {
-    if (rep[d] < 0) return kiln_ifail(c, "repeats must be non-negative");
-    int64_t v = c->in[0]->dims[d];
-    out[d] = rep[d] == 0 ? 0 : v < 0 || !kiln_mul_ok(v, rep[d], &v) ? -1 : v;
-  }
-  kiln_infer_tensor(c, 0, dt, r, out);
-  return KILN_OK;
-}
-
-static kiln_code run_tile(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 2);
-  if (rc) return rc;
-  const kiln_tensor *x = c->in[0];
-  int r = x->rank;
-  int64_t rep[MAXR], out[MAXR], istride[MAXR];
-  size_t n;
-  if ((rc = kiln_read_ints(c, c->in[1], rep, MAXR, &n))) return rc;
-  if ((int)n != r) return kiln_kfail(c, "repeats has %zu entries for rank %d", n, r);
-  for (int d = 0; d < r; d++) {
-    if (rep[d] < 0) return kiln_kfail(c, "repeats must be non-negative");
-    if (!kiln_mul_ok(x->dims[d], rep[d], &out[d])) return kiln_kfail(c, "output is too large");
-  }
-  kiln_tensor *o = kiln_out(c, 0, x->dtype, r, out);
-  if (!o) return c->err->code;
-  if (o->numel == 0) return KILN_OK;
-  if (r == 0) return copy_run(o, 0, x, 0, 1), KILN_OK;
-  row_strides(r, x->dims, istride);
-  /* Walk the output row by row; each row repeats one input row (index modulo the input dims). */
-  int64_t idx[MAXR] = {0}, inner = out[r - 1], irow = x->dims[r - 1];
-  for (int64_t o0 = 0; o0 < o->numel; o0 += inner) {
-    int64_t src = 0;
-    for (int d = 0; d < r - 1; d++) src += (idx[d] % x->dims[d]) * istride[d];
-    for (int64_t k = 0; k < inner; k += irow) copy_run(o, o0 + k, x, src, irow);
-    for (int d = r - 2; d >= 0; d--) {
-      if (++idx[d] < out[d]) break;
-      idx[d] = 0;
-    }
-  }
-  return KILN_OK;
-}
-
 const kiln_op_schema kiln_ops_shape[] = {
     {"", "Reshape", 5, 2, 2, 1, 1, infer_reshape, run_reshape},
     {"", "Shape", 1, 1, 1, 1, 1, infer_shape, run_shape},
@@ -962,12 +631,8 @@ const kiln_op_schema kiln_ops_shape[] = {
     {"", "Flatten", 1, 1, 1, 1, 1, infer_flatten, run_flatten},
     {"", "Squeeze", 1, 1, 2, 1, 1, infer_squeeze, run_squeeze},
     {"", "Unsqueeze", 1, 1, 2, 1, 1, infer_unsqueeze, run_unsqueeze},
-    {"", "Transpose", 1, 1, 1, 1, 1, infer_transpose, run_transpose},
     {"", "Identity", 1, 1, 1, 1, 1, kiln_infer_unary, run_identity},
     {"", "Concat", 1, 1, KILN_VARIADIC, 1, 1, infer_concat, run_concat},
     {"", "Split", 1, 1, 2, 1, KILN_VARIADIC, infer_split, run_split},
-    {"", "Slice", 1, 1, 5, 1, 1, infer_slice, run_slice},
-    {"", "Expand", 8, 2, 2, 1, 1, infer_expand, run_expand},
-    {"", "Tile", 6, 2, 2, 1, 1, infer_tile, run_tile},
     {0},
 };
