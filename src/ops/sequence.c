@@ -12,6 +12,11 @@
 
 /* ---- helpers ---- */
 
+/* The code of the error a helper just set (err may be NULL: the caller did not ask for text). */
+static kiln_code errcode(const kiln_kctx *c) {
+  return c->err && c->err->code ? c->err->code : KILN_ERR_NOMEM;
+}
+
 static kiln_code need_seq(kiln_kctx *c, const kiln_tensor *s, const char *what) {
   if (!s || s->kind != KILN_KIND_SEQUENCE)
     return kiln_kfail(c, "%s must be a sequence", what);
@@ -51,7 +56,7 @@ static kiln_tensor *seq_copy(kiln_kctx *c, const kiln_tensor *src, kiln_dtype dt
 /* Append a clone of `t` to `s`; on failure s is left intact and an error is set. */
 static kiln_code seq_push_clone(kiln_kctx *c, kiln_tensor *s, const kiln_tensor *t) {
   kiln_tensor *it = kiln_tensor_clone(t, c->err);
-  if (!it) return c->err ? c->err->code : KILN_ERR_NOMEM;
+  if (!it) return errcode(c);
   kiln_code rc = kiln_sequence_append(s, it, c->err);
   if (rc) kiln_tensor_free(it);
   return rc;
@@ -100,11 +105,11 @@ static kiln_code construct_run(kiln_kctx *c) {
                         kiln_dtype_name(c->in[i]->dtype), kiln_dtype_name(c->in[0]->dtype));
   }
   kiln_tensor *s = seq_copy(c, NULL, c->in[0]->dtype);
-  if (!s) return c->err->code;
+  if (!s) return errcode(c);
   for (size_t i = 0; i < c->n_in; i++)
     if (seq_push_clone(c, s, c->in[i])) {
       kiln_tensor_free(s);
-      return c->err->code;
+      return errcode(c);
     }
   kiln_set_out(c, 0, s);
   return KILN_OK;
@@ -120,7 +125,7 @@ static kiln_code empty_run(kiln_kctx *c) {
   if (dt <= 0 || dt > KILN_BFLOAT16 || !kiln_dtype_size((kiln_dtype)dt))
     return kiln_kfail(c, "dtype %lld is not a supported tensor element type", (long long)dt);
   kiln_tensor *s = seq_copy(c, NULL, (kiln_dtype)dt);
-  if (!s) return c->err->code;
+  if (!s) return errcode(c);
   kiln_set_out(c, 0, s);
   return KILN_OK;
 }
@@ -144,7 +149,7 @@ static kiln_code at_run(kiln_kctx *c) {
                       (long long)pos, (long long)n);
   if (pos < 0) pos += n;
   kiln_tensor *t = kiln_tensor_clone(s->items[pos], c->err);
-  if (!t) return c->err->code;
+  if (!t) return errcode(c);
   kiln_set_out(c, 0, t);
   return KILN_OK;
 }
@@ -157,7 +162,8 @@ static kiln_code same_seq_infer(kiln_ictx *c) {
 static kiln_code insert_run(kiln_kctx *c) {
   const kiln_tensor *s = c->in[0], *t = c->in[1];
   if (need_seq(c, s, "input_sequence") || need_tensor(c, t, "tensor")) return KILN_ERR_RUN;
-  if (s->dtype && t->dtype != s->dtype)
+  /* an empty sequence (e.g. a loaded file, whose element type is a guess) takes any type */
+  if (s->n_items && s->dtype && t->dtype != s->dtype)
     return kiln_kfail(c, "cannot insert a %s tensor into a sequence of %s",
                       kiln_dtype_name(t->dtype), kiln_dtype_name(s->dtype));
   int64_t n = (int64_t)s->n_items, pos = n;
@@ -167,7 +173,7 @@ static kiln_code insert_run(kiln_kctx *c) {
                       (long long)pos, (long long)n);
   if (pos < 0) pos += n;
   kiln_tensor *o = seq_copy(c, NULL, t->dtype);
-  if (!o) return c->err->code;
+  if (!o) return errcode(c);
   for (int64_t i = 0; i <= n; i++) {
     kiln_code rc = KILN_OK;
     if (i == pos) rc = seq_push_clone(c, o, t);
@@ -191,11 +197,11 @@ static kiln_code erase_run(kiln_kctx *c) {
                       (long long)pos, (long long)n);
   if (pos < 0) pos += n;
   kiln_tensor *o = seq_copy(c, NULL, s->dtype);
-  if (!o) return c->err->code;
+  if (!o) return errcode(c);
   for (int64_t i = 0; i < n; i++)
     if (i != pos && seq_push_clone(c, o, s->items[i])) {
       kiln_tensor_free(o);
-      return c->err->code;
+      return errcode(c);
     }
   kiln_set_out(c, 0, o);
   return KILN_OK;
@@ -209,7 +215,7 @@ static kiln_code length_infer(kiln_ictx *c) {
 static kiln_code length_run(kiln_kctx *c) {
   if (need_seq(c, c->in[0], "input_sequence")) return KILN_ERR_RUN;
   kiln_tensor *o = kiln_out(c, 0, KILN_INT64, 0, NULL);
-  if (!o) return c->err->code;
+  if (!o) return errcode(c);
   ((int64_t *)o->data)[0] = (int64_t)c->in[0]->n_items;
   return KILN_OK;
 }
@@ -293,12 +299,12 @@ static kiln_code split_run(kiln_kctx *c) {
     }
   }
   kiln_tensor *s = seq_copy(c, NULL, x->dtype);
-  kiln_code rc = s ? KILN_OK : c->err->code;
+  kiln_code rc = s ? KILN_OK : errcode(c);
   for (int64_t i = 0; i < pieces && !rc; i++) {
     kiln_tensor *t = split_piece(c, x, axis, cuts[i], cuts[i + 1], keep);
     if (!t || kiln_sequence_append(s, t, c->err)) {
       kiln_tensor_free(t);
-      rc = c->err->code ? c->err->code : KILN_ERR_NOMEM;
+      rc = errcode(c);
     }
   }
   free(cuts);
@@ -351,7 +357,7 @@ static kiln_code concat_run(kiln_kctx *c) {
     k++;
   }
   kiln_tensor *o = kiln_out(c, 0, t0->dtype, orank, dims);
-  if (!o) return c->err->code;
+  if (!o) return errcode(c);
   int64_t off = 0; /* position along the output axis */
   for (size_t i = 0; i < s->n_items; i++) {
     const kiln_tensor *t = s->items[i];
@@ -385,7 +391,7 @@ static kiln_code map_run(kiln_kctx *c) {
   for (size_t j = 0; j < c->n_out && !rc; j++) {
     /* element type from the body's declared output; fixed up from the first item */
     kiln_dtype dt = g->values[g->outputs[j]].type.dtype;
-    if (kiln_sequence_create(dt, &outs[j], c->err)) rc = c->err->code;
+    if (kiln_sequence_create(dt, &outs[j], c->err)) rc = errcode(c);
   }
   kiln_tensor **res = calloc(c->n_out ? c->n_out : 1, sizeof *res);
   if (!res && !rc) rc = kiln_kfail(c, "out of memory");
@@ -402,7 +408,7 @@ static kiln_code map_run(kiln_kctx *c) {
       }
       if (outs[j]->n_items == 0) outs[j]->dtype = res[j]->dtype;
       if (kiln_sequence_append(outs[j], res[j], c->err)) {
-        rc = c->err->code;
+        rc = errcode(c);
         break;
       }
       res[j] = NULL;
@@ -456,12 +462,12 @@ static kiln_code optional_run(kiln_kctx *c) {
   const kiln_tensor *x = kiln_in(c, 0);
   kiln_tensor *o = NULL;
   if (x) {
-    if (!(o = kiln_tensor_clone(x, c->err))) return c->err->code;
+    if (!(o = kiln_tensor_clone(x, c->err))) return errcode(c);
   } else {
     const kiln_attr *a = kiln_node_attr(c->node, "type");
     if (!a || a->kind != KILN_ATTR_TYPE_PROTO)
       return kiln_kfail(c, "an Optional without input needs the 'type' attribute");
-    if (kiln_none_create(a->tp.dtype, &o, c->err)) return c->err->code;
+    if (kiln_none_create(a->tp.dtype, &o, c->err)) return errcode(c);
   }
   kiln_set_out(c, 0, o);
   return KILN_OK;
@@ -475,7 +481,7 @@ static kiln_code has_infer(kiln_ictx *c) {
 static kiln_code has_run(kiln_kctx *c) {
   const kiln_tensor *x = kiln_in(c, 0); /* omitted input (opset 18) means "no element" */
   kiln_tensor *o = kiln_out(c, 0, KILN_BOOL, 0, NULL);
-  if (!o) return c->err->code;
+  if (!o) return errcode(c);
   ((uint8_t *)o->data)[0] = x && x->kind != KILN_KIND_NONE;
   return KILN_OK;
 }
@@ -494,7 +500,7 @@ static kiln_code get_run(kiln_kctx *c) {
   const kiln_tensor *x = c->in[0];
   if (!x || x->kind == KILN_KIND_NONE) return kiln_kfail(c, "the optional input is empty");
   kiln_tensor *o = kiln_tensor_clone(x, c->err);
-  if (!o) return c->err->code;
+  if (!o) return errcode(c);
   kiln_set_out(c, 0, o);
   return KILN_OK;
 }
