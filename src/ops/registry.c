@@ -13,6 +13,7 @@ extern const kiln_op_schema kiln_ops_pool[];
 extern const kiln_op_schema kiln_ops_matmul[];
 extern const kiln_op_schema kiln_ops_quant[];
 extern const kiln_op_schema kiln_ops_shape[];
+extern const kiln_op_schema kiln_ops_shape2[];
 extern const kiln_op_schema kiln_ops_gather[];
 extern const kiln_op_schema kiln_ops_resize[];
 extern const kiln_op_schema kiln_ops_rnn[];
@@ -37,6 +38,7 @@ static const kiln_op_schema *const families[] = {
     kiln_ops_matmul,
     kiln_ops_quant,
     kiln_ops_shape,
+    kiln_ops_shape2,
     kiln_ops_gather,
     kiln_ops_resize,
     kiln_ops_rnn,
