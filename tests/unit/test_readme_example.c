@@ -35,7 +35,7 @@ int main(void) {
   char exe[256], cmd[2048], out[8192];
   snprintf(exe, sizeof exe, "%s.bin", path);
   snprintf(cmd, sizeof cmd,
-           "cc -std=c11 -Wall -Werror %s -I%s/include -x c %s %s/libkiln.a -lprotobuf-c -lm -lpthread -ldl -o %s",
+           "cc -std=c11 -Wall -Werror %s -I%s/include -x c %s -x none %s/libkiln.a -lprotobuf-c -lm -lpthread -ldl -o %s",
            SAN_FLAGS, KILN_SOURCE_DIR, path, KILN_BINARY_DIR, exe);
   int rc = kt_run(cmd, out, sizeof out);
   CHECK_MSG(rc == 0, "compile failed: %s", out);
