@@ -62,6 +62,10 @@ static uint32_t map_case(uint32_t cp, bool lower) {
         (cp >= 0x391 && cp <= 0x3ab && cp != 0x3a2) || (cp >= 0x410 && cp <= 0x42f))
       return cp + 32;
     if (cp >= 0x400 && cp <= 0x40f) return cp + 80;
+    if (cp == 0x386) return 0x3ac; /* Greek letters with tonos */
+    if (cp >= 0x388 && cp <= 0x38a) return cp + 37;
+    if (cp == 0x38c) return 0x3cc;
+    if (cp == 0x38e || cp == 0x38f) return cp + 63;
     if (cp >= 0x100 && cp <= 0x17f && cp != 0x130 && cp != 0x131 && cp != 0x138 && cp != 0x149 &&
         cp != 0x17f) {
       /* Latin Extended-A pairs: even upper / odd lower, except 0x139-0x148 and 0x179-0x17e
@@ -77,6 +81,10 @@ static uint32_t map_case(uint32_t cp, bool lower) {
     return cp - 32;
   if (cp == 0x3c2) return 0x3a3; /* final sigma */
   if (cp >= 0x450 && cp <= 0x45f) return cp - 80;
+  if (cp == 0x3ac) return 0x386;
+  if (cp >= 0x3ad && cp <= 0x3af) return cp - 37;
+  if (cp == 0x3cc) return 0x38c;
+  if (cp == 0x3cd || cp == 0x3ce) return cp - 63;
   if (cp == 0xff) return 0x178;
   if (cp >= 0x100 && cp <= 0x17f && cp != 0x130 && cp != 0x131 && cp != 0x138 && cp != 0x149 &&
       cp != 0x17f) {
