@@ -191,20 +191,13 @@ done:
 /* ---- TfIdfVectorizer ---- */
 
 /* The pool's n-grams, sorted per length for binary search. Item k of n-gram g of length n is
- * the pool entry at start[g] + k; out[g] is its output column. */
+ * the pool entry at start[g] + k; col[g] is its output column. */
 typedef struct tfidf {
   const kiln_attr *strs;  /* pool_strings, or NULL */
   const int64_t *ints;    /* pool_int64s, or NULL */
-  int64_t max_n;
   int64_t *start, *col;   /* per n-gram */
   int64_t *lvl;           /* n-grams of length n occupy [lvl[n-1], lvl[n]) in start/col */
 } tfidf;
-
-typedef struct tf_key {
-  const tfidf *t;
-  const kiln_tensor *x; /* when searching: tokens x[pos + k*step] */
-  int64_t pos, step, n;
-} tf_key;
 
 /* Compare pool item a with pool item b (both pool offsets) for sorting. */
 static int pool_cmp(const tfidf *t, int64_t a, int64_t b) {
@@ -303,7 +296,6 @@ static kiln_code tfidf_run(kiln_kctx *c) {
   const int64_t *indexes = kiln_attr_ints(nd, "ngram_indexes", &n_idx);
   const float *weights = kiln_attr_floats(nd, "weights", &n_w);
   tfidf t = {0};
-  t.max_n = max_n;
   const kiln_attr *ps = kiln_node_attr(nd, "pool_strings");
   size_t pool_n = 0;
   if (ps && ps->kind == KILN_ATTR_STRINGS && ps->n) {
@@ -315,7 +307,7 @@ static kiln_code tfidf_run(kiln_kctx *c) {
   if (t.strs ? x->dtype != KILN_STRING : x->dtype == KILN_STRING)
     return kiln_kfail(c, "the input's type does not match the pool (%s)",
                       t.strs ? "pool_strings" : "pool_int64s");
-  if ((size_t)max_n > n_counts) max_n = t.max_n = (int64_t)n_counts;
+  if ((size_t)max_n > n_counts) max_n = (int64_t)n_counts;
   int64_t width = tfidf_width(nd);
   if (weights && (int64_t)n_w < width) return kiln_kfail(c, "weights has fewer entries than outputs");
 
