@@ -76,10 +76,12 @@ static double rng_gauss(rng *r) {
 
 /* Seed from the `seed` attribute when present, else from the clock and this call's addresses
  * (unpredictable enough for sampling, no shared state). */
-static void rng_init(rng *r, const kiln_kctx *c, bool seed_is_float) {
+static void rng_init(rng *r, const kiln_kctx *c) {
   const kiln_attr *a = kiln_node_attr(c->node, "seed");
   if (a) {
-    int64_t s = seed_is_float ? (int64_t)a->f : a->i;
+    /* a float for the generators, an int for Dropout */
+    int64_t s = a->i;
+    if (a->kind == KILN_ATTR_FLOAT) s = isfinite(a->f) && fabsf(a->f) < 9e18f ? (int64_t)a->f : 0;
     rng_seed(r, (uint32_t)s);
     return;
   }
@@ -146,7 +148,7 @@ static kiln_code random_run(kiln_kctx *c) {
   }
   if (!y) return KILN_ERR_NOMEM;
   rng r;
-  rng_init(&r, c, true);
+  rng_init(&r, c);
   if (is_normal(c->node)) {
     double mean = kiln_attr_float(c->node, "mean", 0), scale = kiln_attr_float(c->node, "scale", 1);
     for (int64_t i = 0; i < y->numel; i++) kiln_set_f64(y, i, mean + scale * rng_gauss(&r));
@@ -177,7 +179,7 @@ static kiln_code bernoulli_run(kiln_kctx *c) {
   kiln_tensor *y = kiln_out(c, 0, (kiln_dtype)dt, x->rank, x->dims);
   if (!y) return KILN_ERR_NOMEM;
   rng r;
-  rng_init(&r, c, true);
+  rng_init(&r, c);
   for (int64_t i = 0; i < x->numel; i++) {
     double p = kiln_get_f64(x, i);
     if (!(p >= 0 && p <= 1)) return kiln_kfail(c, "probability %g at %lld is outside [0, 1]", p, (long long)i);
@@ -218,7 +220,7 @@ static kiln_code multinomial_run(kiln_kctx *c) {
   double *cdf = malloc((size_t)nk * sizeof *cdf);
   if (!cdf) return kiln_kfail(c, "out of memory");
   rng r;
-  rng_init(&r, c, true);
+  rng_init(&r, c);
   for (int64_t b = 0; b < nb; b++) {
     /* The inputs are unnormalised log-probabilities: subtract the max before exp. */
     double mx = -INFINITY;
@@ -286,7 +288,7 @@ static kiln_code dropout_run(kiln_kctx *c) {
      * inference runtime, always does. */
     training = c->opset < 7 && kiln_attr_int(c->node, "is_test", 0) == 0;
   }
-  if (!(ratio >= 0 && ratio <= 1)) return kiln_kfail(c, "ratio %g is outside [0, 1)", ratio);
+  if (!(ratio >= 0 && ratio <= 1)) return kiln_kfail(c, "ratio %g is outside [0, 1]", ratio);
   if (ratio == 0) training = false; /* nothing dropped, no scaling */
 
   kiln_tensor *y = kiln_out(c, 0, x->dtype, x->rank, x->dims);
@@ -306,7 +308,7 @@ static kiln_code dropout_run(kiln_kctx *c) {
   /* Keep an element when its uniform draw is >= ratio and scale kept ones by 1/(1-ratio), as
    * the ONNX reference does; with a seed this reproduces numpy's mask exactly. */
   rng r;
-  rng_init(&r, c, false);
+  rng_init(&r, c);
   double scale = ratio < 1 ? 1.0 / (1.0 - ratio) : 0.0;
   for (int64_t i = 0; i < x->numel; i++) {
     bool keep = rng_uniform(&r) >= ratio;

@@ -62,6 +62,10 @@ static uint32_t map_case(uint32_t cp, bool lower) {
         (cp >= 0x391 && cp <= 0x3ab && cp != 0x3a2) || (cp >= 0x410 && cp <= 0x42f))
       return cp + 32;
     if (cp >= 0x400 && cp <= 0x40f) return cp + 80;
+    if (cp == 0x386) return 0x3ac; /* Greek letters with tonos */
+    if (cp >= 0x388 && cp <= 0x38a) return cp + 37;
+    if (cp == 0x38c) return 0x3cc;
+    if (cp == 0x38e || cp == 0x38f) return cp + 63;
     if (cp >= 0x100 && cp <= 0x17f && cp != 0x130 && cp != 0x131 && cp != 0x138 && cp != 0x149 &&
         cp != 0x17f) {
       /* Latin Extended-A pairs: even upper / odd lower, except 0x139-0x148 and 0x179-0x17e
@@ -77,6 +81,10 @@ static uint32_t map_case(uint32_t cp, bool lower) {
     return cp - 32;
   if (cp == 0x3c2) return 0x3a3; /* final sigma */
   if (cp >= 0x450 && cp <= 0x45f) return cp - 80;
+  if (cp == 0x3ac) return 0x386;
+  if (cp >= 0x3ad && cp <= 0x3af) return cp - 37;
+  if (cp == 0x3cc) return 0x38c;
+  if (cp == 0x3cd || cp == 0x3ce) return cp - 63;
   if (cp == 0xff) return 0x178;
   if (cp >= 0x100 && cp <= 0x17f && cp != 0x130 && cp != 0x131 && cp != 0x138 && cp != 0x149 &&
       cp != 0x17f) {
@@ -183,20 +191,13 @@ done:
 /* ---- TfIdfVectorizer ---- */
 
 /* The pool's n-grams, sorted per length for binary search. Item k of n-gram g of length n is
- * the pool entry at start[g] + k; out[g] is its output column. */
+ * the pool entry at start[g] + k; col[g] is its output column. */
 typedef struct tfidf {
   const kiln_attr *strs;  /* pool_strings, or NULL */
   const int64_t *ints;    /* pool_int64s, or NULL */
-  int64_t max_n;
   int64_t *start, *col;   /* per n-gram */
   int64_t *lvl;           /* n-grams of length n occupy [lvl[n-1], lvl[n]) in start/col */
 } tfidf;
-
-typedef struct tf_key {
-  const tfidf *t;
-  const kiln_tensor *x; /* when searching: tokens x[pos + k*step] */
-  int64_t pos, step, n;
-} tf_key;
 
 /* Compare pool item a with pool item b (both pool offsets) for sorting. */
 static int pool_cmp(const tfidf *t, int64_t a, int64_t b) {
@@ -295,7 +296,6 @@ static kiln_code tfidf_run(kiln_kctx *c) {
   const int64_t *indexes = kiln_attr_ints(nd, "ngram_indexes", &n_idx);
   const float *weights = kiln_attr_floats(nd, "weights", &n_w);
   tfidf t = {0};
-  t.max_n = max_n;
   const kiln_attr *ps = kiln_node_attr(nd, "pool_strings");
   size_t pool_n = 0;
   if (ps && ps->kind == KILN_ATTR_STRINGS && ps->n) {
@@ -307,7 +307,7 @@ static kiln_code tfidf_run(kiln_kctx *c) {
   if (t.strs ? x->dtype != KILN_STRING : x->dtype == KILN_STRING)
     return kiln_kfail(c, "the input's type does not match the pool (%s)",
                       t.strs ? "pool_strings" : "pool_int64s");
-  if ((size_t)max_n > n_counts) max_n = t.max_n = (int64_t)n_counts;
+  if ((size_t)max_n > n_counts) max_n = (int64_t)n_counts;
   int64_t width = tfidf_width(nd);
   if (weights && (int64_t)n_w < width) return kiln_kfail(c, "weights has fewer entries than outputs");
 
