@@ -13,7 +13,8 @@
 
 /* Set err (may be NULL) to `code` and the formatted message; returns `code`. */
 kiln_code kiln_fail(kiln_error *err, kiln_code code, const char *fmt, ...) KILN_PRINTF(3, 4);
-kiln_code kiln_vfail(kiln_error *err, kiln_code code, const char *fmt, va_list ap);
+kiln_code kiln_vfail(kiln_error *err, kiln_code code, const char *fmt, va_list ap)
+    KILN_PRINTF(3, 0);
 /* Prefix an existing message with formatted context ("while loading X: ..."). */
 void kiln_error_prefix(kiln_error *err, const char *fmt, ...) KILN_PRINTF(2, 3);
 void kiln_error_clear(kiln_error *err);

@@ -5,7 +5,7 @@
 
 static const char *node_name(const kiln_node *n) { return n->name && *n->name ? n->name : "<unnamed>"; }
 
-static kiln_code vkfail(kiln_error *err, const kiln_node *n, kiln_code code, const char *fmt,
+KILN_PRINTF(4, 0) static kiln_code vkfail(kiln_error *err, const kiln_node *n, kiln_code code, const char *fmt,
                         va_list ap) {
   char msg[900];
   vsnprintf(msg, sizeof msg, fmt, ap);

@@ -357,7 +357,10 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < nn; i++) {
       char full[512], dir[4096], why[1500];
       snprintf(full, sizeof full, "%s/%s", SUITES[s], names[i]);
-      if (o.filter && !strstr(full, o.filter)) continue;
+      if (o.filter && !strstr(full, o.filter)) {
+        free(names[i]);
+        continue;
+      }
       snprintf(dir, sizeof dir, "%s/%s", sdir, names[i]);
       int r = run_isolated(dir, &o, why, sizeof why);
       cnt[r]++;
