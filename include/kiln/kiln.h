@@ -86,6 +86,8 @@ int64_t kiln_tensor_numel(const kiln_tensor *t);
 /* Raw element storage, numel * kiln_dtype_size bytes; for STRING an array of numel char *. */
 void *kiln_tensor_data(kiln_tensor *t);
 const void *kiln_tensor_cdata(const kiln_tensor *t);
+/* Give a tensor's bytes another element type of the same size (e.g. uint16 -> bfloat16). */
+kiln_code kiln_tensor_reinterpret(kiln_tensor *t, kiln_dtype dtype, kiln_error *err);
 /* Replace string element i (STRING tensors only); the string is copied. */
 kiln_code kiln_tensor_set_string(kiln_tensor *t, int64_t i, const char *s, kiln_error *err);
 size_t kiln_sequence_length(const kiln_tensor *seq);

@@ -24,7 +24,7 @@ typedef struct kiln_opt_log {
 } kiln_opt_log;
 
 typedef struct kiln_pass_ctx {
-  const kiln_model *model;
+  kiln_model *model;
   const kiln_opt_config *cfg;
   kiln_error *err;
 } kiln_pass_ctx;

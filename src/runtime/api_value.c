@@ -58,6 +58,15 @@ const kiln_tensor *kiln_sequence_at(const kiln_tensor *seq, size_t i) {
   return seq->kind == KILN_KIND_SEQUENCE && i < seq->n_items ? seq->items[i] : NULL;
 }
 
+kiln_code kiln_tensor_reinterpret(kiln_tensor *t, kiln_dtype dtype, kiln_error *err) {
+  if (!t || t->kind != KILN_KIND_TENSOR || t->dtype == KILN_STRING || dtype == KILN_STRING ||
+      kiln_dtype_size(dtype) != kiln_dtype_size(t->dtype) || !kiln_dtype_size(dtype))
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "cannot reinterpret %s as %s",
+                     t ? kiln_dtype_name(t->dtype) : "NULL", kiln_dtype_name(dtype));
+  t->dtype = dtype;
+  return KILN_OK;
+}
+
 kiln_code kiln_tensor_set_string(kiln_tensor *t, int64_t i, const char *s, kiln_error *err) {
   if (!t || t->dtype != KILN_STRING || i < 0 || i >= t->numel || !s)
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "kiln_tensor_set_string: bad argument");

@@ -1,0 +1,33 @@
+/* Building fused nodes: a matched chain becomes one node in domain ai.kiln that keeps the chain
+ * it replaced as a graph attribute "original". The executor runs "original" instead when the
+ * fused kernel fails (fallback); validate runs both to compare. */
+#ifndef KILN_OPT_FUSE_H
+#define KILN_OPT_FUSE_H
+
+#include "ir/graph.h"
+#include "opt/opt.h"
+#include "opt/pattern.h"
+
+#define KILN_DOMAIN "ai.kiln"
+
+/* Replace the matched nodes of g by one node `op_type` in domain ai.kiln whose inputs are the
+ * value ids in `inputs` (-1 for an omitted optional input) and whose outputs are the anchor's.
+ * The matched nodes move into the "original" subgraph: its inputs are the fused node's inputs
+ * (same names); any other value the chain reads resolves from the enclosing graph by name.
+ * Returns the new node's index, or -1 with err set. The matched nodes are left as empty
+ * husks marked in `dead` (remove them with kiln_graph_remove_nodes after the pass). */
+int kiln_fuse_chain(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_match *m, const char *op_type,
+                    const int *inputs, size_t n_inputs, bool *dead);
+
+/* Attribute setters on a (fused) node. */
+kiln_code kiln_node_set_int(kiln_node *n, const char *name, int64_t v);
+kiln_code kiln_node_set_float(kiln_node *n, const char *name, float v);
+kiln_code kiln_node_set_string(kiln_node *n, const char *name, const char *v);
+kiln_code kiln_node_set_ints(kiln_node *n, const char *name, const int64_t *v, size_t count);
+/* Copy every attribute of src onto dst (deep copy; graphs are not supported). */
+kiln_code kiln_node_copy_attrs(kiln_node *dst, const kiln_node *src);
+
+/* Make sure the model imports ai.kiln version 1. */
+kiln_code kiln_model_import_kiln(kiln_model *m, kiln_error *err);
+
+#endif
