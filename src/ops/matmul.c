@@ -1,6 +1,782 @@
-/* matmul operators. */
+/* Matrix products: MatMul, Gemm, MatMulInteger, QLinearMatMul and Einsum.
+ *
+ * Everything funnels into one cache-friendly GEMM (c += a * b, i-k-j order, column-blocked)
+ * instantiated for three working types: float (float, float16, bfloat16), double, and uint64
+ * for every integer type (wrap-around arithmetic is the same for signed and unsigned, and
+ * avoids signed-overflow undefined behaviour). Inputs are used in place when they already have
+ * the working type and converted once otherwise.
+ *
+ * Einsum contracts its operands pairwise, left to right: each step sums away labels no later
+ * step needs, then packs both operands as [batch, rows, k] / [batch, k, cols] and runs the GEMM,
+ * so its cost is that of the matrix products, not of the full label space.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "ops/op.h"
 
+/* ---- GEMM --------------------------------------------------------------------------------- */
+
+enum { GEMM_NB = 256 }; /* output columns per block: that slice of b stays in cache */
+
+#define GEMM_KERNEL(T, SUF)                                                                     \
+  /* c[m,n] += a[m,k] * b[k,n] */                                                             \
+  static void gemm_##SUF(int64_t m, int64_t n, int64_t k, const void *av, const void *bv,     \
+                         void *cv) {                                                          \
+    const T *a = av, *b = bv;                                                                 \
+    T *c = cv;                                                                                \
+    for (int64_t j0 = 0; j0 < n; j0 += GEMM_NB) {                                             \
+      int64_t nb = n - j0 < GEMM_NB ? n - j0 : GEMM_NB;                                       \
+      for (int64_t i = 0; i < m; i++) {                                                       \
+        T *restrict ci = c + i * n + j0;                                                      \
+        for (int64_t p = 0; p < k; p++) {                                                     \
+          const T av_ = a[i * k + p];                                                         \
+          const T *restrict bp = b + p * n + j0;                                              \
+          for (int64_t j = 0; j < nb; j++) ci[j] += av_ * bp[j];                              \
+        }                                                                                     \
+      }                                                                                       \
+    }                                                                                         \
+  }
+
+GEMM_KERNEL(float, f32)
+GEMM_KERNEL(double, f64)
+GEMM_KERNEL(uint64_t, u64)
+
+typedef void (*gemm_fn)(int64_t m, int64_t n, int64_t k, const void *a, const void *b, void *c);
+
+/* The working type of a dtype; UNDEFINED when not numeric. */
+static kiln_dtype work_type(kiln_dtype t) {
+  if (t == KILN_DOUBLE) return KILN_DOUBLE;
+  if (kiln_dtype_is_float(t)) return KILN_FLOAT;
+  if (kiln_dtype_is_int(t)) return KILN_UINT64;
+  return KILN_UNDEFINED;
+}
+
+static size_t work_size(kiln_dtype w) { return w == KILN_FLOAT ? sizeof(float) : 8; }
+static gemm_fn work_gemm(kiln_dtype w) {
+  return w == KILN_FLOAT ? gemm_f32 : w == KILN_DOUBLE ? gemm_f64 : gemm_u64;
+}
+
+/* t's elements in working type w: its own data when the bits already fit, else a converted
+ * copy stored in *owned (freed by the caller). NULL on allocation failure. */
+static const void *as_work(const kiln_tensor *t, kiln_dtype w, void **owned) {
+  *owned = NULL;
+  if (t->dtype == w || (w == KILN_UINT64 && t->dtype == KILN_INT64)) return t->data;
+  void *buf = kiln_malloc((size_t)t->numel * work_size(w));
+  if (!buf) return NULL;
+  for (int64_t i = 0; i < t->numel; i++) {
+    if (w == KILN_FLOAT)
+      ((float *)buf)[i] = (float)kiln_get_f64(t, i);
+    else if (w == KILN_DOUBLE)
+      ((double *)buf)[i] = kiln_get_f64(t, i);
+    else
+      ((uint64_t *)buf)[i] = (uint64_t)kiln_get_i64(t, i);
+  }
+  *owned = buf;
+  return buf;
+}
+
+/* Stores working-type results into y (whose data may already be the working buffer). */
+static void from_work(kiln_tensor *y, kiln_dtype w, const void *buf) {
+  if (buf == y->data) return;
+  for (int64_t i = 0; i < y->numel; i++) {
+    if (w == KILN_FLOAT)
+      kiln_set_f64(y, i, ((const float *)buf)[i]);
+    else if (w == KILN_DOUBLE)
+      kiln_set_f64(y, i, ((const double *)buf)[i]);
+    else
+      kiln_set_i64(y, i, (int64_t)((const uint64_t *)buf)[i]);
+  }
+}
+
+/* ---- batched matrix product (numpy matmul semantics) ------------------------------------ */
+
+typedef struct mm_plan {
+  int brank;                                 /* broadcast batch rank */
+  int64_t bdims[KILN_MAX_RANK];
+  int64_t astr[KILN_MAX_RANK], bstr[KILN_MAX_RANK]; /* batch strides in matrices, 0 = broadcast */
+  int64_t m, k, n, batches;
+  int yrank;
+  int64_t ydims[KILN_MAX_RANK];
+} mm_plan;
+
+static bool mm_plan_init(mm_plan *p, int ra, const int64_t *da, int rb, const int64_t *db,
+                         char *msg, size_t cap) {
+  if (ra < 1 || rb < 1) {
+    snprintf(msg, cap, "MatMul inputs must have rank >= 1, got %d and %d", ra, rb);
+    return false;
+  }
+  p->m = ra == 1 ? 1 : da[ra - 2];
+  p->k = da[ra - 1];
+  int64_t kb = rb == 1 ? db[0] : db[rb - 2];
+  p->n = rb == 1 ? 1 : db[rb - 1];
+  if (kb != p->k) {
+    snprintf(msg, cap, "inner dimensions differ: %lld vs %lld", (long long)p->k, (long long)kb);
+    return false;
+  }
+  int ba = ra > 2 ? ra - 2 : 0, bb = rb > 2 ? rb - 2 : 0;
+  if (!kiln_broadcast_shape(ba, da, bb, db, &p->brank, p->bdims)) {
+    snprintf(msg, cap, "batch dimensions cannot be broadcast");
+    return false;
+  }
+  int64_t sa = 1, sb = 1;
+  p->batches = 1;
+  for (int i = p->brank - 1; i >= 0; i--) {
+    int ia = i - (p->brank - ba), ib = i - (p->brank - bb);
+    int64_t xa = ia >= 0 ? da[ia] : 1, xb = ib >= 0 ? db[ib] : 1;
+    p->astr[i] = xa == 1 ? 0 : sa;
+    p->bstr[i] = xb == 1 ? 0 : sb;
+    sa *= xa;
+    sb *= xb;
+    p->batches *= p->bdims[i];
+  }
+  p->yrank = p->brank;
+  memcpy(p->ydims, p->bdims, sizeof(int64_t) * (size_t)p->brank);
+  if (ra > 1) p->ydims[p->yrank++] = p->m;
+  if (rb > 1) p->ydims[p->yrank++] = p->n;
+  return true;
+}
+
+/* y[batch] += a[batch] @ b[batch] over the broadcast batch; y starts zeroed. */
+static void mm_run(const mm_plan *p, kiln_dtype w, const void *a, const void *b, void *y) {
+  gemm_fn gemm = work_gemm(w);
+  size_t esz = work_size(w);
+  for (int64_t bi = 0; bi < p->batches; bi++) {
+    int64_t ia = 0, ib = 0, rest = bi;
+    for (int d = p->brank - 1; d >= 0; d--) {
+      int64_t q = rest % p->bdims[d];
+      rest /= p->bdims[d];
+      ia += q * p->astr[d];
+      ib += q * p->bstr[d];
+    }
+    gemm(p->m, p->n, p->k, (const char *)a + (size_t)(ia * p->m * p->k) * esz,
+         (const char *)b + (size_t)(ib * p->k * p->n) * esz,
+         (char *)y + (size_t)(bi * p->m * p->n) * esz);
+  }
+}
+
+static bool is_tensor(const kiln_tensor *t) { return t && t->kind == KILN_KIND_TENSOR; }
+
+static kiln_code matmul_run(kiln_kctx *c) {
+  const kiln_tensor *a = kiln_in(c, 0), *b = kiln_in(c, 1);
+  if (!is_tensor(a) || !is_tensor(b)) return kiln_kfail(c, "A and B must be tensors");
+  kiln_dtype w = work_type(a->dtype);
+  if (a->dtype != b->dtype || !w)
+    return kiln_kfail(c, "A and B must have the same numeric type, got %s and %s",
+                      kiln_dtype_name(a->dtype), kiln_dtype_name(b->dtype));
+  mm_plan p;
+  char msg[160];
+  if (!mm_plan_init(&p, a->rank, a->dims, b->rank, b->dims, msg, sizeof msg))
+    return kiln_kfail(c, "%s", msg);
+  kiln_tensor *y = kiln_out(c, 0, a->dtype, p.yrank, p.ydims);
+  if (!y) return KILN_ERR_NOMEM;
+  void *ao, *bo;
+  const void *aw = as_work(a, w, &ao), *bw = as_work(b, w, &bo);
+  bool direct = y->dtype == w || (w == KILN_UINT64 && y->dtype == KILN_INT64);
+  void *yw = direct ? y->data : kiln_calloc((size_t)y->numel, work_size(w));
+  kiln_code rc = KILN_OK;
+  if (!aw || !bw || !yw) {
+    rc = kiln_kfail(c, "out of memory");
+  } else {
+    mm_run(&p, w, aw, bw, yw);
+    from_work(y, w, yw);
+  }
+  if (!direct) free(yw);
+  free(ao);
+  free(bo);
+  return rc;
+}
+
+/* ---- Gemm --------------------------------------------------------------------------------- */
+
+/* A 2-D tensor as a working-type [rows, cols] matrix, transposed when `trans`; *owned is what
+ * the caller frees. */
+static const void *gemm_operand(const kiln_tensor *t, kiln_dtype w, bool trans, void **owned) {
+  const void *src = as_work(t, w, owned);
+  if (!src || !trans) return src;
+  size_t esz = work_size(w);
+  int64_t r = t->dims[0], cols = t->dims[1];
+  char *dst = kiln_malloc((size_t)t->numel * esz);
+  if (dst)
+    for (int64_t i = 0; i < r; i++)
+      for (int64_t j = 0; j < cols; j++)
+        memcpy(dst + (size_t)(j * r + i) * esz, (const char *)src + (size_t)(i * cols + j) * esz, esz);
+  free(*owned);
+  *owned = dst;
+  return dst;
+}
+
+static kiln_code gemm_run(kiln_kctx *c) {
+  const kiln_tensor *a = kiln_in(c, 0), *b = kiln_in(c, 1), *cc = kiln_in(c, 2);
+  if (cc && cc->kind == KILN_KIND_NONE) cc = NULL;
+  if (!is_tensor(a) || !is_tensor(b) || a->rank != 2 || b->rank != 2)
+    return kiln_kfail(c, "A and B must be 2-D tensors");
+  kiln_dtype w = work_type(a->dtype);
+  if (a->dtype != b->dtype || !w) return kiln_kfail(c, "A and B must have the same numeric type");
+  bool ta = kiln_attr_int(c->node, "transA", 0) != 0, tb = kiln_attr_int(c->node, "transB", 0) != 0;
+  double alpha = kiln_attr_float(c->node, "alpha", 1.0f), beta = kiln_attr_float(c->node, "beta", 1.0f);
+  int64_t m = a->dims[ta], k = a->dims[!ta], kb = b->dims[tb], n = b->dims[!tb];
+  if (k != kb) return kiln_kfail(c, "inner dimensions differ: %lld vs %lld", (long long)k, (long long)kb);
+  int64_t dims[2] = {m, n};
+  if (cc) {
+    int r;
+    int64_t bd[KILN_MAX_RANK];
+    if (!is_tensor(cc) || cc->dtype != a->dtype || cc->rank > 2 ||
+        !kiln_broadcast_shape(2, dims, cc->rank, cc->dims, &r, bd) || bd[0] != m || bd[1] != n)
+      return kiln_kfail(c, "C must be a %s tensor broadcastable to [%lld, %lld]",
+                        kiln_dtype_name(a->dtype), (long long)m, (long long)n);
+  }
+  kiln_tensor *y = kiln_out(c, 0, a->dtype, 2, dims);
+  if (!y) return KILN_ERR_NOMEM;
+  void *ao, *bo;
+  const void *aw = gemm_operand(a, w, ta, &ao), *bw = gemm_operand(b, w, tb, &bo);
+  void *acc = kiln_calloc((size_t)y->numel, work_size(w));
+  kiln_code rc = KILN_OK;
+  if (!aw || !bw || !acc) {
+    rc = kiln_kfail(c, "out of memory");
+    goto done;
+  }
+  work_gemm(w)(m, n, k, aw, bw, acc);
+  kiln_bcast bc;
+  if (cc) kiln_bcast_init(&bc, 2, dims, cc);
+  bool exact_int = w == KILN_UINT64 && alpha == 1 && (!cc || beta == 1);
+  for (int64_t i = 0; i < y->numel; i++) {
+    int64_t ci = cc ? kiln_bcast_index(&bc, i) : 0;
+    if (w == KILN_FLOAT && y->dtype == KILN_FLOAT) {
+      float v = (float)alpha * ((const float *)acc)[i];
+      if (cc) v += (float)beta * ((const float *)cc->data)[ci];
+      ((float *)y->data)[i] = v;
+    } else if (exact_int) {
+      uint64_t v = ((const uint64_t *)acc)[i] + (cc ? (uint64_t)kiln_get_i64(cc, ci) : 0);
+      kiln_set_i64(y, i, (int64_t)v);
+    } else {
+      double v = w == KILN_FLOAT    ? ((const float *)acc)[i]
+                 : w == KILN_DOUBLE ? ((const double *)acc)[i]
+                                    : (double)(int64_t)((const uint64_t *)acc)[i];
+      v *= alpha;
+      if (cc) v += beta * kiln_get_f64(cc, ci);
+      kiln_set_f64(y, i, v);
+    }
+  }
+done:
+  free(ao);
+  free(bo);
+  free(acc);
+  return rc;
+}
+
+/* ---- MatMulInteger / QLinearMatMul -------------------------------------------------------- */
+
+static bool is_q8(kiln_dtype t) { return t == KILN_UINT8 || t == KILN_INT8; }
+
+/* x minus its zero point as uint64 working values. The zero point is a scalar, or one value per
+ * row (axis = rank-2, for A) or per column (axis = rank-1, for B) when `per` > 0. */
+static kiln_code sub_zero_point(kiln_kctx *c, const kiln_tensor *x, const kiln_tensor *zp,
+                                bool rows, const char *what, uint64_t **out) {
+  *out = NULL;
+  int64_t per = rows ? (x->rank >= 2 ? x->dims[x->rank - 2] : 1) : (x->rank >= 2 ? x->dims[x->rank - 1] : 1);
+  int64_t inner = rows ? (x->rank >= 1 ? x->dims[x->rank - 1] : 1) : 1;
+  if (zp && zp->kind == KILN_KIND_NONE) zp = NULL;
+  if (zp && (zp->kind != KILN_KIND_TENSOR || zp->dtype != x->dtype ||
+             (zp->numel != 1 && (zp->rank != 1 || zp->numel != per))))
+    return kiln_kfail(c, "%s must be a %s scalar or have %lld values", what,
+                      kiln_dtype_name(x->dtype), (long long)per);
+  uint64_t *v = kiln_malloc(sizeof(uint64_t) * (size_t)x->numel);
+  if (!v) return kiln_kfail(c, "out of memory");
+  for (int64_t i = 0; i < x->numel; i++) {
+    int64_t z = 0;
+    if (zp) z = kiln_get_i64(zp, zp->numel == 1 ? 0 : (i / inner) % per);
+    v[i] = (uint64_t)(kiln_get_i64(x, i) - z);
+  }
+  *out = v;
+  return KILN_OK;
+}
+
+/* int32 accumulators of (a - a_zp) @ (b - b_zp); the caller frees *acc. */
+static kiln_code int_matmul(kiln_kctx *c, const kiln_tensor *a, const kiln_tensor *azp,
+                            const kiln_tensor *b, const kiln_tensor *bzp, mm_plan *p,
+                            uint64_t **acc) {
+  *acc = NULL;
+  if (!is_tensor(a) || !is_tensor(b) || !is_q8(a->dtype) || !is_q8(b->dtype))
+    return kiln_kfail(c, "A and B must be uint8 or int8 tensors");
+  char msg[160];
+  if (!mm_plan_init(p, a->rank, a->dims, b->rank, b->dims, msg, sizeof msg))
+    return kiln_kfail(c, "%s", msg);
+  uint64_t *av, *bv;
+  kiln_code rc = sub_zero_point(c, a, azp, true, "a_zero_point", &av);
+  if (rc) return rc;
+  if ((rc = sub_zero_point(c, b, bzp, false, "b_zero_point", &bv))) {
+    free(av);
+    return rc;
+  }
+  int64_t n = kiln_numel(p->yrank, p->ydims);
+  *acc = n >= 0 ? kiln_calloc((size_t)n, sizeof(uint64_t)) : NULL;
+  if (*acc)
+    mm_run(p, KILN_UINT64, av, bv, *acc);
+  else
+    rc = kiln_kfail(c, "out of memory");
+  free(av);
+  free(bv);
+  return rc;
+}
+
+static kiln_code matmulinteger_run(kiln_kctx *c) {
+  mm_plan p;
+  uint64_t *acc;
+  kiln_code rc = int_matmul(c, kiln_in(c, 0), kiln_in(c, 2), kiln_in(c, 1), kiln_in(c, 3), &p, &acc);
+  if (rc) return rc;
+  kiln_tensor *y = kiln_out(c, 0, KILN_INT32, p.yrank, p.ydims);
+  for (int64_t i = 0; y && i < y->numel; i++) ((int32_t *)y->data)[i] = (int32_t)(int64_t)acc[i];
+  free(acc);
+  return y ? KILN_OK : KILN_ERR_NOMEM;
+}
+
+static kiln_code qlinearmatmul_run(kiln_kctx *c) {
+  const kiln_tensor *a = kiln_in(c, 0), *as = kiln_in(c, 1), *b = kiln_in(c, 3),
+                    *bs = kiln_in(c, 4), *ys = kiln_in(c, 6), *yzp = kiln_in(c, 7);
+  mm_plan p;
+  uint64_t *acc;
+  kiln_code rc = int_matmul(c, a, kiln_in(c, 2), b, kiln_in(c, 5), &p, &acc);
+  if (rc) return rc;
+  /* Scales: a per row (M values) or b per column (N values) are allowed besides scalars. */
+  if (!is_tensor(as) || as->dtype != KILN_FLOAT || (as->numel != 1 && as->numel != p.m) ||
+      !is_tensor(bs) || bs->dtype != KILN_FLOAT || (bs->numel != 1 && bs->numel != p.n) ||
+      !is_tensor(ys) || ys->dtype != KILN_FLOAT || ys->numel != 1 || !is_tensor(yzp) ||
+      !is_q8(yzp->dtype) || yzp->numel != 1) {
+    free(acc);
+    return kiln_kfail(c, "scales must be float scalars (or per row / column) and y_zero_point "
+                         "a uint8 or int8 scalar");
+  }
+  kiln_tensor *y = kiln_out(c, 0, yzp->dtype, p.yrank, p.ydims);
+  if (!y) {
+    free(acc);
+    return KILN_ERR_NOMEM;
+  }
+  const float *asv = as->data, *bsv = bs->data, ysv = ((const float *)ys->data)[0];
+  double zp = (double)kiln_get_i64(yzp, 0), lo = yzp->dtype == KILN_UINT8 ? 0 : -128,
+         hi = yzp->dtype == KILN_UINT8 ? 255 : 127;
+  for (int64_t i = 0; i < y->numel; i++) {
+    int64_t row = (i / p.n) % p.m, col = i % p.n;
+    float scale = asv[as->numel == 1 ? 0 : row] * bsv[bs->numel == 1 ? 0 : col] / ysv;
+    double v = rint((double)((float)(int64_t)acc[i] * scale)) + zp;
+    kiln_set_i64(y, i, (int64_t)(v < lo ? lo : v > hi ? hi : v));
+  }
+  free(acc);
+  return KILN_OK;
+}
+
+/* ---- Einsum ------------------------------------------------------------------------------- */
+
+/* Labels: 0-25 'A'-'Z', 26-51 'a'-'z' (so id order is numpy's character order), then one per
+ * ellipsis dim, right-aligned across operands. */
+enum { EIN_LETTERS = 52, EIN_LABELS = EIN_LETTERS + KILN_MAX_RANK };
+
+typedef struct ein_spec {
+  int nops;
+  int rank[16];
+  int lab[16][KILN_MAX_RANK]; /* label of each axis of each operand */
+  int nout;
+  int out[EIN_LABELS];
+} ein_spec;
+
+static int ein_letter(char ch) {
+  if (ch >= 'A' && ch <= 'Z') return ch - 'A';
+  if (ch >= 'a' && ch <= 'z') return 26 + ch - 'a';
+  return -1;
+}
+
+/* Parses one term into labels, expanding "..." to the dims the rank leaves over (ell dims, at
+ * most `ell_max`). Returns the axis count or -1. For the output, rank < 0 means "use ell_max". */
+static int ein_term(const char *s, size_t len, int rank, int ell_max, int *lab, char *msg,
+                    size_t cap) {
+  int letters = 0, n = 0;
+  bool ell = false;
+  for (size_t i = 0; i < len; i++) {
+    if (ein_letter(s[i]) >= 0) {
+      letters++;
+    } else if (s[i] == '.' && i + 2 < len && s[i + 1] == '.' && s[i + 2] == '.' && !ell) {
+      ell = true;
+      i += 2;
+    } else {
+      snprintf(msg, cap, "bad character or ellipsis in term '%.*s'", (int)len, s);
+      return -1;
+    }
+  }
+  /* an explicit output without "..." sums the ellipsis dims away */
+  int ell_dims = rank < 0 ? (ell ? ell_max : 0) : rank - letters;
+  if (ell_dims < 0 || (!ell && ell_dims) || ell_dims > ell_max || letters + ell_dims > KILN_MAX_RANK) {
+    snprintf(msg, cap, "term '%.*s' does not match an operand of rank %d", (int)len, s, rank);
+    return -1;
+  }
+  for (size_t i = 0; i < len; i++) {
+    int l = ein_letter(s[i]);
+    if (l >= 0) {
+      lab[n++] = l;
+    } else {
+      for (int e = 0; e < ell_dims; e++) lab[n++] = EIN_LETTERS + ell_max - ell_dims + e;
+      i += 2;
+    }
+  }
+  return n;
+}
+
+static bool ein_parse(const char *eq, int nops, const int *ranks, ein_spec *sp, char *msg,
+                      size_t cap) {
+  char buf[512];
+  size_t n = 0;
+  for (const char *p = eq; *p; p++)
+    if (*p != ' ' && n + 1 < sizeof buf) buf[n++] = *p;
+  buf[n] = 0;
+  if (nops < 1 || nops > 16) {
+    snprintf(msg, cap, "Einsum needs 1 to 16 inputs");
+    return false;
+  }
+  char *arrow = strstr(buf, "->");
+  size_t lhs_len = arrow ? (size_t)(arrow - buf) : n;
+  sp->nops = nops;
+  int ell_max = 0;
+  for (int i = 0; i < nops; i++) ell_max = ranks[i] > ell_max ? ranks[i] : ell_max;
+  /* First pass: every operand's ellipsis width, to size the shared ellipsis labels. */
+  int widths = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    size_t start = 0;
+    for (int i = 0; i < nops; i++) {
+      size_t end = start;
+      while (end < lhs_len && buf[end] != ',') end++;
+      if (end == lhs_len && i != nops - 1) {
+        snprintf(msg, cap, "equation has fewer terms than the %d inputs", nops);
+        return false;
+      }
+      sp->rank[i] = ein_term(buf + start, end - start, ranks[i], pass ? widths : ell_max,
+                             sp->lab[i], msg, cap);
+      if (sp->rank[i] < 0) return false;
+      if (!pass) {
+        int letters = 0;
+        for (size_t j = start; j < end; j++) letters += ein_letter(buf[j]) >= 0;
+        if (ranks[i] - letters > widths) widths = ranks[i] - letters;
+      }
+      start = end + 1;
+    }
+    if (start < lhs_len + 1) {
+      snprintf(msg, cap, "equation has more terms than the %d inputs", nops);
+      return false;
+    }
+  }
+  int count[EIN_LABELS] = {0};
+  for (int i = 0; i < nops; i++)
+    for (int j = 0; j < sp->rank[i]; j++) count[sp->lab[i][j]]++;
+  sp->nout = 0;
+  if (arrow) {
+    int r = ein_term(arrow + 2, strlen(arrow + 2), -1, widths, sp->out, msg, cap);
+    if (r < 0) return false;
+    sp->nout = r;
+    for (int j = 0; j < r; j++) {
+      if (!count[sp->out[j]]) {
+        snprintf(msg, cap, "output label %d does not occur in the inputs", j);
+        return false;
+      }
+      for (int q = 0; q < j; q++)
+        if (sp->out[q] == sp->out[j]) {
+          snprintf(msg, cap, "output repeats a label");
+          return false;
+        }
+    }
+  } else { /* implicit: ellipsis dims, then labels seen once, in character order */
+    for (int e = 0; e < widths; e++) sp->out[sp->nout++] = EIN_LETTERS + e;
+    for (int l = 0; l < EIN_LETTERS; l++)
+      if (count[l] == 1) sp->out[sp->nout++] = l;
+  }
+  return true;
+}
+
+/* A strided view over a double buffer: one stride per distinct label (repeated labels of an
+ * input, i.e. diagonals, add their strides; broadcast size-1 axes have stride 0). */
+typedef struct ein_view {
+  int n;
+  int lab[EIN_LABELS];
+  int64_t stride[EIN_LABELS];
+  double *data;
+} ein_view;
+
+static int64_t view_stride(const ein_view *v, int label) {
+  for (int i = 0; i < v->n; i++)
+    if (v->lab[i] == label) return v->stride[i];
+  return 0;
+}
+
+/* dst[doff] += src[soff] over the index space dims, with separate strides (0 = not indexed). */
+static void strided_add(int n, const int64_t *dims, const int64_t *ss, const int64_t *ds,
+                        const double *src, double *dst) {
+  int64_t total = 1, idx[EIN_LABELS] = {0}, so = 0, dof = 0;
+  for (int i = 0; i < n; i++) total *= dims[i];
+  if (total == 0) return;
+  int64_t inner = n ? dims[n - 1] : 1, is = n ? ss[n - 1] : 0, id = n ? ds[n - 1] : 0;
+  for (int64_t o = 0; o < total / inner; o++) {
+    for (int64_t j = 0; j < inner; j++) dst[dof + j * id] += src[so + j * is];
+    for (int d = n - 2; d >= 0; d--) {
+      so += ss[d];
+      dof += ds[d];
+      if (++idx[d] < dims[d]) break;
+      so -= ss[d] * dims[d];
+      dof -= ds[d] * dims[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/* A new contiguous view of v with labels `labs` in that order (others summed away). Labels of
+ * labs missing from v are broadcast. */
+static bool view_reshape(const ein_view *v, int nl, const int *labs, const int64_t *dim,
+                         ein_view *out) {
+  int64_t dims[EIN_LABELS], ss[EIN_LABELS], ds[EIN_LABELS], size = 1;
+  int n = 0;
+  for (int i = nl - 1; i >= 0; i--) size *= dim[labs[i]];
+  out->n = nl;
+  int64_t s = 1;
+  for (int i = nl - 1; i >= 0; i--) {
+    out->lab[i] = labs[i];
+    out->stride[i] = s;
+    s *= dim[labs[i]];
+  }
+  /* index space: the output labels, then v's labels not among them */
+  for (int i = 0; i < nl; i++) {
+    dims[n] = dim[labs[i]];
+    ss[n] = view_stride(v, labs[i]);
+    ds[n++] = out->stride[i];
+  }
+  for (int i = 0; i < v->n; i++) {
+    bool kept = false;
+    for (int j = 0; j < nl; j++) kept = kept || labs[j] == v->lab[i];
+    if (!kept) {
+      dims[n] = dim[v->lab[i]];
+      ss[n] = v->stride[i];
+      ds[n++] = 0;
+    }
+  }
+  out->data = kiln_calloc((size_t)size, sizeof(double));
+  if (!out->data) return false;
+  strided_add(n, dims, ss, ds, v->data, out->data);
+  return true;
+}
+
+static bool has_label(const int *labs, int n, int l) {
+  for (int i = 0; i < n; i++)
+    if (labs[i] == l) return true;
+  return false;
+}
+
+static kiln_code einsum_run(kiln_kctx *c) {
+  int nops = (int)c->n_in, ranks[16] = {0};
+  if (nops < 1 || nops > 16) return kiln_kfail(c, "Einsum needs 1 to 16 inputs");
+  for (int i = 0; i < nops; i++) {
+    const kiln_tensor *t = c->in[i];
+    if (!is_tensor(t) || !work_type(t->dtype) || t->dtype != c->in[0]->dtype)
+      return kiln_kfail(c, "inputs must be numeric tensors of one type");
+    ranks[i] = t->rank;
+  }
+  ein_spec sp;
+  char msg[200];
+  if (!ein_parse(kiln_attr_str(c->node, "equation", ""), nops, ranks, &sp, msg, sizeof msg))
+    return kiln_kfail(c, "%s", msg);
+  int64_t dim[EIN_LABELS];
+  for (int l = 0; l < EIN_LABELS; l++) dim[l] = -1;
+  for (int i = 0; i < nops; i++)
+    for (int j = 0; j < sp.rank[i]; j++) {
+      int64_t d = c->in[i]->dims[j], *cur = &dim[sp.lab[i][j]];
+      if (*cur < 0 || *cur == 1) *cur = d;
+      else if (d != 1 && d != *cur)
+        return kiln_kfail(c, "label dims disagree: %lld vs %lld", (long long)d, (long long)*cur);
+    }
+  ein_view cur = {0}, next = {0}, tmp = {0};
+  kiln_code rc = KILN_OK;
+  for (int t = 0; t < nops && !rc; t++) {
+    /* The input as a view (diagonals and broadcast axes through strides). */
+    const kiln_tensor *x = c->in[t];
+    ein_view in = {0};
+    in.data = kiln_malloc(sizeof(double) * (size_t)x->numel);
+    if (!in.data) {
+      rc = kiln_kfail(c, "out of memory");
+      break;
+    }
+    for (int64_t i = 0; i < x->numel; i++)
+      in.data[i] = x->dtype == KILN_FLOAT ? ((const float *)x->data)[i] : kiln_get_f64(x, i);
+    int64_t s = 1;
+    for (int j = x->rank - 1; j >= 0; j--) {
+      int l = sp.lab[t][j], q = 0;
+      while (q < in.n && in.lab[q] != l) q++;
+      if (q == in.n) in.lab[in.n++] = l, in.stride[q] = 0;
+      if (x->dims[j] != 1) in.stride[q] += s;
+      s *= x->dims[j];
+    }
+    /* Labels still needed after this operand: the output's and the later operands'. */
+    int keep[EIN_LABELS], nk = 0;
+    for (int j = 0; j < sp.nout; j++) keep[nk++] = sp.out[j];
+    for (int u = t + 1; u < nops; u++)
+      for (int j = 0; j < sp.rank[u]; j++)
+        if (!has_label(keep, nk, sp.lab[u][j])) keep[nk++] = sp.lab[u][j];
+    if (t == 0) {
+      cur = in;
+      continue;
+    }
+    /* Sum away what only one side has and nobody needs, then classify the rest. */
+    int kc[EIN_LABELS], nkc = 0, kn[EIN_LABELS], nkn = 0;
+    for (int i = 0; i < cur.n; i++)
+      if (has_label(keep, nk, cur.lab[i]) || has_label(in.lab, in.n, cur.lab[i])) kc[nkc++] = cur.lab[i];
+    for (int i = 0; i < in.n; i++)
+      if (has_label(keep, nk, in.lab[i]) || has_label(cur.lab, cur.n, in.lab[i])) kn[nkn++] = in.lab[i];
+    int bl[EIN_LABELS], ml[EIN_LABELS], nl_[EIN_LABELS], kl[EIN_LABELS], nb = 0, nm = 0, nn = 0, nkk = 0;
+    for (int i = 0; i < nkc; i++) {
+      if (!has_label(kn, nkn, kc[i])) ml[nm++] = kc[i];
+      else if (has_label(keep, nk, kc[i])) bl[nb++] = kc[i];
+      else kl[nkk++] = kc[i];
+    }
+    for (int i = 0; i < nkn; i++)
+      if (!has_label(kc, nkc, kn[i])) nl_[nn++] = kn[i];
+    int64_t B = 1, M = 1, N = 1, K = 1;
+    int la[EIN_LABELS], lb[EIN_LABELS], na = 0, nbb = 0;
+    for (int i = 0; i < nb; i++) B *= dim[bl[i]], la[na++] = bl[i], lb[nbb++] = bl[i];
+    for (int i = 0; i < nm; i++) M *= dim[ml[i]], la[na++] = ml[i];
+    for (int i = 0; i < nkk; i++) K *= dim[kl[i]], la[na++] = kl[i], lb[nbb++] = kl[i];
+    for (int i = 0; i < nn; i++) N *= dim[nl_[i]], lb[nbb++] = nl_[i];
+    ein_view pa = {0}, pb = {0};
+    bool ok = view_reshape(&cur, na, la, dim, &pa) && view_reshape(&in, nbb, lb, dim, &pb);
+    tmp.data = ok ? kiln_calloc((size_t)(B * M * N), sizeof(double)) : NULL;
+    if (tmp.data) {
+      for (int64_t bi = 0; bi < B; bi++)
+        gemm_f64(M, N, K, pa.data + bi * M * K, pb.data + bi * K * N, tmp.data + bi * M * N);
+      int lr[EIN_LABELS], nr = 0;
+      for (int i = 0; i < nb; i++) lr[nr++] = bl[i];
+      for (int i = 0; i < nm; i++) lr[nr++] = ml[i];
+      for (int i = 0; i < nn; i++) lr[nr++] = nl_[i];
+      tmp.n = nr;
+      int64_t st = 1;
+      for (int i = nr - 1; i >= 0; i--) tmp.lab[i] = lr[i], tmp.stride[i] = st, st *= dim[lr[i]];
+    } else {
+      rc = kiln_kfail(c, "out of memory");
+    }
+    free(pa.data);
+    free(pb.data);
+    free(in.data);
+    free(cur.data);
+    cur = tmp;
+    tmp.data = NULL;
+  }
+  if (!rc) {
+    int64_t odims[KILN_MAX_RANK];
+    if (sp.nout > KILN_MAX_RANK) rc = kiln_kfail(c, "output rank too large");
+    for (int j = 0; !rc && j < sp.nout; j++) odims[j] = dim[sp.out[j]];
+    kiln_tensor *y = rc ? NULL : kiln_out(c, 0, c->in[0]->dtype, sp.nout, odims);
+    if (!rc && !y) rc = KILN_ERR_NOMEM;
+    if (y) {
+      if (!view_reshape(&cur, sp.nout, sp.out, dim, &next)) {
+        rc = kiln_kfail(c, "out of memory");
+      } else {
+        for (int64_t i = 0; i < y->numel; i++) {
+          if (y->dtype == KILN_FLOAT) ((float *)y->data)[i] = (float)next.data[i];
+          else if (kiln_dtype_is_int(y->dtype)) kiln_set_i64(y, i, (int64_t)llround(next.data[i]));
+          else kiln_set_f64(y, i, next.data[i]);
+        }
+      }
+    }
+  }
+  free(cur.data);
+  free(next.data);
+  return rc;
+}
+
+/* ---- shape functions ------------------------------------------------------------------------ */
+
+/* Batched product shape; dtype UNDEFINED: A's. a/b are input indices. */
+static kiln_code mm_infer_common(kiln_ictx *c, size_t ai, size_t bi, kiln_dtype dtype) {
+  const kiln_type *a = ai < c->n_in ? c->in[ai] : NULL, *b = bi < c->n_in ? c->in[bi] : NULL;
+  if (!a || !b || a->kind != KILN_T_TENSOR || b->kind != KILN_T_TENSOR) return KILN_OK;
+  if (!dtype) dtype = a->dtype;
+  if (a->rank < 0 || b->rank < 0) {
+    kiln_infer_tensor(c, 0, dtype, -1, NULL);
+    return KILN_OK;
+  }
+  if (a->rank < 1 || b->rank < 1) return kiln_ifail(c, "MatMul inputs must have rank >= 1");
+  int64_t ka = a->dims[a->rank - 1], kb = b->rank == 1 ? b->dims[0] : b->dims[b->rank - 2];
+  if (ka >= 0 && kb >= 0 && ka != kb)
+    return kiln_ifail(c, "inner dimensions differ: %lld vs %lld", (long long)ka, (long long)kb);
+  int ba = a->rank > 2 ? a->rank - 2 : 0, bb = b->rank > 2 ? b->rank - 2 : 0;
+  int r = ba > bb ? ba : bb, yr = 0;
+  int64_t dims[KILN_MAX_RANK];
+  for (int i = 0; i < r; i++) {
+    int64_t x = i < r - ba ? 1 : a->dims[i - (r - ba)], y = i < r - bb ? 1 : b->dims[i - (r - bb)];
+    if (x == y || y == 1) dims[yr++] = x;
+    else if (x == 1) dims[yr++] = y;
+    else if (x < 0 || y < 0) dims[yr++] = x < 0 && y < 0 ? -1 : (x < 0 ? y : x);
+    else return kiln_ifail(c, "batch dimensions cannot be broadcast");
+  }
+  if (a->rank > 1) dims[yr++] = a->dims[a->rank - 2];
+  if (b->rank > 1) dims[yr++] = b->dims[b->rank - 1];
+  kiln_infer_tensor(c, 0, dtype, yr, dims);
+  return KILN_OK;
+}
+
+static kiln_code matmul_infer(kiln_ictx *c) { return mm_infer_common(c, 0, 1, KILN_UNDEFINED); }
+static kiln_code matmulinteger_infer(kiln_ictx *c) { return mm_infer_common(c, 0, 1, KILN_INT32); }
+static kiln_code qlinearmatmul_infer(kiln_ictx *c) {
+  const kiln_type *zp = c->n_in > 7 ? c->in[7] : NULL;
+  return mm_infer_common(c, 0, 3, zp && zp->kind == KILN_T_TENSOR ? zp->dtype : KILN_UNDEFINED);
+}
+
+static kiln_code gemm_infer(kiln_ictx *c) {
+  const kiln_type *a = c->in[0], *b = c->in[1];
+  if (!a || !b || a->kind != KILN_T_TENSOR || b->kind != KILN_T_TENSOR) return KILN_OK;
+  if ((a->rank >= 0 && a->rank != 2) || (b->rank >= 0 && b->rank != 2))
+    return kiln_ifail(c, "A and B must be 2-D");
+  bool ta = kiln_attr_int(c->node, "transA", 0) != 0, tb = kiln_attr_int(c->node, "transB", 0) != 0;
+  int64_t dims[2] = {a->rank == 2 ? a->dims[ta] : -1, b->rank == 2 ? b->dims[!tb] : -1};
+  kiln_infer_tensor(c, 0, a->dtype, 2, dims);
+  return KILN_OK;
+}
+
+static kiln_code einsum_infer(kiln_ictx *c) {
+  const kiln_type *a = c->n_in ? c->in[0] : NULL;
+  if (!a || a->kind != KILN_T_TENSOR) return KILN_OK;
+  int ranks[16] = {0};
+  if (c->n_in < 1 || c->n_in > 16) return KILN_OK;
+  for (size_t i = 0; i < c->n_in; i++) {
+    if (!c->in[i] || c->in[i]->kind != KILN_T_TENSOR || c->in[i]->rank < 0) {
+      kiln_infer_tensor(c, 0, a->dtype, -1, NULL);
+      return KILN_OK;
+    }
+    ranks[i] = c->in[i]->rank;
+  }
+  ein_spec sp;
+  char msg[200];
+  if (!ein_parse(kiln_attr_str(c->node, "equation", ""), (int)c->n_in, ranks, &sp, msg, sizeof msg))
+    return kiln_ifail(c, "%s", msg);
+  if (sp.nout > KILN_MAX_RANK) return kiln_ifail(c, "output rank too large");
+  /* A label's size is known when some axis gives it a size > 1 or all agree on a known size. */
+  int64_t dim[EIN_LABELS];
+  bool unknown[EIN_LABELS] = {false};
+  for (int l = 0; l < EIN_LABELS; l++) dim[l] = -1;
+  for (int i = 0; i < sp.nops; i++)
+    for (int j = 0; j < sp.rank[i]; j++) {
+      int64_t d = c->in[i]->dims[j];
+      int l = sp.lab[i][j];
+      if (d < 0) unknown[l] = true;
+      else if (d > dim[l]) dim[l] = d;
+    }
+  int64_t dims[KILN_MAX_RANK];
+  for (int j = 0; j < sp.nout; j++) {
+    int l = sp.out[j];
+    dims[j] = unknown[l] && dim[l] <= 1 ? -1 : dim[l];
+  }
+  kiln_infer_tensor(c, 0, a->dtype, sp.nout, dims);
+  return KILN_OK;
+}
+
 const kiln_op_schema kiln_ops_matmul[] = {
+    {"", "MatMul", 1, 2, 2, 1, 1, matmul_infer, matmul_run},
+    {"", "Gemm", 1, 2, 3, 1, 1, gemm_infer, gemm_run},
+    {"", "MatMulInteger", 10, 2, 4, 1, 1, matmulinteger_infer, matmulinteger_run},
+    {"", "QLinearMatMul", 10, 8, 8, 1, 1, qlinearmatmul_infer, qlinearmatmul_run},
+    {"", "Einsum", 12, 1, KILN_VARIADIC, 1, 1, einsum_infer, einsum_run},
     {0},
 };
