@@ -174,6 +174,9 @@ kiln_code kiln_session_opset(const kiln_session *s, size_t i, const char **domai
  * Returns KILN_ERR_INVALID_ARG past the end. */
 kiln_code kiln_session_pass_stat(const kiln_session *s, size_t i, const char **pass,
                                  size_t *rewrites);
+/* How many fused nodes have fallen back to the chain they replaced (their kernel failed, or
+ * KILN_FUSION_FAIL=Op1,Op2 named their op type). Each falls back once and stays so. */
+size_t kiln_session_fallback_count(const kiln_session *s);
 /* Write the session's graph, as optimised, to an ONNX file that kiln (and, for level 0/1
  * graphs, any ONNX runtime) can load. */
 kiln_code kiln_session_save(const kiln_session *s, const char *path, kiln_error *err);

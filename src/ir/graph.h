@@ -77,6 +77,7 @@ typedef struct kiln_node {
   size_t n_attrs;
   kiln_attr *attrs;
   const struct kiln_op_schema *schema; /* resolved at load */
+  int fallback;            /* runtime: a fused node whose kernel failed runs "original" (atomic) */
 } kiln_node;
 
 typedef struct kiln_value_info {

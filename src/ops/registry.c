@@ -25,6 +25,7 @@ extern const kiln_op_schema kiln_ops_random[];
 extern const kiln_op_schema kiln_ops_signal[];
 extern const kiln_op_schema kiln_ops_training[];
 extern const kiln_op_schema kiln_ops_string[];
+extern const kiln_op_schema kiln_ops_fused[];
 
 static const kiln_op_schema *const families[] = {
     kiln_ops_elementwise,
@@ -50,6 +51,7 @@ static const kiln_op_schema *const families[] = {
     kiln_ops_signal,
     kiln_ops_training,
     kiln_ops_string,
+    kiln_ops_fused,
 };
 
 static bool domain_eq(const char *a, const char *b) {

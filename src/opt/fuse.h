@@ -27,6 +27,10 @@ kiln_code kiln_node_set_ints(kiln_node *n, const char *name, const int64_t *v, s
 /* Copy every attribute of src onto dst (deep copy; graphs are not supported). */
 kiln_code kiln_node_copy_attrs(kiln_node *dst, const kiln_node *src);
 
+/* Set the fused node's activation attributes (activation, alpha, beta) from a standard
+ * activation node, or "" when act is NULL. */
+kiln_code kiln_fuse_set_activation(kiln_node *f, const kiln_graph *g, const kiln_node *act);
+
 /* Make sure the model imports ai.kiln version 1. */
 kiln_code kiln_model_import_kiln(kiln_model *m, kiln_error *err);
 

@@ -9,6 +9,9 @@ static const kiln_pass passes[] = {
     {"eliminate", 1, kiln_pass_eliminate},
     {"constant_folding", 1, kiln_pass_fold},
     {"dead_code", 1, kiln_pass_dead_code},
+    {"fuse_conv_bn", 2, kiln_pass_fuse_conv_bn},
+    {"fuse_conv_act", 2, kiln_pass_fuse_conv_act},
+    {"fuse_matmul", 2, kiln_pass_fuse_matmul},
 };
 enum { N_PASSES = sizeof passes / sizeof passes[0], MAX_ROUNDS = 16 };
 

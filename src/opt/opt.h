@@ -50,5 +50,8 @@ const kiln_pass *kiln_pass_at(size_t i);
 kiln_code kiln_pass_eliminate(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
 kiln_code kiln_pass_fold(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
 kiln_code kiln_pass_dead_code(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+kiln_code kiln_pass_fuse_conv_bn(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+kiln_code kiln_pass_fuse_conv_act(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+kiln_code kiln_pass_fuse_matmul(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
 
 #endif

@@ -55,9 +55,10 @@ bool kiln_pattern_match(const kiln_graph *g, const kiln_pattern *p, size_t ancho
     for (size_t k = 0; k < n->n_in && prev < 0; k++) {
       if (st->slot >= 0 && (size_t)st->slot != k) continue;
       int v = n->in[k];
-      if (v < 0 || g->values[v].producer < 0) continue;
-      const kiln_node *pn = &g->nodes[g->values[v].producer];
-      if (pn->out[0] == v && kiln_op_is(pn, p->steps[s - 1].ops)) prev = g->values[v].producer;
+      int pi = v < 0 ? -1 : g->values[v].producer;
+      if (pi < 0 || (taken && taken[pi])) continue; /* a node another rewrite already moved */
+      const kiln_node *pn = &g->nodes[pi];
+      if (pn->n_out > 0 && pn->out[0] == v && kiln_op_is(pn, p->steps[s - 1].ops)) prev = pi;
     }
     if (prev < 0) return false;
     cur = (size_t)prev;

@@ -60,6 +60,11 @@ static kiln_code finish_create(kiln_model *m, const kiln_options *opts, kiln_ses
   if (opts) memcpy(&s->opts, opts, opts->size < sizeof s->opts ? opts->size : sizeof s->opts);
   s->opts.size = sizeof s->opts;
   s->opts.disabled_passes = NULL; /* borrowed only during creation */
+  const char *ff = getenv("KILN_FUSION_FAIL");
+  if (ff && *ff && !(s->force_fail = kiln_strdup(ff))) {
+    kiln_session_free(s);
+    return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  }
   kiln_code rc = check_opsets(m, err);
   if (!rc) rc = kiln_graph_prepare(m->graph, m, err);
   if (!rc && s->opts.opt_level > 0) {
@@ -114,7 +119,12 @@ void kiln_session_free(kiln_session *s) {
   kiln_model_free(s->model);
   free(s->feeds);
   free(s->hist);
+  free(s->force_fail);
   free(s);
+}
+
+size_t kiln_session_fallback_count(const kiln_session *s) {
+  return s ? __atomic_load_n(&s->n_fallbacks, __ATOMIC_RELAXED) : 0;
 }
 
 size_t kiln_session_input_count(const kiln_session *s) { return s ? s->n_feeds : 0; }

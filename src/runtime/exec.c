@@ -27,6 +27,61 @@ static const kiln_tensor *lookup(const kiln_frame *f, int id) {
   return NULL;
 }
 
+static bool in_list(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; p && *p;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len == n && !strncmp(p, name, n)) return true;
+    p = end ? end + 1 : NULL;
+  }
+  return false;
+}
+
+/* Run a fused node's original chain on the node's present inputs. */
+static kiln_code run_original(kiln_frame *f, const kiln_node *n, const kiln_graph *orig,
+                              const kiln_tensor *const *in, kiln_tensor **out, kiln_error *err) {
+  enum { CAP = 64 };
+  const kiln_tensor *ins[CAP];
+  kiln_tensor *outs[CAP];
+  size_t ni = 0;
+  for (size_t i = 0; i < n->n_in && ni < CAP; i++)
+    if (n->in[i] >= 0) ins[ni++] = in[i];
+  if (orig->n_outputs > CAP) return kiln_fail(err, KILN_ERR_UNSUPPORTED, "too many outputs");
+  kiln_code rc = kiln_graph_run(f->session, f, orig, ni, ins, outs, err);
+  if (rc) return rc;
+  size_t k = 0;
+  for (size_t i = 0; i < n->n_out; i++)
+    if (n->out[i] >= 0 && k < orig->n_outputs) out[i] = outs[k++];
+  for (; k < orig->n_outputs; k++) kiln_tensor_free(outs[k]);
+  return KILN_OK;
+}
+
+/* A fused node runs its kernel unless it has fallen back; when the kernel fails (or
+ * KILN_FUSION_FAIL names its op), it switches to its original chain for good, saying so once. */
+static kiln_code run_fused(kiln_frame *f, const kiln_node *n, const kiln_graph *orig, kiln_kctx *c,
+                           kiln_error *err) {
+  kiln_node *mut = (kiln_node *)(uintptr_t)n; /* the fallback flag is runtime state */
+  kiln_session *s = (kiln_session *)(uintptr_t)f->session;
+  bool forced = s && s->force_fail && in_list(s->force_fail, n->op_type);
+  kiln_code rc = KILN_ERR_RUN;
+  if (!forced && !__atomic_load_n(&mut->fallback, __ATOMIC_ACQUIRE)) {
+    rc = n->schema->run(c);
+    if (rc == KILN_OK) return rc;
+  }
+  for (size_t i = 0; i < n->n_out; i++) {
+    kiln_tensor_free(c->out[i]);
+    c->out[i] = NULL;
+  }
+  if (__atomic_exchange_n(&mut->fallback, 1, __ATOMIC_ACQ_REL) == 0) {
+    if (s) __atomic_add_fetch(&s->n_fallbacks, 1, __ATOMIC_RELAXED);
+    fprintf(stderr, "kiln: fused node '%s' (%s) %s; running the chain it replaced from now on\n",
+            n->name, n->op_type, forced ? "is forced to fail by KILN_FUSION_FAIL" : err->message);
+  }
+  kiln_error_clear(err);
+  return run_original(f, n, orig, c->in, c->out, err);
+}
+
 static kiln_code run_node(kiln_frame *f, const kiln_node *n, kiln_error *err) {
   char lbl[300];
   enum { CAP = 64 };
@@ -51,7 +106,11 @@ static kiln_code run_node(kiln_frame *f, const kiln_node *n, kiln_error *err) {
   for (size_t i = 0; i < n->n_out; i++) out[i] = NULL;
   kiln_kctx c = {.node = n, .opset = n->opset, .n_in = n->n_in, .n_out = n->n_out, .in = in,
                  .out = out, .frame = f, .err = err};
-  rc = n->schema->run(&c);
+  const kiln_attr *orig = !strcmp(n->domain, "ai.kiln") ? kiln_node_attr(n, "original") : NULL;
+  if (orig && orig->g)
+    rc = run_fused(f, n, orig->g, &c, err);
+  else
+    rc = n->schema->run(&c);
   if (rc == KILN_OK) {
     for (size_t i = 0; i < n->n_out; i++) {
       if (n->out[i] < 0) continue;

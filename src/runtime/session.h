@@ -22,6 +22,8 @@ struct kiln_session {
   size_t n_hist;
   kiln_op_hist *hist;
   kiln_opt_log opt_log;    /* what the optimizer did at creation */
+  char *force_fail;        /* KILN_FUSION_FAIL: fused op types whose kernel is treated as failed */
+  size_t n_fallbacks;      /* fused nodes that fell back to their original chain (atomic) */
 };
 
 /* One activation of a graph: the values its nodes produced. */

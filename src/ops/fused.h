@@ -1,0 +1,16 @@
+/* Shared pieces of kiln's fused operators. */
+#ifndef KILN_OPS_FUSED_H
+#define KILN_OPS_FUSED_H
+
+#include "ops/op.h"
+
+#define KILN_FUSED_DOMAIN "ai.kiln"
+
+/* Whether `name` is an activation the fused kernels apply. */
+bool kiln_fused_activation_known(const char *name);
+/* In place on float y: + bias over the last dim (may be NULL), + residual of y's shape (may be
+ * NULL), then the node's `activation` (alpha, beta attributes). */
+kiln_code kiln_fused_epilogue(kiln_kctx *c, kiln_tensor *y, const kiln_tensor *bias,
+                              const kiln_tensor *residual);
+
+#endif

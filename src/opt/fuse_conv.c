@@ -1,0 +1,242 @@
+/* Convolution fusions.
+ *  fuse_conv_bn:  Conv -> BatchNormalization with constant weights and statistics: the
+ *                 normalisation is folded into new weights and bias; the BN node goes.
+ *  fuse_conv_act: Conv [-> Add(residual)] -> activation  =>  ai.kiln::FusedConv. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "ir/edit.h"
+#include "ops/fused.h"
+#include "opt/fuse.h"
+
+static bool conv_const_weights(const kiln_graph *g, const kiln_node *n) {
+  const kiln_tensor *w = kiln_const_input(g, n, 1);
+  if (!w || w->dtype != KILN_FLOAT || w->rank < 3) return false;
+  return n->n_in < 3 || n->in[2] < 0 || kiln_const_input(g, n, 2);
+}
+
+static bool bn_foldable(const kiln_graph *g, const kiln_node *n) {
+  for (size_t k = 1; k < n->n_out; k++)
+    if (n->out[k] >= 0) return false; /* running statistics wanted: not an inference BN */
+  if (n->n_in != 5 || kiln_attr_int(n, "training_mode", 0) || (n->opset < 9 && kiln_attr_int(n, "spatial", 1) != 1))
+    return false;
+  for (size_t i = 1; i < 5; i++) {
+    const kiln_tensor *t = kiln_const_input(g, n, i);
+    if (!t || t->dtype != KILN_FLOAT || t->rank != 1) return false;
+  }
+  return true;
+}
+
+/* A new constant value in g holding t (owned by g afterwards). */
+static int new_const(kiln_graph *g, const char *base, const char *suffix, kiln_tensor *t) {
+  char name[512];
+  for (int k = 0;; k++) {
+    snprintf(name, sizeof name, "%s_%s%s%d", base, suffix, k ? "_" : "", k);
+    if (k == 0) snprintf(name, sizeof name, "%s_%s", base, suffix);
+    if (kiln_graph_find(g, name) < 0) break;
+  }
+  int id = kiln_graph_value(g, name);
+  if (id < 0) return -1;
+  g->values[id].init = t;
+  g->values[id].type.kind = KILN_T_TENSOR;
+  g->values[id].type.dtype = t->dtype;
+  g->values[id].type.rank = t->rank;
+  for (int d = 0; d < t->rank; d++) g->values[id].type.dims[d] = t->dims[d];
+  return id;
+}
+
+static const kiln_pattern conv_bn = {"conv_bn", 2, {{"Conv", -1, conv_const_weights}, {"BatchNormalization", 0, bn_foldable}}};
+
+static kiln_code fold_bn(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_match *m, bool *dead) {
+  kiln_node *conv = &g->nodes[m->nodes[0]], *bn = &g->nodes[m->nodes[1]];
+  const kiln_tensor *w = kiln_const_input(g, conv, 1), *b = kiln_const_input(g, conv, 2);
+  const kiln_tensor *scale = kiln_const_input(g, bn, 1), *shift = kiln_const_input(g, bn, 2),
+                    *mean = kiln_const_input(g, bn, 3), *var = kiln_const_input(g, bn, 4);
+  int64_t co = w->dims[0], per = w->numel / (co ? co : 1);
+  if (scale->numel != co || shift->numel != co || mean->numel != co || var->numel != co ||
+      (b && b->numel != co))
+    return KILN_OK; /* shapes that do not line up: leave the chain alone */
+  float eps = kiln_attr_float(bn, "epsilon", 1e-5f);
+  int64_t bdim = co;
+  kiln_tensor *nw = kiln_tensor_new(KILN_FLOAT, w->rank, w->dims, ctx->err);
+  kiln_tensor *nb = nw ? kiln_tensor_new(KILN_FLOAT, 1, &bdim, ctx->err) : NULL;
+  if (!nb) {
+    kiln_tensor_free(nw);
+    return KILN_ERR_NOMEM;
+  }
+  const float *pw = w->data, *ps = scale->data, *pt = shift->data, *pm = mean->data, *pv = var->data;
+  float *qw = nw->data, *qb = nb->data;
+  for (int64_t o = 0; o < co; o++) {
+    double s = ps[o] / sqrt((double)pv[o] + eps);
+    for (int64_t k = 0; k < per; k++) qw[o * per + k] = (float)(pw[o * per + k] * s);
+    double b0 = b ? ((const float *)b->data)[o] : 0.0;
+    qb[o] = (float)((b0 - pm[o]) * s + pt[o]);
+  }
+  const char *base = g->values[bn->out[0]].name;
+  int wid = new_const(g, base, "w", nw);
+  if (wid < 0) {
+    kiln_tensor_free(nw);
+    kiln_tensor_free(nb);
+    return kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+  }
+  int bid = new_const(g, base, "b", nb);
+  if (bid < 0) {
+    kiln_tensor_free(nb);
+    return kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+  }
+  conv = &g->nodes[m->nodes[0]];
+  bn = &g->nodes[m->nodes[1]];
+  if (conv->n_in < 3) {
+    int *in = realloc(conv->in, 3 * sizeof *in);
+    if (!in) return kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+    conv->in = in;
+    conv->n_in = 3;
+  }
+  conv->in[1] = wid;
+  conv->in[2] = bid;
+  conv->out[0] = bn->out[0]; /* the conv now produces what the BN produced */
+  bn->n_out = 0;             /* so removing the BN node does not touch that value */
+  dead[m->nodes[1]] = true;
+  return KILN_OK;
+}
+
+kiln_code kiln_pass_fuse_conv_bn(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
+  size_t *uses = kiln_graph_use_counts(g);
+  bool *dead = kiln_calloc(g->n_nodes, sizeof *dead);
+  kiln_code rc = uses && dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+  size_t n0 = g->n_nodes;
+  for (size_t i = 0; !rc && i < n0; i++) {
+    kiln_match m;
+    if (!kiln_pattern_match(g, &conv_bn, i, uses, dead, &m)) continue;
+    rc = fold_bn(ctx, g, &m, dead);
+    if (!rc && dead[m.nodes[1]]) {
+      dead[m.nodes[0]] = true; /* claimed for this pass; cleared below */
+      (*count)++;
+    }
+  }
+  /* Conv nodes were only marked to stop a second match; keep them. */
+  for (size_t i = 0; !rc && i < n0; i++)
+    if (dead[i] && kiln_op_is(&g->nodes[i], "Conv")) dead[i] = false;
+  if (!rc) kiln_graph_remove_nodes(g, dead);
+  free(uses);
+  free(dead);
+  return rc;
+}
+
+/* ---- Conv [+ Add] + activation ---- */
+
+static bool act_ok(const kiln_graph *g, const kiln_node *n) {
+  if (kiln_op_is(n, "Clip")) {
+    double lo, hi;
+    if (n->opset < 11) return true;
+    return (n->n_in < 2 || n->in[1] < 0 || kiln_const_scalar(g, n, 1, &lo)) &&
+           (n->n_in < 3 || n->in[2] < 0 || kiln_const_scalar(g, n, 2, &hi));
+  }
+  return true;
+}
+
+static bool float_conv(const kiln_graph *g, const kiln_node *n) {
+  if (!conv_const_weights(g, n)) return false;
+  const kiln_type *t = &g->values[n->in[0]].type;
+  return t->kind == KILN_T_TENSOR && t->dtype == KILN_FLOAT;
+}
+
+/* The Add's other input must be a tensor of exactly the conv output's static shape. */
+static bool residual_add(const kiln_graph *g, const kiln_node *n) {
+  if (n->n_in != 2) return false;
+  const kiln_type *a = &g->values[n->in[0]].type, *b = &g->values[n->in[1]].type;
+  if (a->kind != KILN_T_TENSOR || b->kind != KILN_T_TENSOR || a->rank < 0 || a->rank != b->rank ||
+      a->dtype != KILN_FLOAT || b->dtype != KILN_FLOAT)
+    return false;
+  for (int d = 0; d < a->rank; d++)
+    if (a->dims[d] < 0 || a->dims[d] != b->dims[d]) return false;
+  return true;
+}
+
+#define ACTS "Relu|LeakyRelu|Clip|Sigmoid|HardSigmoid|HardSwish|Tanh"
+static const kiln_pattern conv_patterns[] = {
+    {"conv_add_act", 3, {{"Conv", -1, float_conv}, {"Add", -1, residual_add}, {ACTS, 0, act_ok}}},
+    {"conv_act", 2, {{"Conv", -1, float_conv}, {ACTS, 0, act_ok}}},
+    {"conv_add", 2, {{"Conv", -1, float_conv}, {"Add", -1, residual_add}}},
+};
+
+/* Activation attributes for the fused node from the standard activation node. */
+kiln_code kiln_fuse_set_activation(kiln_node *f, const kiln_graph *g, const kiln_node *act) {
+  kiln_code rc = kiln_node_set_string(f, "activation", act ? act->op_type : "");
+  if (rc || !act) return rc;
+  if (kiln_op_is(act, "LeakyRelu")) return kiln_node_set_float(f, "alpha", kiln_attr_float(act, "alpha", 0.01f));
+  if (kiln_op_is(act, "HardSigmoid")) {
+    rc = kiln_node_set_float(f, "alpha", kiln_attr_float(act, "alpha", 0.2f));
+    return rc ? rc : kiln_node_set_float(f, "beta", kiln_attr_float(act, "beta", 0.5f));
+  }
+  if (kiln_op_is(act, "Clip")) {
+    double lo = -INFINITY, hi = INFINITY;
+    if (act->opset < 11) {
+      lo = kiln_attr_float(act, "min", -INFINITY);
+      hi = kiln_attr_float(act, "max", INFINITY);
+    } else {
+      kiln_const_scalar(g, act, 1, &lo);
+      kiln_const_scalar(g, act, 2, &hi);
+    }
+    rc = kiln_node_set_float(f, "alpha", (float)lo);
+    return rc ? rc : kiln_node_set_float(f, "beta", (float)hi);
+  }
+  return KILN_OK;
+}
+
+kiln_code kiln_pass_fuse_conv_act(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
+  size_t *uses = kiln_graph_use_counts(g);
+  bool *dead = kiln_calloc(g->n_nodes, sizeof *dead);
+  kiln_code rc = uses && dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+  size_t n0 = g->n_nodes;
+  for (size_t i = 0; !rc && i < n0; i++) {
+    for (size_t p = 0; p < sizeof conv_patterns / sizeof conv_patterns[0]; p++) {
+      kiln_match m;
+      if (!kiln_pattern_match(g, &conv_patterns[p], i, uses, dead, &m)) continue;
+      const kiln_node *conv = &g->nodes[m.nodes[0]];
+      int in[4] = {conv->in[0], conv->in[1], conv->n_in > 2 ? conv->in[2] : -1, -1};
+      const kiln_node *act = NULL;
+      if (m.n >= 2 && kiln_op_is(&g->nodes[m.nodes[1]], "Add")) {
+        const kiln_node *add = &g->nodes[m.nodes[1]];
+        in[3] = add->in[0] == conv->out[0] ? add->in[1] : add->in[0];
+      }
+      if (!kiln_op_is(&g->nodes[m.nodes[m.n - 1]], "Add")) act = &g->nodes[m.nodes[m.n - 1]];
+      /* Attributes are read before the chain moves into the fused node's subgraph. */
+      kiln_node tmp = {0};
+      rc = kiln_node_copy_attrs(&tmp, conv);
+      if (!rc) rc = kiln_fuse_set_activation(&tmp, g, act);
+      int k = rc ? -1 : kiln_fuse_chain(ctx, g, &m, "FusedConv", in, 4, dead);
+      if (k >= 0) {
+        kiln_node *f = &g->nodes[k];
+        for (size_t a = 0; !rc && a < tmp.n_attrs; a++) {
+          kiln_attr *na = realloc(f->attrs, (f->n_attrs + 1) * sizeof *na);
+          if (!na) {
+            rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+            break;
+          }
+          f->attrs = na;
+          f->attrs[f->n_attrs++] = tmp.attrs[a];
+          memset(&tmp.attrs[a], 0, sizeof tmp.attrs[a]);
+        }
+        (*count)++;
+      } else if (!rc) {
+        rc = ctx->err ? ctx->err->code : KILN_ERR_NOMEM;
+      }
+      kiln_node_clear(&tmp);
+      bool *grown = realloc(dead, g->n_nodes * sizeof *dead);
+      if (!grown) rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+      else {
+        dead = grown;
+        for (size_t j = n0; j < g->n_nodes; j++) dead[j] = false;
+      }
+      break;
+    }
+  }
+  if (!rc) kiln_graph_remove_nodes(g, dead);
+  free(uses);
+  free(dead);
+  return rc;
+}

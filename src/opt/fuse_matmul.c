@@ -1,0 +1,102 @@
+/* MatMul fusions: MatMul -> Add(bias) [-> activation] and Gemm -> activation become
+ * ai.kiln::FusedMatMul / ai.kiln::FusedGemm with the bias and activation in the epilogue. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "ir/edit.h"
+#include "opt/fuse.h"
+
+static bool float_matmul(const kiln_graph *g, const kiln_node *n) {
+  const kiln_tensor *b = kiln_const_input(g, n, 1);
+  const kiln_type *a = &g->values[n->in[0]].type;
+  return b && b->dtype == KILN_FLOAT && b->rank == 2 && a->kind == KILN_T_TENSOR &&
+         a->dtype == KILN_FLOAT && a->rank >= 1;
+}
+
+/* The Add's other input is a constant vector over the MatMul's last dim. */
+static bool bias_add(const kiln_graph *g, const kiln_node *n) {
+  if (n->n_in != 2) return false;
+  for (size_t i = 0; i < 2; i++) {
+    const kiln_tensor *t = kiln_const_input(g, n, i);
+    if (!t || t->dtype != KILN_FLOAT) continue;
+    bool vec = t->rank >= 1;
+    for (int d = 0; d + 1 < t->rank; d++) vec &= t->dims[d] == 1;
+    const kiln_node *mm = NULL;
+    int other = n->in[1 - i];
+    if (other >= 0 && g->values[other].producer >= 0) mm = &g->nodes[g->values[other].producer];
+    if (!vec || !mm || !mm->n_in || mm->n_in < 2) continue;
+    const kiln_tensor *w = kiln_const_input(g, mm, 1);
+    if (w && w->rank == 2 && t->dims[t->rank - 1] == w->dims[1]) {
+      /* the bias must not raise the rank of the product */
+      const kiln_type *ty = &g->values[other].type;
+      if (ty->rank >= t->rank) return true;
+    }
+  }
+  return false;
+}
+
+static bool gemm_plain(const kiln_graph *g, const kiln_node *n) {
+  return n->n_in >= 2 && kiln_attr_int(n, "transA", 0) == 0 && g->values[n->in[0]].type.dtype == KILN_FLOAT;
+}
+
+#define ACTS "Relu|LeakyRelu|Clip|Sigmoid|HardSigmoid|HardSwish|Tanh"
+static const kiln_pattern patterns[] = {
+    {"matmul_add_act", 3, {{"MatMul", -1, float_matmul}, {"Add", -1, bias_add}, {ACTS, 0, NULL}}},
+    {"matmul_add", 2, {{"MatMul", -1, float_matmul}, {"Add", -1, bias_add}}},
+    {"gemm_act", 2, {{"Gemm", -1, gemm_plain}, {ACTS, 0, NULL}}},
+};
+
+static kiln_code add_attrs(kiln_node *f, kiln_node *tmp) {
+  for (size_t a = 0; a < tmp->n_attrs; a++) {
+    kiln_attr *na = realloc(f->attrs, (f->n_attrs + 1) * sizeof *na);
+    if (!na) return KILN_ERR_NOMEM;
+    f->attrs = na;
+    f->attrs[f->n_attrs++] = tmp->attrs[a];
+    memset(&tmp->attrs[a], 0, sizeof tmp->attrs[a]);
+  }
+  return KILN_OK;
+}
+
+kiln_code kiln_pass_fuse_matmul(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
+  size_t *uses = kiln_graph_use_counts(g);
+  bool *dead = kiln_calloc(g->n_nodes, sizeof *dead);
+  kiln_code rc = uses && dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+  size_t n0 = g->n_nodes;
+  for (size_t i = 0; !rc && i < n0; i++) {
+    for (size_t p = 0; p < sizeof patterns / sizeof patterns[0]; p++) {
+      kiln_match m;
+      if (!kiln_pattern_match(g, &patterns[p], i, uses, dead, &m)) continue;
+      const kiln_node *first = &g->nodes[m.nodes[0]];
+      bool gemm = kiln_op_is(first, "Gemm");
+      int in[4] = {first->in[0], first->in[1], gemm && first->n_in > 2 ? first->in[2] : -1, -1};
+      if (!gemm) {
+        const kiln_node *add = &g->nodes[m.nodes[1]];
+        in[2] = add->in[0] == first->out[0] ? add->in[1] : add->in[0];
+      }
+      const kiln_node *act = kiln_op_is(&g->nodes[m.nodes[m.n - 1]], "Add") ? NULL : &g->nodes[m.nodes[m.n - 1]];
+      kiln_node tmp = {0};
+      rc = gemm ? kiln_node_copy_attrs(&tmp, first) : KILN_OK;
+      if (!rc) rc = kiln_fuse_set_activation(&tmp, g, act);
+      int k = rc ? -1 : kiln_fuse_chain(ctx, g, &m, gemm ? "FusedGemm" : "FusedMatMul", in, 3, dead);
+      if (k >= 0) {
+        if (add_attrs(&g->nodes[k], &tmp)) rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+        (*count)++;
+      } else if (!rc) {
+        rc = ctx->err ? ctx->err->code : KILN_ERR_NOMEM;
+      }
+      kiln_node_clear(&tmp);
+      bool *grown = realloc(dead, g->n_nodes * sizeof *dead);
+      if (!grown) rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+      else {
+        dead = grown;
+        for (size_t j = n0; j < g->n_nodes; j++) dead[j] = false;
+      }
+      break;
+    }
+  }
+  if (!rc) kiln_graph_remove_nodes(g, dead);
+  free(uses);
+  free(dead);
+  return rc;
+}
