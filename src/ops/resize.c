@@ -1,6 +1,501 @@
-/* resize operators. */
+/* Resampling operators: Resize (opsets 10, 11, 13, 18), Upsample (7, 9) and GridSample (16).
+ *
+ * Resize is separable: for every axis and output coordinate we precompute the input taps
+ * (index, weight) once, then each output element sums the product of its axes' taps. The
+ * coordinate rules follow the ONNX reference implementation (onnx/backend/test/case/node/
+ * resize.py), which the conformance data was generated from: e.g. align_corners divides by
+ * `scale * input_length - 1`, not by the rounded output length. GridSample follows PyTorch's
+ * grid_sampler_2d, which produced its test data. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "ops/op.h"
 
+#define MAXR KILN_MAX_RANK
+
+static const kiln_type *tin_type(const kiln_ictx *c, size_t i) {
+  if (i >= c->n_in || !c->in[i] || c->in[i]->kind != KILN_T_TENSOR) return NULL;
+  return c->in[i];
+}
+
+/* Every input below `required` must be present, and every present input a tensor. */
+static kiln_code need_tensors(kiln_kctx *c, size_t required) {
+  for (size_t i = 0; i < c->n_in; i++) {
+    const kiln_tensor *t = c->in[i];
+    if (!t) {
+      if (i < required) return kiln_kfail(c, "input %zu is required", i);
+      continue;
+    }
+    if (t->kind != KILN_KIND_TENSOR) return kiln_kfail(c, "input %zu must be a tensor", i);
+  }
+  return KILN_OK;
+}
+
+/* floor(v) as an index, or false when v is not a usable coordinate (NaN, huge). */
+static bool floor_index(double v, int64_t *out) {
+  if (!(v > -4e15 && v < 4e15)) return false;
+  *out = (int64_t)floor(v);
+  return true;
+}
+
+static int64_t clamp_i(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* ---- Resize / Upsample: parameters ---- */
+
+enum { M_NEAREST, M_LINEAR, M_CUBIC };
+enum { CT_HALF_PIXEL, CT_HALF_PIXEL_SYM, CT_PYTORCH_HALF_PIXEL, CT_ALIGN_CORNERS, CT_ASYMMETRIC,
+       CT_TF_HALF_PIXEL_NN, CT_TF_CROP_AND_RESIZE };
+enum { NM_ROUND_PREFER_FLOOR, NM_ROUND_PREFER_CEIL, NM_FLOOR, NM_CEIL };
+
+typedef struct rs_params {
+  int mode, ctm, nearest;
+  double cubic_a, extrapolation;
+  bool exclude_outside;
+} rs_params;
+
+static int pick(const char *s, const char *const *names, int n) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(s, names[i])) return i;
+  return -1;
+}
+
+/* Attributes by op and version; Upsample and Resize-10 are asymmetric with floor rounding. */
+static const char *rs_read_params(const kiln_node *n, int opset, rs_params *p) {
+  bool upsample = !strcmp(n->op_type, "Upsample");
+  static const char *const modes[] = {"nearest", "linear", "cubic"};
+  const char *m = kiln_attr_str(n, "mode", "nearest");
+  p->mode = upsample && !strcmp(m, "bilinear") ? M_LINEAR : pick(m, modes, 3);
+  if (p->mode < 0 || (p->mode == M_CUBIC && (upsample || opset < 11))) return "unknown mode";
+  p->ctm = CT_ASYMMETRIC;
+  p->nearest = NM_FLOOR;
+  p->cubic_a = -0.75;
+  p->extrapolation = 0;
+  p->exclude_outside = false;
+  if (upsample || opset < 11) return NULL;
+  static const char *const ctms[] = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
+                                     "align_corners", "asymmetric", "tf_half_pixel_for_nn",
+                                     "tf_crop_and_resize"};
+  static const char *const nms[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+  p->ctm = pick(kiln_attr_str(n, "coordinate_transformation_mode", "half_pixel"), ctms, 7);
+  p->nearest = pick(kiln_attr_str(n, "nearest_mode", "round_prefer_floor"), nms, 4);
+  if (p->ctm < 0 || (p->ctm == CT_HALF_PIXEL_SYM && opset < 19))
+    return "unknown coordinate_transformation_mode";
+  if (p->ctm == CT_TF_HALF_PIXEL_NN && opset >= 13 && p->mode != M_NEAREST)
+    return "tf_half_pixel_for_nn needs mode nearest";
+  if (p->nearest < 0) return "unknown nearest_mode";
+  p->cubic_a = kiln_attr_float(n, "cubic_coeff_a", -0.75f);
+  p->exclude_outside = kiln_attr_int(n, "exclude_outside", 0) != 0;
+  p->extrapolation = kiln_attr_float(n, "extrapolation_value", 0.0f);
+  return NULL;
+}
+
+/* Input positions of scales / sizes / roi by op and version (-1: none). */
+static void rs_inputs(const kiln_node *n, int opset, int *scales, int *sizes, int *roi) {
+  bool upsample = !strcmp(n->op_type, "Upsample");
+  *scales = upsample ? (opset >= 9 ? 1 : -1) : opset < 11 ? 1 : 2;
+  *sizes = !upsample && opset >= 11 ? 3 : -1;
+  *roi = !upsample && opset >= 11 ? 1 : -1;
+}
+
+/* The output shape and per-axis scale factors. `sc` / `sz` / `roi_t` are the scales, sizes and roi
+ * tensors (NULL: omitted; empty tensors count as omitted). `dims` may hold -1 at load time; the
+ * output then gets -1 there. roi (2 * rank values) is filled with [0..1] defaults. */
+static const char *rs_shape(const kiln_node *n, int opset, int r, const int64_t *dims,
+                            const kiln_tensor *sc, const kiln_tensor *sz, const kiln_tensor *roi_t,
+                            int64_t *out, double *scale, double *roi) {
+  int64_t axes[MAXR];
+  size_t na = (size_t)r;
+  const int64_t *ax_attr = opset >= 18 ? kiln_attr_ints(n, "axes", &na) : NULL;
+  if (!ax_attr) na = (size_t)r;
+  if (na > (size_t)r) return "too many axes";
+  bool seen[MAXR] = {false};
+  for (size_t i = 0; i < na; i++) {
+    int64_t a = ax_attr ? ax_attr[i] : (int64_t)i;
+    if (a < 0) a += r;
+    if (a < 0 || a >= r || seen[a]) return "axes are out of range or repeated";
+    seen[a] = true;
+    axes[i] = a;
+  }
+  for (int d = 0; d < r; d++) out[d] = dims[d], scale[d] = 1, roi[d] = 0, roi[r + d] = 1;
+  if (sc && sc->numel == 0) sc = NULL;
+  if (sz && sz->numel == 0) sz = NULL;
+  if (sc && sz) return "only one of scales and sizes may be given";
+  if (!sc && !sz) return "one of scales and sizes is required";
+  if (roi_t && roi_t->numel) {
+    if ((size_t)roi_t->numel != 2 * na || !kiln_dtype_is_float(roi_t->dtype))
+      return "roi must hold a start and an end per axis";
+    for (size_t i = 0; i < na; i++) {
+      roi[axes[i]] = kiln_get_f64(roi_t, (int64_t)i);
+      roi[r + axes[i]] = kiln_get_f64(roi_t, (int64_t)(na + i));
+    }
+  }
+  if (sc) {
+    if ((size_t)sc->numel != na || !kiln_dtype_is_float(sc->dtype))
+      return "scales must hold one float per axis";
+    for (size_t i = 0; i < na; i++) {
+      double s = kiln_get_f64(sc, (int64_t)i), v;
+      int64_t a = axes[i];
+      if (!(s > 0) || isinf(s)) return "scales must be positive";
+      scale[a] = s;
+      v = floor((double)dims[a] * s);
+      if (dims[a] >= 0 && v > 1e15) return "scaled output is too large";
+      out[a] = dims[a] < 0 ? -1 : (int64_t)v;
+    }
+    return NULL;
+  }
+  if ((size_t)sz->numel != na || !kiln_dtype_is_int(sz->dtype))
+    return "sizes must hold one integer per axis";
+  const char *policy = opset >= 18 ? kiln_attr_str(n, "keep_aspect_ratio_policy", "stretch") : "stretch";
+  bool stretch = !strcmp(policy, "stretch"), larger = !strcmp(policy, "not_smaller");
+  if (!stretch && !larger && strcmp(policy, "not_larger")) return "unknown keep_aspect_ratio_policy";
+  double common = larger ? 0 : INFINITY;
+  for (size_t i = 0; i < na; i++) {
+    int64_t a = axes[i], s = kiln_get_i64(sz, (int64_t)i);
+    if (s < 0) return "sizes must be non-negative";
+    out[a] = s;
+    if (dims[a] < 0) continue;
+    scale[a] = dims[a] ? (double)s / (double)dims[a] : 1;
+    common = larger ? fmax(common, scale[a]) : fmin(common, scale[a]);
+  }
+  if (!stretch) /* one scale for every listed axis, sizes rounded from it */
+    for (size_t i = 0; i < na; i++) {
+      int64_t a = axes[i];
+      scale[a] = common;
+      out[a] = dims[a] < 0 ? -1 : (int64_t)floor(common * (double)dims[a] + 0.5);
+    }
+  return NULL;
+}
+
+static kiln_code infer_resize(kiln_ictx *c) {
+  const kiln_type *x = tin_type(c, 0);
+  rs_params p;
+  const char *e = rs_read_params(c->node, c->opset, &p);
+  if (e) return kiln_ifail(c, "%s", e);
+  if (!x || x->rank < 0 || x->rank > MAXR) {
+    kiln_infer_tensor(c, 0, x ? x->dtype : KILN_UNDEFINED, -1, NULL);
+    return KILN_OK;
+  }
+  int si, zi, ri;
+  rs_inputs(c->node, c->opset, &si, &zi, &ri);
+  bool upsample7 = si < 0;
+  const kiln_tensor *sc = si >= 0 && (size_t)si < c->n_in ? c->cin[si] : NULL;
+  const kiln_tensor *sz = zi >= 0 && (size_t)zi < c->n_in ? c->cin[zi] : NULL;
+  bool sc_given = si >= 0 && (size_t)si < c->n_in && c->node->in[si] >= 0;
+  bool sz_given = zi >= 0 && (size_t)zi < c->n_in && c->node->in[zi] >= 0;
+  /* Known only when every given scales/sizes input is a constant (an empty constant counts). */
+  if (upsample7 || (sc_given && !sc) || (sz_given && !sz) ||
+      (sc && sc->kind != KILN_KIND_TENSOR) || (sz && sz->kind != KILN_KIND_TENSOR)) {
+    kiln_infer_tensor(c, 0, x->dtype, x->rank, NULL);
+    if (upsample7) {
+      size_t n;
+      const float *f = kiln_attr_floats(c->node, "scales", &n);
+      int64_t out[MAXR];
+      if (!f || n != (size_t)x->rank) return kiln_ifail(c, "scales must hold one value per axis");
+      for (int d = 0; d < x->rank; d++) {
+        if (!(f[d] > 0) || f[d] > 1e6f) return kiln_ifail(c, "scales must be positive");
+        out[d] = x->dims[d] < 0 ? -1 : (int64_t)floor((double)x->dims[d] * f[d]);
+      }
+      kiln_infer_tensor(c, 0, x->dtype, x->rank, out);
+    }
+    return KILN_OK;
+  }
+  int64_t out[MAXR];
+  double scale[MAXR], roi[2 * MAXR];
+  e = rs_shape(c->node, c->opset, x->rank, x->dims, sc, sz, NULL, out, scale, roi);
+  if (e) return kiln_ifail(c, "%s", e);
+  kiln_infer_tensor(c, 0, x->dtype, x->rank, out);
+  return KILN_OK;
+}
+
+/* ---- Resize / Upsample: the kernel ---- */
+
+/* Taps of one output coordinate on one axis: up to 4 (index, weight) pairs, or `outside` when
+ * tf_crop_and_resize maps it off the input (the element becomes extrapolation_value). */
+typedef struct rs_tap {
+  int n;
+  bool outside;
+  int64_t idx[4];
+  double w[4];
+} rs_tap;
+
+static void cubic_coeffs(double t, double a, double *c) {
+  double u = 1 - t;
+  c[0] = ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a;
+  c[1] = ((a + 2) * t - (a + 3)) * t * t + 1;
+  c[2] = ((a + 2) * u - (a + 3)) * u * u + 1;
+  c[3] = ((a * (u + 1) - 5 * a) * (u + 1) + 8 * a) * (u + 1) - 4 * a;
+}
+
+static void rs_axis_taps(const rs_params *p, int64_t x, int64_t len, int64_t olen, double s,
+                         double r0, double r1, rs_tap *t) {
+  double xr = (double)x, L = (double)len, ow = s * L, xo;
+  t->outside = false;
+  switch (p->ctm) {
+    case CT_ALIGN_CORNERS: xo = ow == 1 ? 0 : xr * (L - 1) / (ow - 1); break;
+    case CT_ASYMMETRIC: xo = xr / s; break;
+    case CT_TF_HALF_PIXEL_NN: xo = (xr + 0.5) / s; break;
+    case CT_PYTORCH_HALF_PIXEL: xo = olen > 1 ? (xr + 0.5) / s - 0.5 : 0; break;
+    case CT_HALF_PIXEL_SYM: {
+      double adj = (double)olen / ow, off = L / 2 * (1 - adj);
+      xo = off + (xr + 0.5) / s - 0.5;
+      break;
+    }
+    case CT_TF_CROP_AND_RESIZE:
+      xo = ow == 1 ? (r1 - r0) * (L - 1) / 2 : xr * (r1 - r0) * (L - 1) / (ow - 1);
+      xo += r0 * (L - 1);
+      if (!(xo >= 0 && xo <= L - 1)) {
+        t->outside = true;
+        t->n = 0;
+        return;
+      }
+      break;
+    default: xo = (xr + 0.5) / s - 0.5;
+  }
+  int64_t x0;
+  if (!floor_index(xo, &x0)) x0 = xo > 0 ? len : -1; /* NaN and absurd values clamp to an edge */
+  double f = xo - (double)x0;
+  if (!(f >= 0 && f < 1)) f = 0;
+  if (p->mode == M_NEAREST) {
+    int64_t k = x0;
+    if (f > 0) {
+      bool up = p->nearest == NM_CEIL || (p->nearest == NM_ROUND_PREFER_FLOOR && f > 0.5) ||
+                (p->nearest == NM_ROUND_PREFER_CEIL && f >= 0.5);
+      k += up;
+    }
+    t->n = 1;
+    t->idx[0] = clamp_i(k, 0, len - 1);
+    t->w[0] = 1;
+    return;
+  }
+  double c[4];
+  int n = p->mode == M_LINEAR ? 2 : 4;
+  int64_t first = p->mode == M_LINEAR ? x0 : x0 - 1;
+  if (p->mode == M_LINEAR)
+    c[0] = 1 - f, c[1] = f;
+  else
+    cubic_coeffs(f, p->cubic_a, c);
+  if (p->exclude_outside) { /* drop taps off the input and renormalise the rest */
+    double sum = 0;
+    for (int k = 0; k < n; k++) {
+      if (first + k < 0 || first + k >= len) c[k] = 0;
+      sum += c[k];
+    }
+    for (int k = 0; k < n && sum != 0; k++) c[k] /= sum;
+  }
+  t->n = 0;
+  for (int k = 0; k < n; k++) {
+    if (c[k] == 0 && !(k == n - 1 && t->n == 0)) continue; /* zero taps only cost time */
+    t->idx[t->n] = clamp_i(first + k, 0, len - 1);
+    t->w[t->n++] = c[k];
+  }
+}
+
+static kiln_code rs_run(kiln_kctx *c, const kiln_tensor *x, const rs_params *p, const int64_t *out,
+                        const double *scale, const double *roi) {
+  int r = x->rank;
+  if (p->mode != M_NEAREST && !kiln_dtype_is_float(x->dtype) && !kiln_dtype_is_int(x->dtype))
+    return kiln_kfail(c, "cannot interpolate %s values", kiln_dtype_name(x->dtype));
+  for (int d = 0; d < r; d++)
+    if (x->dims[d] == 0 && out[d] > 0) return kiln_kfail(c, "cannot resize an empty axis");
+  kiln_tensor *o = kiln_out(c, 0, x->dtype, r, out);
+  if (!o) return c->err->code;
+  if (o->numel == 0) return KILN_OK;
+  int64_t total = 0, stride[MAXR];
+  for (int d = 0; d < r; d++) total += out[d];
+  rs_tap *taps = malloc((size_t)total * sizeof *taps), *ax[MAXR];
+  if (!taps) return kiln_kfail(c, "out of memory");
+  for (int64_t d = 0, off = 0; d < r; off += out[d], d++) {
+    ax[d] = taps + off;
+    for (int64_t i = 0; i < out[d]; i++)
+      rs_axis_taps(p, i, x->dims[d], out[d], scale[d], roi[d], roi[r + d], &ax[d][i]);
+  }
+  int64_t s = 1;
+  for (int d = r - 1; d >= 0; d--) stride[d] = s, s *= x->dims[d];
+  int64_t idx[MAXR] = {0};
+  const float *xf = x->dtype == KILN_FLOAT ? x->data : NULL;
+  for (int64_t oi = 0; oi < o->numel; oi++) {
+    bool outside = false;
+    for (int d = 0; d < r; d++) outside |= ax[d][idx[d]].outside;
+    double acc = p->extrapolation;
+    if (!outside) {
+      if (p->mode == M_NEAREST) { /* one tap per axis: copy the element exactly */
+        int64_t src = 0;
+        for (int d = 0; d < r; d++) src += ax[d][idx[d]].idx[0] * stride[d];
+        kiln_copy_elem(o, oi, x, src);
+        goto next;
+      }
+      int t[MAXR] = {0};
+      acc = 0;
+      for (;;) { /* every combination of the axes' taps */
+        double w = 1;
+        int64_t src = 0;
+        for (int d = 0; d < r; d++) {
+          const rs_tap *tp = &ax[d][idx[d]];
+          w *= tp->w[t[d]];
+          src += tp->idx[t[d]] * stride[d];
+        }
+        acc += w * (xf ? (double)xf[src] : kiln_get_f64(x, src));
+        int d = r - 1;
+        while (d >= 0 && ++t[d] == ax[d][idx[d]].n) t[d--] = 0;
+        if (d < 0) break;
+      }
+    }
+    kiln_set_f64(o, oi, acc);
+  next:
+    for (int d = r - 1; d >= 0; d--) {
+      if (++idx[d] < out[d]) break;
+      idx[d] = 0;
+    }
+  }
+  free(taps);
+  return KILN_OK;
+}
+
+static kiln_code run_resize(kiln_kctx *c) {
+  kiln_code rc = need_tensors(c, 1);
+  if (rc) return rc;
+  const kiln_tensor *x = c->in[0];
+  rs_params p;
+  const char *e = rs_read_params(c->node, c->opset, &p);
+  if (e) return kiln_kfail(c, "%s", e);
+  if (c->opset >= 18 && kiln_attr_int(c->node, "antialias", 0) && p.mode != M_NEAREST)
+    return kiln_kunsup(c, "antialias is not implemented");
+  int64_t out[MAXR];
+  double scale[MAXR], roi[2 * MAXR];
+  int si, zi, ri;
+  rs_inputs(c->node, c->opset, &si, &zi, &ri);
+  if (si < 0) { /* Upsample-7: scales attribute */
+    size_t n;
+    const float *f = kiln_attr_floats(c->node, "scales", &n);
+    if (!f || n != (size_t)x->rank) return kiln_kfail(c, "scales must hold one value per axis");
+    for (int d = 0; d < x->rank; d++) {
+      if (!(f[d] > 0) || f[d] > 1e6f) return kiln_kfail(c, "scales must be positive");
+      scale[d] = f[d];
+      out[d] = (int64_t)floor((double)x->dims[d] * f[d]);
+      roi[d] = 0, roi[x->rank + d] = 1;
+    }
+  } else {
+    e = rs_shape(c->node, c->opset, x->rank, x->dims, kiln_in(c, (size_t)si),
+                 zi >= 0 ? kiln_in(c, (size_t)zi) : NULL, ri >= 0 ? kiln_in(c, (size_t)ri) : NULL,
+                 out, scale, roi);
+    if (e) return kiln_kfail(c, "%s", e);
+  }
+  return rs_run(c, x, &p, out, scale, roi);
+}
+
+/* ---- GridSample (PyTorch's grid_sampler_2d semantics) ---- */
+
+enum { GS_ZEROS, GS_BORDER, GS_REFLECTION };
+
+static double gs_reflect(double v, double twice_low, double twice_high) {
+  if (twice_low == twice_high) return 0;
+  double lo = twice_low / 2, span = (twice_high - twice_low) / 2;
+  v = fabs(v - lo);
+  double extra = fmod(v, span);
+  int64_t flips;
+  if (!floor_index(v / span, &flips)) return lo;
+  return flips % 2 == 0 ? extra + lo : span - extra + lo;
+}
+
+/* Apply the padding mode to a pixel coordinate (border clamps, reflection mirrors). */
+static double gs_pad(double v, int64_t size, int pad, bool ac) {
+  if (pad == GS_BORDER || pad == GS_REFLECTION) {
+    if (pad == GS_REFLECTION)
+      v = ac ? gs_reflect(v, 0, 2.0 * (double)(size - 1)) : gs_reflect(v, -1, 2.0 * (double)size - 1);
+    v = v < 0 ? 0 : v > (double)(size - 1) ? (double)(size - 1) : v;
+  }
+  return v;
+}
+
+static double gs_unnorm(double g, int64_t size, bool ac) {
+  return ac ? (g + 1) / 2 * (double)(size - 1) : ((g + 1) * (double)size - 1) / 2;
+}
+
+/* Pixel (ix, iy) of one input plane, 0 outside. */
+static double gs_pixel(const kiln_tensor *x, int64_t base, int64_t w, int64_t h, int64_t ix,
+                       int64_t iy) {
+  if (ix < 0 || iy < 0 || ix >= w || iy >= h) return 0;
+  return kiln_get_f64(x, base + iy * w + ix);
+}
+
+static kiln_code infer_gridsample(kiln_ictx *c) {
+  const kiln_type *x = tin_type(c, 0), *g = tin_type(c, 1);
+  int64_t out[4] = {-1, -1, -1, -1};
+  if (x && x->rank >= 0 && x->rank != 4) return kiln_ifail(c, "X must be 4-D");
+  if (g && g->rank >= 0 && g->rank != 4) return kiln_ifail(c, "grid must be 4-D");
+  if (x && x->rank == 4) out[0] = x->dims[0], out[1] = x->dims[1];
+  if (g && g->rank == 4) {
+    if (out[0] < 0) out[0] = g->dims[0];
+    out[2] = g->dims[1], out[3] = g->dims[2];
+  }
+  kiln_infer_tensor(c, 0, x ? x->dtype : KILN_UNDEFINED, 4, out);
+  return KILN_OK;
+}
+
+static kiln_code run_gridsample(kiln_kctx *c) {
+  kiln_code rc = need_tensors(c, 2);
+  if (rc) return rc;
+  const kiln_tensor *x = c->in[0], *g = c->in[1];
+  static const char *const modes[] = {"bilinear", "nearest", "bicubic"};
+  static const char *const pads[] = {"zeros", "border", "reflection"};
+  int mode = pick(kiln_attr_str(c->node, "mode", "bilinear"), modes, 3);
+  int pad = pick(kiln_attr_str(c->node, "padding_mode", "zeros"), pads, 3);
+  bool ac = kiln_attr_int(c->node, "align_corners", 0) != 0;
+  if (mode < 0 || pad < 0) return kiln_kfail(c, "unknown mode or padding_mode");
+  if (x->rank != 4 || g->rank != 4 || g->dims[0] != x->dims[0] || g->dims[3] != 2)
+    return kiln_kfail(c, "X must be [N,C,H,W] and grid [N,H_out,W_out,2]");
+  if (!kiln_dtype_is_float(x->dtype) || !kiln_dtype_is_float(g->dtype))
+    return kiln_kfail(c, "X and grid must be floating point");
+  int64_t n = x->dims[0], ch = x->dims[1], h = x->dims[2], w = x->dims[3];
+  int64_t ho = g->dims[1], wo = g->dims[2], out[4] = {n, ch, ho, wo};
+  kiln_tensor *o = kiln_out(c, 0, x->dtype, 4, out);
+  if (!o) return c->err->code;
+  for (int64_t b = 0; b < n; b++)
+    for (int64_t i = 0; i < ho * wo; i++) {
+      double gx = kiln_get_f64(g, (b * ho * wo + i) * 2), gy = kiln_get_f64(g, (b * ho * wo + i) * 2 + 1);
+      double fx = gs_unnorm(gx, w, ac), fy = gs_unnorm(gy, h, ac);
+      if (mode != 2) fx = gs_pad(fx, w, pad, ac), fy = gs_pad(fy, h, pad, ac);
+      int64_t x0 = 0, y0 = 0;
+      bool ok = floor_index(fx, &x0) && floor_index(fy, &y0);
+      for (int64_t k = 0; k < ch; k++) {
+        int64_t base = (b * ch + k) * h * w;
+        double v = 0;
+        if (!ok) {
+          v = 0;
+        } else if (mode == 1) { /* nearest: round half to even, like nearbyint */
+          int64_t nx, ny;
+          if (floor_index(nearbyint(fx), &nx) && floor_index(nearbyint(fy), &ny))
+            v = gs_pixel(x, base, w, h, nx, ny);
+        } else if (mode == 0) {
+          double tx = fx - (double)x0, ty = fy - (double)y0;
+          v = gs_pixel(x, base, w, h, x0, y0) * (1 - tx) * (1 - ty) +
+              gs_pixel(x, base, w, h, x0 + 1, y0) * tx * (1 - ty) +
+              gs_pixel(x, base, w, h, x0, y0 + 1) * (1 - tx) * ty +
+              gs_pixel(x, base, w, h, x0 + 1, y0 + 1) * tx * ty;
+        } else { /* bicubic: padding applies to each of the 4x4 taps */
+          double cx[4], cy[4];
+          cubic_coeffs(fx - (double)x0, -0.75, cx);
+          cubic_coeffs(fy - (double)y0, -0.75, cy);
+          for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 4; l++) {
+              double px = gs_pad((double)(x0 - 1 + l), w, pad, ac);
+              double py = gs_pad((double)(y0 - 1 + j), h, pad, ac);
+              int64_t ix, iy;
+              if (floor_index(px, &ix) && floor_index(py, &iy))
+                v += cy[j] * cx[l] * gs_pixel(x, base, w, h, ix, iy);
+            }
+        }
+        kiln_set_f64(o, (b * ch + k) * ho * wo + i, v);
+      }
+    }
+  return KILN_OK;
+}
+
 const kiln_op_schema kiln_ops_resize[] = {
+    {"", "Resize", 10, 1, 4, 1, 1, infer_resize, run_resize},
+    {"", "Upsample", 7, 1, 2, 1, 1, infer_resize, run_resize},
+    {"", "GridSample", 16, 2, 2, 1, 1, infer_gridsample, run_gridsample},
     {0},
 };
