@@ -6,7 +6,7 @@
 # The last lines printed are CTest's summary of the full run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh --test
 jobs=$(nproc)
 
 echo "== clang build (warnings are errors)"

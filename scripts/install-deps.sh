@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Install what kiln needs to build and test on Debian 12 (run as root). Idempotent: packages
-# already present are not fetched again.
+# Install what kiln needs on Debian 12 (run as root). Idempotent: packages already present are
+# not fetched again. Usage: scripts/install-deps.sh [--test]
+#   (default) build and run: compiler, cmake, protobuf-c, Debian's onnx.proto
+#   --test    also what the tests need: the ONNX conformance data, clang, and for the check
+#             against ONNX Runtime: python3 with onnx/numpy/torch (model export) and npm
 set -euo pipefail
-PKGS=(build-essential cmake pkg-config clang protobuf-c-compiler libprotobuf-c-dev libonnx-dev
-      libonnx-testdata)
+PKGS=(build-essential cmake pkg-config protobuf-c-compiler libprotobuf-c-dev libonnx-dev)
+if [ "${1:-}" = "--test" ]; then
+  PKGS+=(clang libonnx-testdata python3-onnx python3-numpy python3-torch python3-torchvision)
+fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm may come with a Node.js that is not Debian's: only ask apt for it when there is none.
+if [ "${1:-}" = "--test" ] && ! command -v npm >/dev/null; then missing+=(npm); fi
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all packages present"
   exit 0
