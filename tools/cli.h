@@ -37,5 +37,6 @@ int cmd_info(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_validate(int argc, char **argv);
 int cmd_optimize(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

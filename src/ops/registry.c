@@ -26,6 +26,9 @@ extern const kiln_op_schema kiln_ops_signal[];
 extern const kiln_op_schema kiln_ops_training[];
 extern const kiln_op_schema kiln_ops_string[];
 extern const kiln_op_schema kiln_ops_fused[];
+extern const kiln_op_schema kiln_ops_fused_attention[];
+extern const kiln_op_schema kiln_ops_fused_norm[];
+extern const kiln_op_schema kiln_ops_fused_ew[];
 
 static const kiln_op_schema *const families[] = {
     kiln_ops_elementwise,
@@ -52,6 +55,9 @@ static const kiln_op_schema *const families[] = {
     kiln_ops_training,
     kiln_ops_string,
     kiln_ops_fused,
+    kiln_ops_fused_attention,
+    kiln_ops_fused_norm,
+    kiln_ops_fused_ew,
 };
 
 static bool domain_eq(const char *a, const char *b) {

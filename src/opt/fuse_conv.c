@@ -192,7 +192,8 @@ kiln_code kiln_pass_fuse_conv_act(kiln_pass_ctx *ctx, kiln_graph *g, size_t *cou
   bool *dead = kiln_calloc(g->n_nodes, sizeof *dead);
   kiln_code rc = uses && dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
   size_t n0 = g->n_nodes;
-  for (size_t i = 0; !rc && i < n0; i++) {
+  /* Anchors from the last node back: the longest chain ending at a node wins. */
+  for (size_t i = n0; !rc && i-- > 0;) {
     for (size_t p = 0; p < sizeof conv_patterns / sizeof conv_patterns[0]; p++) {
       kiln_match m;
       if (!kiln_pattern_match(g, &conv_patterns[p], i, uses, dead, &m)) continue;

@@ -53,5 +53,13 @@ kiln_code kiln_pass_dead_code(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
 kiln_code kiln_pass_fuse_conv_bn(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
 kiln_code kiln_pass_fuse_conv_act(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
 kiln_code kiln_pass_fuse_matmul(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+kiln_code kiln_pass_fold_shapes(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+kiln_code kiln_pass_cse(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+kiln_code kiln_pass_fuse_transpose(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+kiln_code kiln_pass_fuse_elementwise(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+kiln_code kiln_pass_fuse_attention(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+kiln_code kiln_pass_fuse_layernorm(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+kiln_code kiln_pass_fuse_gelu(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+kiln_code kiln_pass_fuse_embedding(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
 
 #endif

@@ -1,0 +1,6 @@
+/* fused_ew kernels (domain ai.kiln), to be written. */
+#include "ops/fused.h"
+
+const kiln_op_schema kiln_ops_fused_ew[] = {
+    {0},
+};

@@ -1,0 +1,58 @@
+"""Conv and MatMul fusions: where they must apply, where they must not, and fallback."""
+from kilntest import *
+
+rng = np.random.default_rng(0)
+W = const("W", rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+B = const("B", rng.standard_normal(4).astype(np.float32))
+bn = [const(n, v.astype(np.float32)) for n, v in
+      [("s", 1 + 0.1 * rng.standard_normal(4)), ("t", rng.standard_normal(4)),
+       ("m", rng.standard_normal(4)), ("v", 0.5 + rng.random(4))]]
+
+# Conv + BN + Relu: BN folds away, Conv+Relu becomes FusedConv.
+m = model([helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+           helper.make_node("BatchNormalization", ["c", "s", "t", "m", "v"], ["b"]),
+           helper.make_node("Relu", ["b"], ["y"])],
+          [vi("x", [1, 3, 8, 8])], [vi("y", [1, 4, 8, 8])], [W, B, *bn])
+p = save(m, "conv_bn_relu")
+ops, text = optimized_ops(p)
+check(ops == {"FusedConv": 1}, f"conv_bn_relu fused to one FusedConv: {ops} {text}")
+ok, text = validate(p)
+check(ok, "conv_bn_relu validates: " + text)
+
+# The intermediate is read twice: no fusion of Conv with Relu.
+m = model([helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+           helper.make_node("Relu", ["c"], ["y"]),
+           helper.make_node("Sigmoid", ["c"], ["z"])],
+          [vi("x", [1, 3, 8, 8])], [vi("y", [1, 4, 8, 8]), vi("z", [1, 4, 8, 8])], [W, B])
+ops, _ = optimized_ops(save(m, "conv_fanout"))
+check(ops is not None and ops.get("Conv") == 1 and "FusedConv" not in ops, f"fan-out blocks fusion: {ops}")
+
+# Non-constant weights: no fusion.
+m = model([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+          [vi("x", [1, 3, 8, 8]), vi("w", [4, 3, 3, 3])], [vi("y", [1, 4, 6, 6])])
+ops, _ = optimized_ops(save(m, "conv_dynamic_w"))
+check(ops == {"Conv": 1, "Relu": 1}, f"non-constant weights block fusion: {ops}")
+
+# MatMul + Add + Relu -> FusedMatMul; forced kernel failure falls back and still agrees.
+Wm = const("Wm", rng.standard_normal((16, 8)).astype(np.float32))
+bm = const("bm", rng.standard_normal(8).astype(np.float32))
+m = model([helper.make_node("MatMul", ["x", "Wm"], ["a"]),
+           helper.make_node("Add", ["a", "bm"], ["b"]),
+           helper.make_node("Relu", ["b"], ["y"])],
+          [vi("x", [2, 5, 16])], [vi("y", [2, 5, 8])], [Wm, bm])
+p = save(m, "matmul_add_relu")
+ops, _ = optimized_ops(p)
+check(ops == {"FusedMatMul": 1}, f"matmul_add_relu fused: {ops}")
+ok, text = validate(p)
+check(ok, "matmul_add_relu validates: " + text)
+rc, text = kiln("validate", p, env={"KILN_FUSION_FAIL": "FusedMatMul"})
+check(rc == 0 and "forced to fail" in text, "forced fallback agrees and is reported: " + text)
+
+# Bias over the wrong axis (rank-raising) is not fused.
+bad = const("bad", rng.standard_normal((3, 1, 8)).astype(np.float32))
+m = model([helper.make_node("MatMul", ["x", "Wm"], ["a"]), helper.make_node("Add", ["a", "bad"], ["y"])],
+          [vi("x", [5, 16])], [vi("y", [3, 5, 8])], [Wm, bad])
+ops, _ = optimized_ops(save(m, "matmul_bad_bias"))
+check(ops is not None and "FusedMatMul" not in ops, f"rank-raising bias not fused: {ops}")
+
+finish("test_fuse_conv_matmul")
