@@ -101,6 +101,11 @@ int cmd_run(int argc, char **argv) {
       cli_print_value(stdout, info.name, outs[i]);
     }
     printf("time: %.3f ms\n", (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6);
+    size_t arena = 0, inter = 0;
+    kiln_session_memory(s, &arena, &inter);
+    if (inter)
+      printf("memory plan: %.2f MiB arena for %.2f MiB of intermediates (%.0f%% saved)\n",
+             (double)arena / 1048576.0, (double)inter / 1048576.0, 100.0 * (1.0 - (double)arena / (double)inter));
   }
   if (out_dir) {
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {

@@ -174,6 +174,11 @@ kiln_code kiln_session_opset(const kiln_session *s, size_t i, const char **domai
  * Returns KILN_ERR_INVALID_ARG past the end. */
 kiln_code kiln_session_pass_stat(const kiln_session *s, size_t i, const char **pass,
                                  size_t *rewrites);
+/* Memory of the most recent run's plan: the arena holding the intermediates, and the sum of
+ * those intermediates' sizes (what allocating each separately would take). Both are 0 until
+ * a run with the same input shapes has completed once (the first run measures). */
+kiln_code kiln_session_memory(const kiln_session *s, size_t *arena_bytes,
+                              size_t *intermediate_bytes);
 /* How many fused nodes have fallen back to the chain they replaced (their kernel failed, or
  * KILN_FUSION_FAIL=Op1,Op2 named their op type). Each falls back once and stays so. */
 size_t kiln_session_fallback_count(const kiln_session *s);

@@ -99,6 +99,36 @@ oom:
   return NULL;
 }
 
+int64_t kiln_tensor_bytes(kiln_dtype dtype, int rank, const int64_t *dims) {
+  size_t esz = kiln_dtype_size(dtype);
+  int64_t n = rank >= 0 && rank <= KILN_MAX_RANK ? kiln_numel(rank, dims) : -1, bytes;
+  if (dtype == KILN_STRING || !esz || n < 0 || !kiln_mul_ok(n, (int64_t)esz, &bytes)) return -1;
+  return bytes;
+}
+
+kiln_tensor *kiln_tensor_wrap(kiln_dtype dtype, int rank, const int64_t *dims, void *data,
+                              kiln_error *err) {
+  int64_t bytes = kiln_tensor_bytes(dtype, rank, dims);
+  if (bytes < 0) {
+    kiln_fail(err, KILN_ERR_INVALID_ARG, "cannot wrap a %s tensor of this shape", kiln_dtype_name(dtype));
+    return NULL;
+  }
+  kiln_tensor *t = calloc(1, sizeof *t);
+  if (!t) {
+    kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+    return NULL;
+  }
+  t->kind = KILN_KIND_TENSOR;
+  t->dtype = dtype;
+  t->rank = rank;
+  if (rank) memcpy(t->dims, dims, (size_t)rank * sizeof *dims);
+  t->numel = kiln_numel(rank, dims);
+  t->nbytes = (size_t)bytes;
+  t->data = data;
+  t->borrowed = true;
+  return t;
+}
+
 void kiln_tensor_free(kiln_tensor *t) {
   if (!t) return;
   if (t->kind == KILN_KIND_SEQUENCE) {

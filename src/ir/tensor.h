@@ -23,6 +23,12 @@ struct kiln_tensor {
 
 /* Allocate a tensor; returns NULL with err set on overflow or allocation failure. */
 kiln_tensor *kiln_tensor_new(kiln_dtype dtype, int rank, const int64_t *dims, kiln_error *err);
+/* A tensor over caller-owned memory of at least the shape's byte size (marked borrowed, never
+ * freed here). Not for strings. */
+kiln_tensor *kiln_tensor_wrap(kiln_dtype dtype, int rank, const int64_t *dims, void *data,
+                              kiln_error *err);
+/* Byte size of a dense tensor of this type and shape, or -1 on overflow / strings. */
+int64_t kiln_tensor_bytes(kiln_dtype dtype, int rank, const int64_t *dims);
 /* Deep copy of any value. */
 kiln_tensor *kiln_tensor_clone(const kiln_tensor *t, kiln_error *err);
 /* Element count of dims, -1 on overflow or a negative dim. */

@@ -1,5 +1,8 @@
 #include "ops/op.h"
 
+#include "runtime/planner.h"
+#include "runtime/session.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -41,7 +44,13 @@ kiln_tensor *kiln_out(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank, const 
     kiln_kfail(c, "output %zu requested but the node has %zu outputs", i, c->n_out);
     return NULL;
   }
-  kiln_tensor *t = kiln_tensor_new(dtype, rank, dims, c->err);
+  kiln_tensor *t = NULL;
+  /* Intermediates of the main graph come from the run's arena when the plan has a slot. */
+  kiln_run_mem *mem = c->frame ? c->frame->mem : NULL;
+  int64_t bytes = mem && i < c->node->n_out ? kiln_tensor_bytes(dtype, rank, dims) : -1;
+  void *slot = bytes > 0 ? kiln_planner_slot(mem, c->node->out[i], (size_t)bytes) : NULL;
+  if (slot && (t = kiln_tensor_wrap(dtype, rank, dims, slot, c->err))) memset(slot, 0, (size_t)bytes);
+  if (!t) t = kiln_tensor_new(dtype, rank, dims, c->err);
   if (!t) {
     kiln_error_prefix(c->err, "node '%s' (%s) output %zu", node_name(c->node), c->node->op_type, i);
     return NULL;

@@ -83,6 +83,7 @@ static kiln_code finish_create(kiln_model *m, const kiln_options *opts, kiln_ses
   for (size_t i = 0; !rc && i < g->n_inputs; i++)
     if (!g->values[g->inputs[i]].init) s->feeds[s->n_feeds++] = g->inputs[i];
   if (!rc) rc = build_hist(s, err);
+  if (!rc && !(s->planner = kiln_planner_new(g))) rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   if (rc) {
     kiln_session_free(s);
     return rc;
@@ -120,7 +121,15 @@ void kiln_session_free(kiln_session *s) {
   free(s->feeds);
   free(s->hist);
   free(s->force_fail);
+  kiln_planner_free(s->planner);
   free(s);
+}
+
+kiln_code kiln_session_memory(const kiln_session *s, size_t *arena_bytes,
+                              size_t *intermediate_bytes) {
+  if (!s) return KILN_ERR_INVALID_ARG;
+  kiln_planner_stats(s->planner, arena_bytes, intermediate_bytes, NULL);
+  return KILN_OK;
 }
 
 size_t kiln_session_fallback_count(const kiln_session *s) {

@@ -138,6 +138,25 @@ done:
   return rc;
 }
 
+/* The input-shape signature that keys memory plans: dtype and dims of every bound input. */
+static void input_signature(const kiln_graph *g, size_t n, const kiln_tensor *const *inputs,
+                            char *buf, size_t cap) {
+  size_t off = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < n && i < g->n_inputs && off + 32 < cap; i++) {
+    const kiln_tensor *t = inputs[i];
+    if (!t) {
+      off += (size_t)snprintf(buf + off, cap - off, "-;");
+      continue;
+    }
+    off += (size_t)snprintf(buf + off, cap - off, "%d:%d", (int)t->kind, (int)t->dtype);
+    for (int d = 0; d < t->rank && off + 24 < cap; d++)
+      off += (size_t)snprintf(buf + off, cap - off, ",%lld", (long long)t->dims[d]);
+    if (t->kind == KILN_KIND_SEQUENCE) off += (size_t)snprintf(buf + off, cap - off, "#%zu", t->n_items);
+    if (off < cap) off += (size_t)snprintf(buf + off, cap - off, ";");
+  }
+}
+
 static void frame_release(kiln_frame *f) {
   for (size_t i = 0; i < f->g->n_values; i++)
     if (f->owned[i]) kiln_tensor_free(f->vals[i]);
@@ -149,8 +168,20 @@ kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_g
                          size_t n_inputs, const kiln_tensor *const *inputs, kiln_tensor **outputs,
                          kiln_error *err) {
   kiln_frame f = {g, kiln_calloc(g->n_values, sizeof(kiln_tensor *)),
-                  kiln_calloc(g->n_values, sizeof(bool)), parent, s};
+                  kiln_calloc(g->n_values, sizeof(bool)), parent, s, NULL};
   kiln_code rc = KILN_OK;
+  kiln_run_mem mem;
+  bool planned = false;
+  if (!parent && s && s->planner && g == s->model->graph) {
+    char sig[1024];
+    input_signature(g, n_inputs, inputs, sig, sizeof sig);
+    if ((rc = kiln_planner_begin(s->planner, sig, &mem, err))) {
+      kiln_planner_end(&mem, false);
+      goto done;
+    }
+    planned = true;
+    f.mem = &mem;
+  }
   for (size_t i = 0; i < g->n_outputs; i++) outputs[i] = NULL;
   if (!f.vals || !f.owned) {
     rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
@@ -210,6 +241,7 @@ done:
     free(f.vals);
     free(f.owned);
   }
+  if (planned) kiln_planner_end(&mem, rc == KILN_OK);
   return rc;
 }
 

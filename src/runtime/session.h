@@ -5,6 +5,7 @@
 #include "ir/graph.h"
 #include "ops/op.h"
 #include "opt/opt.h"
+#include "runtime/planner.h"
 
 #define KILN_MAX_OPSET 18
 
@@ -23,6 +24,7 @@ struct kiln_session {
   kiln_op_hist *hist;
   kiln_opt_log opt_log;    /* what the optimizer did at creation */
   char *force_fail;        /* KILN_FUSION_FAIL: fused op types whose kernel is treated as failed */
+  kiln_planner *planner;   /* memory plans of the main graph, per input signature */
   size_t n_fallbacks;      /* fused nodes that fell back to their original chain (atomic) */
 };
 
@@ -33,6 +35,7 @@ typedef struct kiln_frame {
   bool *owned;              /* vals[i] is ours to free */
   struct kiln_frame *parent;
   const kiln_session *session;
+  kiln_run_mem *mem;        /* arena for planned intermediates (main graph only), or NULL */
 } kiln_frame;
 
 /* Resolve schemas, sort and infer types for a graph and its subgraphs. */

@@ -197,30 +197,38 @@ static int run_test(const char *dir, int level, char *why, size_t n) {
       }
       bf16_quirk(in[i], &info);
     }
-    if (result == R_PASS &&
-        kiln_session_run(s, (size_t)ni, names, (const kiln_tensor *const *)in, nout, NULL, out, &err)) {
-      snprintf(why, n, "run: %s", err.message);
-      result = R_ERROR;
-    }
-    for (int i = 0; i < no && result == R_PASS; i++) {
-      kiln_tensor *e = NULL;
-      snprintf(path, sizeof path, "%s/output_%d.pb", set, i);
-      kiln_io_info oinfo;
-      kiln_session_output_info(s, (size_t)i, &oinfo, NULL);
-      if (kiln_value_load_pb(path, pb_format(&oinfo), &e, &err)) {
-        snprintf(why, n, "expected output: %s", err.message);
-        result = R_ERROR;
-      } else {
-        bf16_quirk(e, &oinfo);
-        char w[600];
-        if (!cmp_tensor(out[i], e, w, sizeof w)) {
-          kiln_io_info info;
-          kiln_session_output_info(s, (size_t)i, &info, NULL);
-          snprintf(why, n, "output '%s': %s", info.name, w);
-          result = R_FAIL;
-        }
+    /* Twice: the first run measures and builds the memory plan, the second runs in it. */
+    for (int pass = 0; pass < 2 && result == R_PASS; pass++) {
+      for (size_t i = 0; i < nout; i++) {
+        kiln_tensor_free(out[i]);
+        out[i] = NULL;
       }
-      kiln_tensor_free(e);
+      const char *tag = pass ? " (second run, planned memory)" : "";
+      if (result == R_PASS &&
+          kiln_session_run(s, (size_t)ni, names, (const kiln_tensor *const *)in, nout, NULL, out, &err)) {
+        snprintf(why, n, "run%s: %s", tag, err.message);
+        result = R_ERROR;
+      }
+      for (int i = 0; i < no && result == R_PASS; i++) {
+        kiln_tensor *e = NULL;
+        snprintf(path, sizeof path, "%s/output_%d.pb", set, i);
+        kiln_io_info oinfo;
+        kiln_session_output_info(s, (size_t)i, &oinfo, NULL);
+        if (kiln_value_load_pb(path, pb_format(&oinfo), &e, &err)) {
+          snprintf(why, n, "expected output: %s", err.message);
+          result = R_ERROR;
+        } else {
+          bf16_quirk(e, &oinfo);
+          char w[600];
+          if (!cmp_tensor(out[i], e, w, sizeof w)) {
+            kiln_io_info info;
+            kiln_session_output_info(s, (size_t)i, &info, NULL);
+            snprintf(why, n, "output '%s'%s: %s", info.name, tag, w);
+            result = R_FAIL;
+          }
+        }
+        kiln_tensor_free(e);
+      }
     }
     for (int i = 0; i < ni; i++) kiln_tensor_free(in[i]);
     for (size_t i = 0; i < nout; i++) kiln_tensor_free(out[i]);

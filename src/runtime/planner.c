@@ -1,0 +1,271 @@
+#include "runtime/planner.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+enum { ALIGN = 64 };
+
+struct kiln_plan {
+  char *signature;
+  size_t arena_bytes, total_bytes;
+  size_t *offset;          /* per value id; SIZE_MAX = not planned */
+  size_t *bytes;           /* per value id: planned size */
+  uint64_t last_used;      /* LRU clock */
+  uint8_t *spare;          /* an arena kept for the next run (one per plan) */
+  int refs;                /* runs using the plan; an evicted plan is freed by the last one */
+  bool evicted;
+};
+
+struct kiln_planner {
+  const kiln_graph *g;
+  size_t n_values;
+  bool *plannable;         /* per value: may live in the arena */
+  int *first, *last;       /* per value: defining node, last reading node */
+  pthread_mutex_t mu;
+  kiln_plan *plans[KILN_PLAN_CACHE];
+  uint64_t clock;
+  size_t last_arena, last_total;
+};
+
+static void plan_free(kiln_plan *p) {
+  if (!p) return;
+  free(p->signature);
+  free(p->offset);
+  free(p->bytes);
+  free(p->spare);
+  free(p);
+}
+
+kiln_planner *kiln_planner_new(const kiln_graph *g) {
+  kiln_planner *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->g = g;
+  p->n_values = g->n_values;
+  p->plannable = kiln_calloc(g->n_values, sizeof *p->plannable);
+  p->first = kiln_malloc(g->n_values * sizeof *p->first);
+  p->last = kiln_malloc(g->n_values * sizeof *p->last);
+  if (!p->plannable || !p->first || !p->last || pthread_mutex_init(&p->mu, NULL)) {
+    free(p->plannable);
+    free(p->first);
+    free(p->last);
+    free(p);
+    return NULL;
+  }
+  /* Lifetimes in node order; g->uses counts graph outputs and subgraph readers, which must
+   * outlive the plan, so a value is plannable only when its node readers account for all uses. */
+  size_t *readers = kiln_calloc(g->n_values, sizeof *readers);
+  for (size_t v = 0; v < g->n_values; v++) p->first[v] = p->last[v] = -1;
+  for (size_t i = 0; i < g->n_nodes; i++) {
+    const kiln_node *n = &g->nodes[i];
+    for (size_t k = 0; k < n->n_in; k++)
+      if (n->in[k] >= 0) {
+        p->last[n->in[k]] = (int)i;
+        if (readers) readers[n->in[k]]++;
+      }
+    for (size_t k = 0; k < n->n_out; k++)
+      if (n->out[k] >= 0) p->first[n->out[k]] = p->last[n->out[k]] = (int)i;
+  }
+  /* Reads happen after the definition; recompute last as the max of both. */
+  for (size_t i = 0; i < g->n_nodes; i++) {
+    const kiln_node *n = &g->nodes[i];
+    for (size_t k = 0; k < n->n_in; k++)
+      if (n->in[k] >= 0 && p->last[n->in[k]] < (int)i) p->last[n->in[k]] = (int)i;
+  }
+  for (size_t v = 0; readers && v < g->n_values; v++)
+    p->plannable[v] = p->first[v] >= 0 && g->uses && readers[v] == g->uses[v];
+  free(readers);
+  return p;
+}
+
+void kiln_planner_free(kiln_planner *p) {
+  if (!p) return;
+  for (int i = 0; i < KILN_PLAN_CACHE; i++) plan_free(p->plans[i]);
+  pthread_mutex_destroy(&p->mu);
+  free(p->plannable);
+  free(p->first);
+  free(p->last);
+  free(p);
+}
+
+static kiln_plan *find(kiln_planner *p, const char *sig) {
+  for (int i = 0; i < KILN_PLAN_CACHE; i++)
+    if (p->plans[i] && !strcmp(p->plans[i]->signature, sig)) return p->plans[i];
+  return NULL;
+}
+
+kiln_code kiln_planner_begin(kiln_planner *p, const char *signature, kiln_run_mem *rm,
+                             kiln_error *err) {
+  memset(rm, 0, sizeof *rm);
+  rm->planner = p;
+  if (!p) return KILN_OK;
+  pthread_mutex_lock(&p->mu);
+  kiln_plan *plan = find(p, signature);
+  if (plan) {
+    plan->last_used = ++p->clock;
+    plan->refs++;
+    rm->plan = plan;
+    rm->arena = plan->spare; /* reuse the kept arena when no other run holds it */
+    plan->spare = NULL;
+    p->last_arena = plan->arena_bytes;
+    p->last_total = plan->total_bytes;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (plan) {
+    if (!rm->arena && !(rm->arena = aligned_alloc(ALIGN, (plan->arena_bytes + ALIGN - 1) / ALIGN * ALIGN + ALIGN)))
+      return kiln_fail(err, KILN_ERR_NOMEM, "out of memory allocating a %zu-byte arena", plan->arena_bytes);
+    return KILN_OK;
+  }
+  rm->recorded = kiln_calloc(p->n_values, sizeof *rm->recorded);
+  rm->signature = kiln_strdup(signature);
+  if (!rm->recorded || !rm->signature) {
+    free(rm->recorded);
+    free(rm->signature);
+    rm->recorded = NULL;
+    rm->signature = NULL;
+    return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  }
+  return KILN_OK;
+}
+
+void *kiln_planner_slot(kiln_run_mem *rm, int id, size_t nbytes) {
+  if (!rm || !rm->planner || id < 0 || (size_t)id >= rm->planner->n_values) return NULL;
+  if (rm->recorded) {
+    rm->recorded[id] = nbytes;
+    return NULL;
+  }
+  kiln_plan *plan = rm->plan;
+  if (!plan || !rm->arena || plan->offset[id] == SIZE_MAX || plan->bytes[id] != nbytes || !nbytes) return NULL;
+  return rm->arena + plan->offset[id];
+}
+
+/* Greedy by size: each value, largest first, takes the lowest offset where it fits between the
+ * already placed values whose lifetimes overlap its own (best fit among the gaps). */
+static kiln_plan *build(kiln_planner *p, const size_t *rec, const char *sig) {
+  size_t nv = p->n_values, n = 0;
+  kiln_plan *plan = calloc(1, sizeof *plan);
+  int *order = kiln_malloc(nv * sizeof *order);
+  size_t *placed = kiln_malloc(nv * sizeof *placed);
+  if (!plan || !order || !placed) goto fail;
+  plan->offset = kiln_malloc(nv * sizeof *plan->offset);
+  plan->bytes = kiln_calloc(nv, sizeof *plan->bytes);
+  plan->signature = kiln_strdup(sig);
+  if (!plan->offset || !plan->bytes || !plan->signature) goto fail;
+  for (size_t v = 0; v < nv; v++) {
+    plan->offset[v] = SIZE_MAX;
+    if (p->plannable[v] && rec[v]) order[n++] = (int)v;
+  }
+  /* insertion sort by size, descending (graphs have at most thousands of values) */
+  for (size_t i = 1; i < n; i++) {
+    int x = order[i];
+    size_t j = i;
+    while (j > 0 && rec[order[j - 1]] < rec[x]) {
+      order[j] = order[j - 1];
+      j--;
+    }
+    order[j] = x;
+  }
+  size_t n_placed = 0;
+  for (size_t i = 0; i < n; i++) {
+    int v = order[i];
+    size_t size = (rec[v] + ALIGN - 1) / ALIGN * ALIGN;
+    size_t best = SIZE_MAX, best_gap = SIZE_MAX, cursor = 0;
+    /* placed[] is kept sorted by offset; walk the gaps between conflicting neighbours */
+    for (size_t k = 0; k <= n_placed; k++) {
+      size_t end_gap = SIZE_MAX;
+      int u = -1;
+      if (k < n_placed) {
+        u = (int)placed[k];
+        if (p->last[u] < p->first[v] || p->last[v] < p->first[u]) continue; /* disjoint in time */
+        end_gap = plan->offset[u];
+      }
+      if (end_gap >= cursor && end_gap - cursor >= size && (best == SIZE_MAX || end_gap - cursor < best_gap)) {
+        best = cursor;
+        best_gap = end_gap - cursor;
+      }
+      if (u >= 0) {
+        size_t uend = plan->offset[u] + (plan->bytes[u] + ALIGN - 1) / ALIGN * ALIGN;
+        if (uend > cursor) cursor = uend;
+      }
+    }
+    plan->offset[v] = best;
+    plan->bytes[v] = rec[v];
+    plan->total_bytes += rec[v];
+    if (best + size > plan->arena_bytes) plan->arena_bytes = best + size;
+    size_t pos = n_placed++;
+    while (pos > 0 && plan->offset[placed[pos - 1]] > best) {
+      placed[pos] = placed[pos - 1];
+      pos--;
+    }
+    placed[pos] = (size_t)v;
+  }
+  free(order);
+  free(placed);
+  return plan;
+fail:
+  free(order);
+  free(placed);
+  plan_free(plan);
+  return NULL;
+}
+
+void kiln_planner_end(kiln_run_mem *rm, bool ok) {
+  kiln_planner *p = rm->planner;
+  if (!p) return;
+  if (rm->recorded) {
+    kiln_plan *plan = ok ? build(p, rm->recorded, rm->signature) : NULL;
+    pthread_mutex_lock(&p->mu);
+    if (plan && !find(p, plan->signature)) {
+      int slot = 0;
+      for (int i = 0; i < KILN_PLAN_CACHE; i++) {
+        if (!p->plans[i]) {
+          slot = i;
+          break;
+        }
+        if (p->plans[i]->last_used < p->plans[slot]->last_used) slot = i;
+      }
+      if (p->plans[slot]) {
+        if (p->plans[slot]->refs) p->plans[slot]->evicted = true; /* its last run frees it */
+        else plan_free(p->plans[slot]);
+      }
+      plan->last_used = ++p->clock;
+      p->plans[slot] = plan;
+      p->last_arena = plan->arena_bytes;
+      p->last_total = plan->total_bytes;
+      plan = NULL;
+    }
+    pthread_mutex_unlock(&p->mu);
+    plan_free(plan);
+    free(rm->recorded);
+    free(rm->signature);
+  } else if (rm->plan) {
+    pthread_mutex_lock(&p->mu);
+    kiln_plan *plan = rm->plan, *dead = NULL;
+    if (!plan->evicted && !plan->spare) {
+      plan->spare = rm->arena;
+      rm->arena = NULL;
+    }
+    if (--plan->refs == 0 && plan->evicted) dead = plan;
+    pthread_mutex_unlock(&p->mu);
+    plan_free(dead);
+    free(rm->arena);
+  }
+  memset(rm, 0, sizeof *rm);
+}
+
+void kiln_planner_stats(kiln_planner *p, size_t *arena_bytes, size_t *intermediate_bytes,
+                        size_t *n_plans) {
+  size_t a = 0, t = 0, n = 0;
+  if (p) {
+    pthread_mutex_lock(&p->mu);
+    a = p->last_arena;
+    t = p->last_total;
+    for (int i = 0; i < KILN_PLAN_CACHE; i++) n += p->plans[i] != NULL;
+    pthread_mutex_unlock(&p->mu);
+  }
+  if (arena_bytes) *arena_bytes = a;
+  if (intermediate_bytes) *intermediate_bytes = t;
+  if (n_plans) *n_plans = n;
+}
