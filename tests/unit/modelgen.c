@@ -56,8 +56,13 @@ static Onnx__ValueInfoProto *value_info(mg_model *mm, const char *name, int32_t 
   mm->sh[k].dim = mm->dimp[k];
   for (int d = 0; d < rank; d++) {
     onnx__tensor_shape_proto__dimension__init(&mm->dim[k][d]);
-    mm->dim[k][d].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
-    mm->dim[k][d].dim_value = dims[d];
+    if (dims[d] < 0) { /* a symbolic dim */
+      mm->dim[k][d].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+      mm->dim[k][d].dim_param = (char *)"N";
+    } else {
+      mm->dim[k][d].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+      mm->dim[k][d].dim_value = dims[d];
+    }
     mm->dimp[k][d] = &mm->dim[k][d];
   }
   return v;

@@ -32,7 +32,7 @@ typedef struct mg_model {
 void mg_init(mg_model *mm, int64_t opset);
 /* Add a node with up to 4 inputs / 2 outputs (NULL-terminated name lists). */
 Onnx__NodeProto *mg_node(mg_model *mm, const char *op, const char *const *ins, const char *const *outs);
-/* Declare a float graph input/output of the given dims. */
+/* Declare a graph input/output of the given dims (a negative dim is the symbolic dim "N"). */
 void mg_input(mg_model *mm, const char *name, int32_t dtype, int rank, const int64_t *dims);
 void mg_output(mg_model *mm, const char *name, int32_t dtype, int rank, const int64_t *dims);
 /* Add a float initializer with raw_data of `raw_len` bytes (may differ from what dims need). */
