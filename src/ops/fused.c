@@ -96,6 +96,20 @@ static kiln_code run_standard(kiln_kctx *c, const char *name, int opset, size_t 
   return s->run(&sc);
 }
 
+/* Shape function of the standard op on the first n inputs: the fused epilogue keeps shapes. */
+static kiln_code infer_standard(kiln_ictx *c, const char *name, int opset, size_t n) {
+  const kiln_op_schema *s = kiln_op_find("", name, opset);
+  if (!s || !s->infer) return KILN_OK;
+  kiln_ictx sc = *c;
+  sc.opset = opset;
+  sc.n_in = n < c->n_in ? n : c->n_in;
+  return s->infer(&sc);
+}
+
+static kiln_code fused_conv_infer(kiln_ictx *c) { return infer_standard(c, "Conv", 11, 3); }
+static kiln_code fused_matmul_infer(kiln_ictx *c) { return infer_standard(c, "MatMul", 13, 2); }
+static kiln_code fused_gemm_infer(kiln_ictx *c) { return infer_standard(c, "Gemm", 13, 3); }
+
 static kiln_code fused_conv_run(kiln_kctx *c) {
   kiln_code rc = run_standard(c, "Conv", 11, 3);
   if (rc) return rc;
@@ -115,8 +129,8 @@ static kiln_code fused_gemm_run(kiln_kctx *c) {
 }
 
 const kiln_op_schema kiln_ops_fused[] = {
-    {KILN_FUSED_DOMAIN, "FusedGemm", 1, 2, 3, 1, 1, NULL, fused_gemm_run},
-    {KILN_FUSED_DOMAIN, "FusedConv", 1, 2, 4, 1, 1, NULL, fused_conv_run},
-    {KILN_FUSED_DOMAIN, "FusedMatMul", 1, 2, 4, 1, 1, NULL, fused_matmul_run},
+    {KILN_FUSED_DOMAIN, "FusedGemm", 1, 2, 3, 1, 1, fused_gemm_infer, fused_gemm_run},
+    {KILN_FUSED_DOMAIN, "FusedConv", 1, 2, 4, 1, 1, fused_conv_infer, fused_conv_run},
+    {KILN_FUSED_DOMAIN, "FusedMatMul", 1, 2, 4, 1, 1, fused_matmul_infer, fused_matmul_run},
     {0},
 };
