@@ -11,3 +11,9 @@ build/kiln info "$model"
 echo
 echo "== kiln run $model --dim N=2   (random, seeded inputs)"
 build/kiln run "$model" --dim N=2
+echo
+echo "== kiln optimize $model build/tiny_cnn.opt.onnx   (fusion: what each pass did)"
+build/kiln optimize "$model" build/tiny_cnn.opt.onnx
+echo
+echo "== kiln validate $model --dim N=2   (fused graph against the original)"
+build/kiln validate "$model" --dim N=2
