@@ -1,0 +1,548 @@
+/* GEMM driver: argument checks, blocking, packing, threading and the matrix-vector paths.
+ * The per-ISA micro-kernels live in gemm_<isa>.c. */
+#include "kernels/gemm.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "kernels/gemm_internal.h"
+
+const kiln_gemm_isa_ops *kiln_gemm_ops_for(int isa) {
+#ifdef KILN_HAVE_X86_KERNELS
+  if (isa == KILN_ISA_AVX512) return &kiln_gemm_ops_avx512;
+  if (isa == KILN_ISA_AVX2) return &kiln_gemm_ops_avx2;
+#endif
+  return &kiln_gemm_ops_scalar;
+}
+
+/* MC x KC of A (L2), KC x NR of B (L1 for the 6x16 kernels; L1/L2 for 6x64), KC x NC of B
+ * (L2). MC is a multiple of MR and NC of NR. */
+static kiln_gemm_blocking g_blocking[KILN_ISA_LEVELS] = {
+    {0, 0, 0},
+    {64, 256, 512},   /* scalar 4x16 */
+    {120, 256, 1024}, /* avx2 6x16 */
+    {96, 128, 1024},  /* avx512 6x64 */
+};
+
+/* Row counts up to which B is read in place (no packing) when not transposed. */
+#define DIRECT_B_MAX_M 12
+
+static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+static size_t div_up(size_t a, size_t b) { return (a + b - 1) / b; }
+
+kiln_gemm_blocking kiln_gemm_get_blocking(int isa) {
+  kiln_gemm_blocking z = {0, 0, 0};
+  int lvl = kiln_isa_resolve(isa);
+  if (lvl < 0) lvl = isa;
+  if (lvl < KILN_ISA_SCALAR || lvl >= KILN_ISA_LEVELS) return z;
+  return g_blocking[lvl];
+}
+
+void kiln_gemm_set_blocking(int isa, kiln_gemm_blocking b) {
+  if (isa < KILN_ISA_SCALAR || isa >= KILN_ISA_LEVELS) return;
+  const kiln_gemm_isa_ops *ops = kiln_gemm_ops_for(isa);
+  kiln_gemm_blocking *g = &g_blocking[isa];
+  if (b.mc) g->mc = round_up(b.mc, ops->mr);
+  if (b.kc) g->kc = round_up(b.kc, 8);
+  if (b.nc) g->nc = round_up(b.nc, ops->nr);
+}
+
+const char *kiln_gemm_kernel_name(int isa) {
+  int lvl = kiln_isa_resolve(isa);
+  return lvl < 0 ? "?" : kiln_gemm_ops_for(lvl)->name;
+}
+
+/* ---- per-thread scratch -------------------------------------------------------------- */
+
+typedef struct ws_cache {
+  void *p;
+  size_t cap;
+} ws_cache;
+
+static pthread_key_t g_ws_key;
+static pthread_once_t g_ws_once = PTHREAD_ONCE_INIT;
+static int g_ws_ok;
+
+static void ws_destroy(void *v) {
+  ws_cache *w = v;
+  free(w->p);
+  free(w);
+}
+
+static void ws_init(void) { g_ws_ok = pthread_key_create(&g_ws_key, ws_destroy) == 0; }
+
+/* A 64-byte aligned buffer of at least `floats` floats owned by the calling thread, reused by
+ * later calls on it and freed when the thread exits. NULL when out of memory. */
+static float *ws_get(size_t floats) {
+  pthread_once(&g_ws_once, ws_init);
+  if (!g_ws_ok) return NULL;
+  ws_cache *w = pthread_getspecific(g_ws_key);
+  if (!w) {
+    w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    if (pthread_setspecific(g_ws_key, w) != 0) {
+      free(w);
+      return NULL;
+    }
+  }
+  if (floats > SIZE_MAX / sizeof(float) - 64) return NULL;
+  size_t bytes = round_up(floats * sizeof(float) + 64, 4096);
+  if (bytes > w->cap) {
+    free(w->p);
+    w->p = aligned_alloc(64, bytes);
+    w->cap = w->p ? bytes : 0;
+  }
+  return w->p;
+}
+
+/* ---- packing ------------------------------------------------------------------------- */
+
+/* dst[k*w + j] = op(B)[k0 + k][n0 + j] for k < kc, j < nc; columns nc..w-1 zero. */
+static void pack_b_panel(float *dst, size_t w, size_t kc, size_t nc, const float *B, size_t ldb,
+                         int trans_b, size_t k0, size_t n0) {
+  if (!trans_b) {
+    for (size_t k = 0; k < kc; k++) {
+      memcpy(dst + k * w, B + (k0 + k) * ldb + n0, nc * sizeof(float));
+      if (w > nc) memset(dst + k * w + nc, 0, (w - nc) * sizeof(float));
+    }
+    return;
+  }
+  for (size_t kb = 0; kb < kc; kb += 16) {
+    size_t kn = min_sz(16, kc - kb);
+    for (size_t j = 0; j < nc; j++) {
+      const float *src = B + (n0 + j) * ldb + k0 + kb;
+      float *d = dst + kb * w + j;
+      for (size_t k = 0; k < kn; k++) d[k * w] = src[k];
+    }
+    if (w > nc)
+      for (size_t k = 0; k < kn; k++) memset(dst + (kb + k) * w + nc, 0, (w - nc) * sizeof(float));
+  }
+}
+
+/* dst[i*kc + k] = op(A)[m0 + i][k0 + k] for i < mc, k < kc. */
+static void pack_a_block(float *dst, size_t kc, size_t mc, const float *A, size_t lda,
+                         int trans_a, size_t m0, size_t k0) {
+  if (!trans_a) {
+    for (size_t i = 0; i < mc; i++) memcpy(dst + i * kc, A + (m0 + i) * lda + k0, kc * sizeof(float));
+    return;
+  }
+  for (size_t ib = 0; ib < mc; ib += 16) {
+    size_t in = min_sz(16, mc - ib);
+    for (size_t k = 0; k < kc; k++) {
+      const float *src = A + (k0 + k) * lda + m0 + ib;
+      float *d = dst + ib * kc + k;
+      for (size_t i = 0; i < in; i++) d[i * kc] = src[i];
+    }
+  }
+}
+
+struct kiln_gemm_packed_b {
+  int isa;
+  size_t K, N, nr, gran, n_panels;
+  size_t floats;
+  float *data; /* panel q (width panel_w) at q*nr*K, K rows of its width */
+};
+
+static size_t panel_w(const kiln_gemm_packed_b *pb, size_t q) {
+  return min_sz(pb->nr, round_up(pb->N - q * pb->nr, pb->gran));
+}
+
+kiln_code kiln_gemm_pack_b(int isa, int trans_b, size_t K, size_t N, const float *B, size_t ldb,
+                           kiln_gemm_packed_b **out, kiln_error *err) {
+  if (!out) return kiln_fail(err, KILN_ERR_INVALID_ARG, "gemm pack_b: out is NULL");
+  *out = NULL;
+  int lvl = kiln_isa_resolve(isa);
+  if (lvl < 0)
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "gemm pack_b: ISA level %s not available",
+                     kiln_isa_name(isa));
+  if (K && N && !B) return kiln_fail(err, KILN_ERR_INVALID_ARG, "gemm pack_b: B is NULL");
+  if (K && N && ldb < (trans_b ? K : N))
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "gemm pack_b: ldb %zu < %zu", ldb,
+                     trans_b ? K : N);
+  const kiln_gemm_isa_ops *ops = kiln_gemm_ops_for(lvl);
+  kiln_gemm_packed_b *pb = calloc(1, sizeof *pb);
+  if (!pb) return kiln_fail(err, KILN_ERR_NOMEM, "gemm pack_b: out of memory");
+  pb->isa = lvl;
+  pb->K = K;
+  pb->N = N;
+  pb->nr = ops->nr;
+  pb->gran = ops->gran;
+  pb->n_panels = div_up(N, ops->nr);
+  int64_t cols = (int64_t)(pb->n_panels ? (pb->n_panels - 1) * pb->nr + panel_w(pb, pb->n_panels - 1) : 0);
+  int64_t floats;
+  if (!kiln_mul_ok(cols, (int64_t)K, &floats) || (uint64_t)floats > SIZE_MAX / sizeof(float) - 64) {
+    free(pb);
+    return kiln_fail(err, KILN_ERR_NOMEM, "gemm pack_b: %zu x %zu too large", K, N);
+  }
+  pb->floats = (size_t)floats;
+  pb->data = aligned_alloc(64, round_up(pb->floats * sizeof(float) + 1, 64));
+  if (!pb->data) {
+    size_t bytes = pb->floats * sizeof(float);
+    free(pb);
+    return kiln_fail(err, KILN_ERR_NOMEM, "gemm pack_b: out of memory (%zu bytes)", bytes);
+  }
+  for (size_t q = 0; q < pb->n_panels; q++) {
+    size_t n0 = q * pb->nr;
+    pack_b_panel(pb->data + n0 * K, panel_w(pb, q), K, min_sz(pb->nr, N - n0), B, ldb, trans_b,
+                 0, n0);
+  }
+  *out = pb;
+  return KILN_OK;
+}
+
+void kiln_gemm_packed_b_free(kiln_gemm_packed_b *pb) {
+  if (!pb) return;
+  free(pb->data);
+  free(pb);
+}
+
+size_t kiln_gemm_packed_b_k(const kiln_gemm_packed_b *pb) { return pb ? pb->K : 0; }
+size_t kiln_gemm_packed_b_n(const kiln_gemm_packed_b *pb) { return pb ? pb->N : 0; }
+int kiln_gemm_packed_b_isa(const kiln_gemm_packed_b *pb) { return pb ? pb->isa : KILN_ISA_AUTO; }
+size_t kiln_gemm_packed_b_bytes(const kiln_gemm_packed_b *pb) {
+  return pb ? pb->floats * sizeof(float) : 0;
+}
+
+/* ---- blocked GEMM -------------------------------------------------------------------- */
+
+typedef struct gemm_job {
+  const kiln_gemm_isa_ops *ops;
+  kiln_gemm_blocking blk;
+  int trans_a, trans_b, pack_a, direct_b;
+  size_t M, N, K;
+  const float *A;
+  size_t lda;
+  const float *B;
+  size_t ldb;
+  const kiln_gemm_packed_b *pb;
+  float *C;
+  size_t ldc;
+  kiln_gemm_tile tile; /* alpha, beta, act, res_after, ldr; bias/res at (0,0) */
+  size_t m_step, n_step, tn, n_tasks;
+  float *ws;
+  size_t ws_stride; /* floats per thread */
+} gemm_job;
+
+/* C[m0:m1, n0:n1] for the whole K; n0 is a multiple of NR, m0 of MR. */
+static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size_t n1, float *ws) {
+  const kiln_gemm_isa_ops *ops = j->ops;
+  const size_t MR = ops->mr, NR = ops->nr, G = ops->gran;
+  const size_t MC = j->blk.mc, KC = j->blk.kc, NC = j->blk.nc, K = j->K;
+  float *bbuf = ws, *abuf = ws + KC * NC;
+  const float *bias = j->tile.bias, *res = j->tile.res;
+  kiln_gemm_tile t = j->tile;
+  for (size_t jc = n0; jc < n1; jc += NC) {
+    size_t ncb = min_sz(NC, n1 - jc);
+    for (size_t pc = 0; pc < K; pc += KC) {
+      size_t kc = min_sz(KC, K - pc);
+      t.flags = (pc == 0 ? KILN_GT_FIRST : 0) | (pc + kc == K ? KILN_GT_LAST : 0);
+      if (!j->pb && !j->direct_b)
+        for (size_t jr = 0; jr < ncb; jr += NR) {
+          size_t nr = min_sz(NR, ncb - jr);
+          pack_b_panel(bbuf + jr * kc, round_up(nr, G), kc, nr, j->B, j->ldb, j->trans_b, pc, jc + jr);
+        }
+      for (size_t ic = m0; ic < m1; ic += MC) {
+        size_t mc = min_sz(MC, m1 - ic);
+        const float *ablk = j->A + ic * j->lda + pc;
+        size_t alda = j->lda;
+        if (j->pack_a) {
+          pack_a_block(abuf, kc, mc, j->A, j->lda, j->trans_a, ic, pc);
+          ablk = abuf;
+          alda = kc;
+        }
+        for (size_t jr = 0; jr < ncb; jr += NR) {
+          size_t nr = min_sz(NR, ncb - jr), col = jc + jr;
+          const float *bp;
+          size_t bld;
+          if (j->pb) {
+            size_t q = col / NR;
+            bld = panel_w(j->pb, q);
+            bp = j->pb->data + col * K + pc * bld;
+          } else if (j->direct_b) {
+            bp = j->B + pc * j->ldb + col;
+            bld = j->ldb;
+          } else {
+            bp = bbuf + jr * kc;
+            bld = round_up(nr, G);
+          }
+          t.bias = bias ? bias + col : NULL;
+          for (size_t ir = 0; ir < mc; ir += MR) {
+            size_t row = ic + ir;
+            t.res = res ? res + row * t.ldr + col : NULL;
+            ops->ukernel(min_sz(MR, mc - ir), nr, kc, ablk + ir * alda, alda, bp, bld,
+                         j->C + row * j->ldc + col, j->ldc, &t);
+          }
+        }
+      }
+    }
+  }
+}
+
+static void gemm_task(void *ctx, size_t b, size_t e, int tid) {
+  const gemm_job *j = ctx;
+  float *ws = j->ws + (size_t)tid * j->ws_stride;
+  for (size_t t = b; t < e; t++) {
+    size_t m0 = t / j->tn * j->m_step, n0 = t % j->tn * j->n_step;
+    gemm_region(j, m0, min_sz(j->M, m0 + j->m_step), n0, min_sz(j->N, n0 + j->n_step), ws);
+  }
+}
+
+/* Tasks: split N first (each task then packs its own B columns once), then M. */
+static void plan_grid(gemm_job *j, int n_threads) {
+  const size_t MR = j->ops->mr, NR = j->ops->nr;
+  size_t m_strips = div_up(j->M, MR), n_panels = div_up(j->N, NR);
+  double flops = 2.0 * (double)j->M * (double)j->N * (double)j->K;
+  size_t want = 1;
+  if (n_threads > 1) {
+    double w = flops / 1.0e6;
+    want = w < 1.0 ? 1 : w > 2.0 * n_threads ? 2 * (size_t)n_threads : (size_t)w;
+    if (want > 1 && want < (size_t)n_threads) want = (size_t)n_threads;
+  }
+  size_t tn = min_sz(n_panels, want);
+  size_t tm = min_sz(m_strips, div_up(want, tn));
+  j->n_step = div_up(n_panels, tn) * NR;
+  j->m_step = div_up(m_strips, tm) * MR;
+  j->tn = div_up(j->N, j->n_step);
+  j->n_tasks = j->tn * div_up(j->M, j->m_step);
+}
+
+/* ---- matrix-vector ------------------------------------------------------------------- */
+
+typedef struct gemv_job {
+  const kiln_gemm_isa_ops *ops;
+  size_t K, n, step;
+  const float *x;         /* K values */
+  const float *mat;       /* the matrix the n outputs run over */
+  size_t ld;
+  int rows_dot;           /* 1: out[i] = dot(x, mat row i); 0: out[i] = sum_k x[k] mat[k][i] */
+  const kiln_gemm_packed_b *pb; /* instead of mat: out = x . packed B */
+  float *y;               /* raw results */
+  float *out;             /* contiguous output, finished in the task, or NULL */
+  kiln_gemm_tile tile;    /* for out; bias/res at index 0 */
+} gemv_job;
+
+static void gemv_task(void *ctx, size_t b, size_t e, int tid) {
+  (void)tid;
+  const gemv_job *g = ctx;
+  size_t i0 = b * g->step, i1 = min_sz(g->n, e * g->step);
+  if (g->pb) {
+    for (size_t col = i0; col < i1; col += g->pb->nr) {
+      size_t q = col / g->pb->nr, w = panel_w(g->pb, q);
+      g->ops->gemv_n(g->K, min_sz(g->pb->nr, g->n - col), g->x, g->pb->data + col * g->K, w,
+                     g->y + col);
+    }
+  } else if (g->rows_dot) {
+    g->ops->gemv_t(g->K, i1 - i0, g->x, g->mat + i0 * g->ld, g->ld, g->y + i0);
+  } else {
+    g->ops->gemv_n(g->K, i1 - i0, g->x, g->mat + i0, g->ld, g->y + i0);
+  }
+  if (g->out) {
+    kiln_gemm_tile t = g->tile;
+    if (t.bias) t.bias += i0;
+    if (t.res) t.res += i0;
+    g->ops->epilogue_row(g->out + i0, g->y + i0, i1 - i0, &t);
+  }
+}
+
+static void run_gemv(gemv_job *g, kiln_threadpool *pool) {
+  size_t n_threads = (size_t)kiln_threadpool_size(pool);
+  size_t unit = g->pb ? g->pb->nr : 64;
+  double bytes = 4.0 * (double)g->K * (double)g->n;
+  size_t want = bytes < 256e3 ? 1 : 2 * n_threads;
+  g->step = round_up(div_up(g->n, want), unit);
+  size_t tasks = div_up(g->n, g->step);
+  if (tasks <= 1)
+    gemv_task(g, 0, 1, 0);
+  else
+    kiln_parallel_for(pool, tasks, gemv_task, g, 1);
+}
+
+/* ---- entry points -------------------------------------------------------------------- */
+
+static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int trans_b, size_t M,
+                          size_t N, size_t K, float alpha, const float *A, size_t lda,
+                          const float *B, size_t ldb, const kiln_gemm_packed_b *pb, float beta,
+                          float *C, size_t ldc, const kiln_gemm_epilogue *ep, kiln_error *err) {
+  const kiln_gemm_isa_ops *ops = kiln_gemm_ops_for(lvl);
+  kiln_threadpool *pool = ctx ? ctx->pool : NULL;
+  if (M == 0 || N == 0) return KILN_OK;
+  kiln_gemm_tile tile;
+  memset(&tile, 0, sizeof tile);
+  tile.alpha = alpha;
+  tile.beta = beta;
+  tile.flags = KILN_GT_FIRST | KILN_GT_LAST;
+  if (ep) {
+    tile.bias = ep->bias;
+    tile.res = ep->residual;
+    tile.ldr = ep->ldr;
+    tile.res_after = ep->residual_after_act;
+    tile.act = ep->act;
+  }
+
+  if (K == 0 || alpha == 0.0f) { /* C = beta C + epilogue; A and B unread */
+    float *zeros = ws_get(N);
+    if (!zeros) return kiln_fail(err, KILN_ERR_NOMEM, "gemm: out of memory");
+    memset(zeros, 0, N * sizeof(float));
+    for (size_t m = 0; m < M; m++) {
+      kiln_gemm_tile t = tile;
+      if (t.res) t.res += m * t.ldr;
+      ops->epilogue_row(C + m * ldc, zeros, N, &t);
+    }
+    return KILN_OK;
+  }
+
+  if (M == 1) { /* y = x . op(B) */
+    float *ws = ws_get(K + N + 16);
+    if (!ws) return kiln_fail(err, KILN_ERR_NOMEM, "gemm: out of memory");
+    gemv_job g;
+    memset(&g, 0, sizeof g);
+    g.ops = ops;
+    g.K = K;
+    g.n = N;
+    g.x = A;
+    if (trans_a) {
+      float *x = ws + N + 16;
+      for (size_t k = 0; k < K; k++) x[k] = A[k * lda];
+      g.x = x;
+    }
+    g.pb = pb;
+    g.mat = B;
+    g.ld = ldb;
+    g.rows_dot = trans_b;
+    g.y = ws;
+    g.out = C;
+    g.tile = tile;
+    run_gemv(&g, pool);
+    return KILN_OK;
+  }
+
+  if (N == 1) { /* C[:, 0] = op(A) . b */
+    float *ws = ws_get(K + 4 * M + 64);
+    if (!ws) return kiln_fail(err, KILN_ERR_NOMEM, "gemm: out of memory");
+    float *y = ws, *cb = y + M + 16, *bb = cb + M + 16, *rb = bb + M + 16, *x = rb + M + 16;
+    const float *xv = x;
+    if (pb)
+      for (size_t k = 0; k < K; k++) x[k] = pb->data[k * panel_w(pb, 0)];
+    else if (trans_b)
+      xv = B;
+    else
+      for (size_t k = 0; k < K; k++) x[k] = B[k * ldb];
+    gemv_job g;
+    memset(&g, 0, sizeof g);
+    g.ops = ops;
+    g.K = K;
+    g.n = M;
+    g.x = xv;
+    g.mat = A;
+    g.ld = lda;
+    g.rows_dot = !trans_a;
+    g.y = y;
+    run_gemv(&g, pool);
+    /* the column of C is strided: finish it through contiguous copies */
+    kiln_gemm_tile t = tile;
+    if (beta != 0.0f)
+      for (size_t m = 0; m < M; m++) cb[m] = C[m * ldc];
+    if (t.bias) {
+      for (size_t m = 0; m < M; m++) bb[m] = t.bias[0];
+      t.bias = bb;
+    }
+    if (t.res) {
+      for (size_t m = 0; m < M; m++) rb[m] = t.res[m * t.ldr];
+      t.res = rb;
+    }
+    ops->epilogue_row(cb, y, M, &t);
+    for (size_t m = 0; m < M; m++) C[m * ldc] = cb[m];
+    return KILN_OK;
+  }
+
+  gemm_job j;
+  memset(&j, 0, sizeof j);
+  j.ops = ops;
+  j.blk = g_blocking[lvl];
+  j.trans_a = trans_a;
+  j.trans_b = trans_b;
+  j.M = M;
+  j.N = N;
+  j.K = K;
+  j.A = A;
+  j.lda = lda;
+  j.B = B;
+  j.ldb = ldb;
+  j.pb = pb;
+  j.C = C;
+  j.ldc = ldc;
+  j.tile = tile;
+  j.direct_b = !pb && !trans_b && M <= DIRECT_B_MAX_M;
+  /* Transposed A is packed; so is A whose rows are 4 KiB apart (L1 set conflicts). */
+  j.pack_a = trans_a || (lda * sizeof(float)) % 4096 == 0;
+  int n_threads = kiln_threadpool_size(pool);
+  plan_grid(&j, n_threads);
+  size_t per = (j.pb || j.direct_b ? 0 : j.blk.kc * j.blk.nc) + (j.pack_a ? j.blk.mc * j.blk.kc : 0);
+  j.ws_stride = round_up(per, 16);
+  size_t n_par = min_sz((size_t)n_threads, j.n_tasks);
+  j.ws = ws_get(j.ws_stride * (n_par ? n_par : 1));
+  if (!j.ws) return kiln_fail(err, KILN_ERR_NOMEM, "gemm: out of memory for packing buffers");
+  if (j.n_tasks <= 1 || n_threads <= 1)
+    gemm_task(&j, 0, j.n_tasks, 0);
+  else
+    kiln_parallel_for(pool, j.n_tasks, gemm_task, &j, 1);
+  return KILN_OK;
+}
+
+static kiln_code check_common(const char *fn, size_t M, size_t N, size_t K, const float *A,
+                              size_t lda, int trans_a, float *C, size_t ldc,
+                              const kiln_gemm_epilogue *ep, kiln_error *err) {
+  if (M && K && !A) return kiln_fail(err, KILN_ERR_INVALID_ARG, "%s: A is NULL", fn);
+  if (M && N && !C) return kiln_fail(err, KILN_ERR_INVALID_ARG, "%s: C is NULL", fn);
+  if (M && K && lda < (trans_a ? M : K))
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "%s: lda %zu < %zu", fn, lda, trans_a ? M : K);
+  if (M && N && ldc < N)
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "%s: ldc %zu < N %zu", fn, ldc, N);
+  if (ep && ep->residual && M && N && ep->ldr < N)
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "%s: residual ldr %zu < N %zu", fn, ep->ldr, N);
+  if (ep && (unsigned)ep->act.kind >= KILN_ACT_COUNT)
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "%s: unknown activation %d", fn, (int)ep->act.kind);
+  int64_t t;
+  if (!kiln_mul_ok((int64_t)M, (int64_t)N, &t) || !kiln_mul_ok((int64_t)M, (int64_t)K, &t) ||
+      !kiln_mul_ok((int64_t)K, (int64_t)N, &t))
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "%s: sizes %zu x %zu x %zu overflow", fn, M, N, K);
+  return KILN_OK;
+}
+
+kiln_code kiln_gemm_f32(const kiln_gemm_ctx *ctx, int trans_a, int trans_b, size_t M, size_t N,
+                        size_t K, float alpha, const float *A, size_t lda, const float *B,
+                        size_t ldb, float beta, float *C, size_t ldc,
+                        const kiln_gemm_epilogue *ep, kiln_error *err) {
+  int lvl = kiln_isa_resolve(ctx ? ctx->isa : KILN_ISA_AUTO);
+  if (lvl < 0)
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "gemm: ISA level %s not available on this CPU",
+                     kiln_isa_name(ctx->isa));
+  kiln_code rc = check_common("gemm", M, N, K, A, lda, trans_a, C, ldc, ep, err);
+  if (rc) return rc;
+  if (K && N && !B) return kiln_fail(err, KILN_ERR_INVALID_ARG, "gemm: B is NULL");
+  if (K && N && ldb < (trans_b ? K : N))
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "gemm: ldb %zu < %zu", ldb, trans_b ? K : N);
+  return gemm_run(ctx, lvl, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, NULL, beta, C, ldc,
+                  ep, err);
+}
+
+kiln_code kiln_gemm_f32_packed(const kiln_gemm_ctx *ctx, int trans_a, size_t M, float alpha,
+                               const float *A, size_t lda, const kiln_gemm_packed_b *pb,
+                               float beta, float *C, size_t ldc, const kiln_gemm_epilogue *ep,
+                               kiln_error *err) {
+  if (!pb) return kiln_fail(err, KILN_ERR_INVALID_ARG, "gemm: packed B is NULL");
+  if (ctx && ctx->isa != KILN_ISA_AUTO && ctx->isa != pb->isa)
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "gemm: B was packed for %s, not %s",
+                     kiln_isa_name(pb->isa), kiln_isa_name(ctx->isa));
+  if (kiln_isa_resolve(pb->isa) < 0)
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "gemm: B was packed for %s, not available here",
+                     kiln_isa_name(pb->isa));
+  kiln_code rc = check_common("gemm", M, pb->N, pb->K, A, lda, trans_a, C, ldc, ep, err);
+  if (rc) return rc;
+  return gemm_run(ctx, pb->isa, trans_a, 0, M, pb->N, pb->K, alpha, A, lda, NULL, 0, pb, beta, C,
+                  ldc, ep, err);
+}

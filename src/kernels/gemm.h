@@ -1,0 +1,83 @@
+/* Single-precision GEMM for kiln's kernels.
+ *
+ *   C = act(alpha * op(A) * op(B) + beta * C + bias + residual)      (residual before act)
+ *   C = act(alpha * op(A) * op(B) + beta * C + bias) + residual      (residual_after_act)
+ *
+ * All matrices are row-major with a leading dimension (row stride, in elements):
+ *   op(A) is M x K: A is M x K (lda >= K), or with trans_a A is K x M (lda >= M);
+ *   op(B) is K x N: B is K x N (ldb >= N), or with trans_b B is N x K (ldb >= K);
+ *   C is M x N (ldc >= N); bias has N entries (one per column); residual is M x N (ldr >= N).
+ * When beta == 0, C is not read (it may hold NaN). K == 0 or alpha == 0 gives beta * C plus
+ * the epilogue. C must not overlap A, B, bias; residual may be C itself.
+ *
+ * Implementation: B is packed into panels of NR columns (zero-padded), the A block is read in
+ * place (or transposed into a buffer when trans_a), register-tiled micro-kernels
+ * (f32_gemm_6x64__avx512, f32_gemm_6x16__avx2, f32_gemm_4x16__scalar) run over L1/L2-sized
+ * blocks, and the epilogue is applied to each C tile while it is in registers / L1. Work is
+ * split over M and N blocks across a kiln_threadpool. M == 1 and N == 1 take a
+ * matrix-vector path. Constant B (weights) can be packed once with kiln_gemm_pack_b.
+ */
+#ifndef KILN_KERNELS_GEMM_H
+#define KILN_KERNELS_GEMM_H
+
+#include <stddef.h>
+
+#include "kernels/act.h"
+#include "kernels/cpu.h"
+#include "kiln/kiln.h"
+#include "runtime/threadpool.h"
+
+/* Fused epilogue; a zero-initialised struct (or NULL where accepted) means "none". */
+typedef struct kiln_gemm_epilogue {
+  const float *bias;      /* N values added to each row, or NULL */
+  kiln_act act;           /* applied after bias (and residual unless residual_after_act) */
+  const float *residual;  /* M x N matrix added element-wise, or NULL */
+  size_t ldr;             /* residual row stride (>= N) */
+  int residual_after_act; /* 0: act(x + residual); 1: act(x) + residual */
+} kiln_gemm_epilogue;
+
+/* Where and how to run. A zero-initialised struct (or NULL) means: single thread, best ISA. */
+typedef struct kiln_gemm_ctx {
+  kiln_threadpool *pool; /* NULL: run on the calling thread */
+  int isa;               /* a kiln_isa: KILN_ISA_AUTO (0) or a level to force (tests) */
+} kiln_gemm_ctx;
+
+/* B packed once for reuse (e.g. constant weights): panel layout of one ISA level. */
+typedef struct kiln_gemm_packed_b kiln_gemm_packed_b;
+
+/* C = alpha op(A) op(B) + beta C with the epilogue `ep` (NULL: none). ctx NULL: single
+ * thread, kiln_cpu_isa(). Fails with KILN_ERR_INVALID_ARG on bad sizes/strides/NULLs or an
+ * ISA the CPU lacks, KILN_ERR_NOMEM when scratch cannot be allocated. */
+kiln_code kiln_gemm_f32(const kiln_gemm_ctx *ctx, int trans_a, int trans_b, size_t M, size_t N,
+                        size_t K, float alpha, const float *A, size_t lda, const float *B,
+                        size_t ldb, float beta, float *C, size_t ldc,
+                        const kiln_gemm_epilogue *ep, kiln_error *err);
+
+/* Pack op(B) (K x N, see above) for the ISA level `isa` (KILN_ISA_AUTO: kiln_cpu_isa()). The
+ * handle does not refer to B afterwards. Free with kiln_gemm_packed_b_free. */
+kiln_code kiln_gemm_pack_b(int isa, int trans_b, size_t K, size_t N, const float *B, size_t ldb,
+                           kiln_gemm_packed_b **out, kiln_error *err);
+void kiln_gemm_packed_b_free(kiln_gemm_packed_b *pb);
+size_t kiln_gemm_packed_b_k(const kiln_gemm_packed_b *pb);
+size_t kiln_gemm_packed_b_n(const kiln_gemm_packed_b *pb);
+int kiln_gemm_packed_b_isa(const kiln_gemm_packed_b *pb);
+size_t kiln_gemm_packed_b_bytes(const kiln_gemm_packed_b *pb);
+
+/* As kiln_gemm_f32 with op(B) prepacked: N and K come from `pb`, and the packed ISA level is
+ * used (ctx->isa must be AUTO or equal to it). */
+kiln_code kiln_gemm_f32_packed(const kiln_gemm_ctx *ctx, int trans_a, size_t M, float alpha,
+                               const float *A, size_t lda, const kiln_gemm_packed_b *pb,
+                               float beta, float *C, size_t ldc, const kiln_gemm_epilogue *ep,
+                               kiln_error *err);
+
+/* Block sizes in use for an ISA level (for benchmarks and tuning); 0 leaves one unchanged.
+ * Setting is not thread-safe with running GEMMs; KC must stay a multiple of 8. */
+typedef struct kiln_gemm_blocking {
+  size_t mc, kc, nc;
+} kiln_gemm_blocking;
+kiln_gemm_blocking kiln_gemm_get_blocking(int isa);
+void kiln_gemm_set_blocking(int isa, kiln_gemm_blocking b);
+/* Name of the main micro-kernel for an ISA level, e.g. "f32_gemm_6x64__avx512". */
+const char *kiln_gemm_kernel_name(int isa);
+
+#endif

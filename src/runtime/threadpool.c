@@ -1,0 +1,236 @@
+/* Persistent pthread pool: generation counter + bounded spin, then condvar sleep. */
+#include "runtime/threadpool.h"
+
+#include <pthread.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ volatile("yield" ::: "memory")
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+#define CACHE_LINE 64
+
+struct kiln_threadpool {
+  int n;            /* threads in all, caller included */
+  int n_workers;    /* started workers: n - 1 */
+  pthread_t *threads;
+  pthread_mutex_t busy; /* held by the thread dispatching a loop */
+  pthread_mutex_t mu;   /* guards the sleeps below */
+  pthread_cond_t cv_work;
+  pthread_cond_t cv_done;
+  _Atomic unsigned spin_ns;
+
+  /* The current job: written by the dispatcher before it bumps `generation`. */
+  alignas(CACHE_LINE) kiln_task_fn fn;
+  void *ctx;
+  size_t n_tasks;
+  size_t chunk;
+  alignas(CACHE_LINE) atomic_uint generation;
+  atomic_int stop;
+  atomic_int n_sleeping;      /* workers asleep on cv_work */
+  alignas(CACHE_LINE) atomic_size_t next; /* next unclaimed task index */
+  alignas(CACHE_LINE) atomic_int pending; /* workers that have not finished the job */
+  atomic_int caller_sleeping;
+};
+
+static _Thread_local int tl_depth; /* > 0 inside a task: nested loops run serially */
+
+int kiln_in_parallel_region(void) { return tl_depth > 0; }
+
+static unsigned long long now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (unsigned long long)t.tv_sec * 1000000000ull + (unsigned long long)t.tv_nsec;
+}
+
+/* Claim and run pieces of the current job until none are left. */
+static void run_job(kiln_threadpool *p, int tid) {
+  kiln_task_fn fn = p->fn;
+  void *ctx = p->ctx;
+  size_t n = p->n_tasks, chunk = p->chunk;
+  for (;;) {
+    size_t b = atomic_fetch_add_explicit(&p->next, chunk, memory_order_relaxed);
+    if (b >= n) break;
+    size_t e = n - b < chunk ? n : b + chunk;
+    fn(ctx, b, e, tid);
+  }
+}
+
+typedef struct worker_arg {
+  kiln_threadpool *pool;
+  int tid;
+} worker_arg;
+
+static void *worker_main(void *argp) {
+  worker_arg a = *(worker_arg *)argp;
+  free(argp);
+  kiln_threadpool *p = a.pool;
+  tl_depth = 1;
+  unsigned seen = 0; /* the generation at creation: a job may be posted before we get here */
+  for (;;) {
+    /* Wait for a new generation: spin (bounded), then sleep. */
+    unsigned g = atomic_load_explicit(&p->generation, memory_order_acquire);
+    if (g == seen) {
+      unsigned spin = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
+      if (spin) {
+        unsigned long long t0 = now_ns();
+        for (unsigned i = 1;; i++) {
+          CPU_RELAX();
+          g = atomic_load_explicit(&p->generation, memory_order_acquire);
+          if (g != seen) break;
+          if ((i & 63) == 0 && now_ns() - t0 > spin) break;
+        }
+      }
+      if (g == seen) {
+        pthread_mutex_lock(&p->mu);
+        atomic_fetch_add(&p->n_sleeping, 1);
+        while ((g = atomic_load(&p->generation)) == seen) pthread_cond_wait(&p->cv_work, &p->mu);
+        atomic_fetch_sub(&p->n_sleeping, 1);
+        pthread_mutex_unlock(&p->mu);
+      }
+    }
+    seen = g;
+    if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
+    run_job(p, a.tid);
+    if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_sleeping)) {
+      pthread_mutex_lock(&p->mu);
+      pthread_cond_signal(&p->cv_done);
+      pthread_mutex_unlock(&p->mu);
+    }
+  }
+  return NULL;
+}
+
+static void bump_generation(kiln_threadpool *p) {
+  atomic_fetch_add(&p->generation, 1); /* seq_cst: pairs with n_sleeping below */
+  if (atomic_load(&p->n_sleeping) > 0) {
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->cv_work);
+    pthread_mutex_unlock(&p->mu);
+  }
+}
+
+kiln_threadpool *kiln_threadpool_create(int n_threads) {
+  if (n_threads <= 0) {
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    n_threads = c > 0 ? (int)c : 1;
+  }
+  kiln_threadpool *p = aligned_alloc(CACHE_LINE, (sizeof *p + CACHE_LINE - 1) / CACHE_LINE *
+                                                     CACHE_LINE);
+  if (!p) return NULL;
+  memset(p, 0, sizeof *p);
+  p->threads = calloc((size_t)n_threads, sizeof *p->threads);
+  if (!p->threads) {
+    free(p);
+    return NULL;
+  }
+  pthread_mutex_init(&p->busy, NULL);
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cv_work, NULL);
+  pthread_cond_init(&p->cv_done, NULL);
+  unsigned spin_us = 50;
+  const char *env = getenv("KILN_SPIN_US");
+  if (env && *env) spin_us = (unsigned)strtoul(env, NULL, 10);
+  if (spin_us > 1000000) spin_us = 1000000;
+  atomic_store(&p->spin_ns, spin_us * 1000u);
+  atomic_init(&p->generation, 0);
+  atomic_init(&p->stop, 0);
+  atomic_init(&p->n_sleeping, 0);
+  atomic_init(&p->next, 0);
+  atomic_init(&p->pending, 0);
+  atomic_init(&p->caller_sleeping, 0);
+  p->n = 1;
+  for (int i = 1; i < n_threads; i++) {
+    worker_arg *a = malloc(sizeof *a);
+    if (!a) break;
+    a->pool = p;
+    a->tid = i;
+    if (pthread_create(&p->threads[i], NULL, worker_main, a) != 0) {
+      free(a);
+      break;
+    }
+    p->n = i + 1;
+  }
+  p->n_workers = p->n - 1;
+  return p;
+}
+
+void kiln_threadpool_free(kiln_threadpool *p) {
+  if (!p) return;
+  atomic_store(&p->stop, 1);
+  bump_generation(p);
+  for (int i = 1; i <= p->n_workers; i++) pthread_join(p->threads[i], NULL);
+  pthread_cond_destroy(&p->cv_work);
+  pthread_cond_destroy(&p->cv_done);
+  pthread_mutex_destroy(&p->mu);
+  pthread_mutex_destroy(&p->busy);
+  free(p->threads);
+  free(p);
+}
+
+int kiln_threadpool_size(const kiln_threadpool *p) { return p ? p->n : 1; }
+
+void kiln_threadpool_set_spin_us(kiln_threadpool *p, unsigned us) {
+  if (!p) return;
+  if (us > 1000000) us = 1000000;
+  atomic_store(&p->spin_ns, us * 1000u);
+}
+
+void kiln_parallel_for(kiln_threadpool *p, size_t n_tasks, kiln_task_fn fn, void *ctx,
+                       size_t chunk) {
+  if (n_tasks == 0) return;
+  size_t n_thr = p ? (size_t)p->n : 1;
+  if (chunk == 0) chunk = (n_tasks + n_thr - 1) / n_thr;
+  if (n_thr <= 1 || tl_depth > 0 || chunk >= n_tasks || pthread_mutex_trylock(&p->busy) != 0) {
+    tl_depth++;
+    fn(ctx, 0, n_tasks, 0);
+    tl_depth--;
+    return;
+  }
+  p->fn = fn;
+  p->ctx = ctx;
+  p->n_tasks = n_tasks;
+  p->chunk = chunk;
+  atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+  atomic_store_explicit(&p->pending, p->n_workers, memory_order_relaxed);
+  bump_generation(p); /* publishes the job (seq_cst) */
+
+  tl_depth++;
+  run_job(p, 0);
+  tl_depth--;
+
+  /* Wait for the workers: spin (bounded), then sleep. */
+  if (atomic_load_explicit(&p->pending, memory_order_acquire) != 0) {
+    unsigned spin = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
+    int done = 0;
+    if (spin) {
+      unsigned long long t0 = now_ns();
+      for (unsigned i = 1;; i++) {
+        CPU_RELAX();
+        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) {
+          done = 1;
+          break;
+        }
+        if ((i & 63) == 0 && now_ns() - t0 > spin) break;
+      }
+    }
+    if (!done) {
+      pthread_mutex_lock(&p->mu);
+      atomic_store(&p->caller_sleeping, 1);
+      while (atomic_load(&p->pending) != 0) pthread_cond_wait(&p->cv_done, &p->mu);
+      atomic_store(&p->caller_sleeping, 0);
+      pthread_mutex_unlock(&p->mu);
+    }
+  }
+  pthread_mutex_unlock(&p->busy);
+}
