@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/gemm.h"
 #include "ops/op.h"
 
 typedef struct conv_geom {
@@ -331,8 +332,16 @@ static kiln_code conv_forward(kiln_kctx *c, const conv_impl *im, const conv_geom
                      ATW(col, ci * g->ksize * g->ysize, im->esz));
         b = col;
       }
-      im->gemm(mg, g->ysize, kk, AT(w, gr * mg * kk, im->esz), b,
-               ATW(y, (n * g->m + gr * mg) * g->ysize, im->esz));
+      void *yb = ATW(y, (n * g->m + gr * mg) * g->ysize, im->esz);
+      kiln_gemm_ctx gctx = {kiln_kpool(c), 0};
+      /* float: the packed, threaded GEMM (y starts zeroed and each block is written once) */
+      if (im == &impl_f32 && mg && g->ysize && kk &&
+          kiln_gemm_f32(&gctx, 0, 0, (size_t)mg, (size_t)g->ysize, (size_t)kk, 1.0f,
+                        (const float *)AT(w, gr * mg * kk, im->esz), (size_t)kk, b, (size_t)g->ysize, 0.0f,
+                        (float *)yb,
+                        (size_t)g->ysize, NULL, NULL) == KILN_OK)
+        continue;
+      im->gemm(mg, g->ysize, kk, AT(w, gr * mg * kk, im->esz), b, yb);
     }
   free(map);
   free(col);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/gemm.h"
 #include "ops/op.h"
 
 /* ---- GEMM --------------------------------------------------------------------------------- */
@@ -139,9 +140,13 @@ static bool mm_plan_init(mm_plan *p, int ra, const int64_t *da, int rb, const in
   return true;
 }
 
-/* y[batch] += a[batch] @ b[batch] over the broadcast batch; y starts zeroed. */
-static void mm_run(const mm_plan *p, kiln_dtype w, const void *a, const void *b, void *y) {
+/* y[batch] += a[batch] @ b[batch] over the broadcast batch; y starts zeroed. Float products
+ * run in the packed, register-tiled GEMM (src/kernels/gemm.c) on the session's threads; other
+ * types in the reference loop above. */
+static void mm_run(const mm_plan *p, kiln_dtype w, const void *a, const void *b, void *y,
+                   kiln_threadpool *pool) {
   gemm_fn gemm = work_gemm(w);
+  kiln_gemm_ctx gctx = {pool, 0};
   size_t esz = work_size(w);
   for (int64_t bi = 0; bi < p->batches; bi++) {
     int64_t ia = 0, ib = 0, rest = bi;
@@ -151,9 +156,15 @@ static void mm_run(const mm_plan *p, kiln_dtype w, const void *a, const void *b,
       ia += q * p->astr[d];
       ib += q * p->bstr[d];
     }
-    gemm(p->m, p->n, p->k, (const char *)a + (size_t)(ia * p->m * p->k) * esz,
-         (const char *)b + (size_t)(ib * p->k * p->n) * esz,
-         (char *)y + (size_t)(bi * p->m * p->n) * esz);
+    const void *ab = (const char *)a + (size_t)(ia * p->m * p->k) * esz;
+    const void *bb = (const char *)b + (size_t)(ib * p->k * p->n) * esz;
+    void *yb = (char *)y + (size_t)(bi * p->m * p->n) * esz;
+    if (w == KILN_FLOAT && p->m && p->n &&
+        kiln_gemm_f32(&gctx, 0, 0, (size_t)p->m, (size_t)p->n, (size_t)p->k, 1.0f, ab,
+                      (size_t)(p->k ? p->k : 1), bb, (size_t)p->n, 0.0f, yb, (size_t)p->n, NULL,
+                      NULL) == KILN_OK)
+      continue;
+    gemm(p->m, p->n, p->k, ab, bb, yb);
   }
 }
 
@@ -180,7 +191,7 @@ static kiln_code matmul_run(kiln_kctx *c) {
   if (!aw || !bw || !yw) {
     rc = kiln_kfail(c, "out of memory");
   } else {
-    mm_run(&p, w, aw, bw, yw);
+    mm_run(&p, w, aw, bw, yw, kiln_kpool(c));
     from_work(y, w, yw);
   }
   if (!direct) free(yw);
@@ -230,6 +241,21 @@ static kiln_code gemm_run(kiln_kctx *c) {
   }
   kiln_tensor *y = kiln_out(c, 0, a->dtype, 2, dims);
   if (!y) return KILN_ERR_NOMEM;
+  if (a->dtype == KILN_FLOAT && !ta && m && n && k && (!cc || cc->dtype == KILN_FLOAT)) {
+    /* y = beta * C (broadcast), then y = alpha * op(A) op(B) + y in the fast GEMM */
+    float *py = y->data;
+    if (cc) {
+      kiln_bcast bc0;
+      kiln_bcast_init(&bc0, 2, dims, cc);
+      for (int64_t i = 0; i < y->numel; i++) py[i] = (float)beta * ((const float *)cc->data)[kiln_bcast_index(&bc0, i)];
+    }
+    kiln_gemm_ctx gctx = {kiln_kpool(c), 0};
+    if (kiln_gemm_f32(&gctx, ta, tb, (size_t)m, (size_t)n, (size_t)k, (float)alpha, a->data,
+                      (size_t)a->dims[1], b->data, (size_t)b->dims[1], cc ? 1.0f : 0.0f, py,
+                      (size_t)n, NULL, c->err) == KILN_OK)
+      return KILN_OK;
+    return kiln_kfail(c, "%s", c->err ? c->err->message : "GEMM failed");
+  }
   void *ao, *bo;
   const void *aw = gemm_operand(a, w, ta, &ao), *bw = gemm_operand(b, w, tb, &bo);
   void *acc = kiln_calloc((size_t)y->numel, work_size(w));
@@ -314,7 +340,7 @@ static kiln_code int_matmul(kiln_kctx *c, const kiln_tensor *a, const kiln_tenso
   int64_t n = kiln_numel(p->yrank, p->ydims);
   *acc = n >= 0 ? kiln_calloc((size_t)n, sizeof(uint64_t)) : NULL;
   if (*acc)
-    mm_run(p, KILN_UINT64, av, bv, *acc);
+    mm_run(p, KILN_UINT64, av, bv, *acc, NULL);
   else
     rc = kiln_kfail(c, "out of memory");
   free(av);

@@ -69,6 +69,10 @@ void kiln_set_out(kiln_kctx *c, size_t i, kiln_tensor *v) {
   c->out[i] = v;
 }
 
+struct kiln_threadpool *kiln_kpool(const kiln_kctx *c) {
+  return c->frame && c->frame->session ? c->frame->session->pool : NULL;
+}
+
 const kiln_tensor *kiln_in(const kiln_kctx *c, size_t i) { return i < c->n_in ? c->in[i] : NULL; }
 
 bool kiln_out_used(const kiln_kctx *c, size_t i) {

@@ -72,6 +72,9 @@ const kiln_tensor *kiln_in(const kiln_kctx *c, size_t i);
 /* Whether output i is wanted by the graph (not omitted). */
 bool kiln_out_used(const kiln_kctx *c, size_t i);
 
+/* The session's thread pool for data-parallel loops (NULL: run on the calling thread). */
+struct kiln_threadpool *kiln_kpool(const kiln_kctx *c);
+
 /* Normalise an axis in [-rank, rank) to [0, rank); -1 (and c->err set) when out of range. */
 int kiln_axis(kiln_kctx *c, int64_t axis, int rank);
 

@@ -8,6 +8,7 @@
 #include "onnx/reader.h"
 #include "onnx/writer.h"
 #include "opt/opt.h"
+#include "runtime/pool_shared.h"
 #include "runtime/session.h"
 
 void kiln_options_init(kiln_options *o) {
@@ -84,6 +85,8 @@ static kiln_code finish_create(kiln_model *m, const kiln_options *opts, kiln_ses
     if (!g->values[g->inputs[i]].init) s->feeds[s->n_feeds++] = g->inputs[i];
   if (!rc) rc = build_hist(s, err);
   if (!rc && !(s->planner = kiln_planner_new(g))) rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  if (!rc && s->opts.threads < 0) rc = kiln_fail(err, KILN_ERR_INVALID_ARG, "threads must be >= 0 (0: one per core)");
+  if (!rc) s->pool = kiln_pool_acquire(s->opts.threads);
   if (rc) {
     kiln_session_free(s);
     return rc;
@@ -122,6 +125,7 @@ void kiln_session_free(kiln_session *s) {
   free(s->hist);
   free(s->force_fail);
   kiln_planner_free(s->planner);
+  kiln_pool_release(s->pool);
   free(s);
 }
 

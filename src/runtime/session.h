@@ -6,6 +6,7 @@
 #include "ops/op.h"
 #include "opt/opt.h"
 #include "runtime/planner.h"
+#include "runtime/threadpool.h"
 
 #define KILN_MAX_OPSET 18
 
@@ -25,6 +26,7 @@ struct kiln_session {
   kiln_opt_log opt_log;    /* what the optimizer did at creation */
   char *force_fail;        /* KILN_FUSION_FAIL: fused op types whose kernel is treated as failed */
   kiln_planner *planner;   /* memory plans of the main graph, per input signature */
+  kiln_threadpool *pool;   /* shared pool of opts.threads threads; NULL runs single-threaded */
   size_t n_fallbacks;      /* fused nodes that fell back to their original chain (atomic) */
 };
 
