@@ -37,8 +37,13 @@
 #include <string.h>
 
 #include "ops/fused.h"
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
 
-enum { BK = 64, QB = 4, NC = 8, MAXR = KILN_MAX_RANK };
+/* BK keys per block, QB query rows per tile (the tiles are written for 4), value rows padded to
+ * a multiple of DVPAD floats (the widest tile) */
+enum { BK = 64, QB = 4, DVPAD = 16, MAXR = KILN_MAX_RANK };
 
 /* ---- vectorisable exp for x <= 0 (scores minus their running max) ---- */
 
@@ -136,79 +141,6 @@ static void batch_strides(const view *v, int nb, int64_t *bs) {
   }
 }
 
-/* ---- microkernels ---- */
-
-/* s[r][j] = sum_d q[r][d] * kp[d][j] for QB rows and columns [0, ncols), ncols a multiple of
- * NC: a QB x NC accumulator tile stays in registers over the whole d loop. */
-static void qk_tile(const float *restrict q, int64_t D, const float *restrict kp, int64_t ncols,
-                    float *restrict s) {
-  for (int64_t j0 = 0; j0 < ncols; j0 += NC) {
-    float t[QB][NC];
-    memset(t, 0, sizeof t);
-    for (int64_t d = 0; d < D; d++) {
-      const float *kr = kp + d * BK + j0;
-      for (int r = 0; r < QB; r++) {
-        float a = q[r * D + d];
-        for (int c = 0; c < NC; c++) t[r][c] += a * kr[c];
-      }
-    }
-    for (int r = 0; r < QB; r++)
-      for (int c = 0; c < NC; c++) s[r * BK + j0 + c] = t[r][c];
-  }
-}
-
-/* acc[r][c] += sum_j p[r][j] * v[j][c] for j < nk, c < dv8 (a multiple of NC). */
-static void pv_tile(const float *restrict p, const float *restrict v, int64_t nk, int64_t dv8,
-                    float *restrict acc) {
-  for (int64_t c0 = 0; c0 < dv8; c0 += NC) {
-    float t[QB][NC];
-    for (int r = 0; r < QB; r++)
-      for (int c = 0; c < NC; c++) t[r][c] = acc[r * dv8 + c0 + c];
-    for (int64_t j = 0; j < nk; j++) {
-      const float *vr = v + j * dv8 + c0;
-      for (int r = 0; r < QB; r++) {
-        float a = p[r * BK + j];
-        for (int c = 0; c < NC; c++) t[r][c] += a * vr[c];
-      }
-    }
-    for (int r = 0; r < QB; r++)
-      for (int c = 0; c < NC; c++) acc[r * dv8 + c0 + c] = t[r][c];
-  }
-}
-
-/* Max of x[0..n) in NC independent lanes (vectorisable; NaN is skipped as by the chain's
- * Softmax, and then poisons the sum). */
-static float row_max(const float *x, int64_t n) {
-  float lane[NC];
-  for (int c = 0; c < NC; c++) lane[c] = -INFINITY;
-  int64_t j = 0;
-  for (; j + NC <= n; j += NC)
-    for (int c = 0; c < NC; c++) lane[c] = x[j + c] > lane[c] ? x[j + c] : lane[c];
-  float m = -INFINITY;
-  for (int c = 0; c < NC; c++) m = lane[c] > m ? lane[c] : m;
-  for (; j < n; j++) m = x[j] > m ? x[j] : m;
-  return m;
-}
-
-/* x[j] = exp(x[j] - m) for j < n, returning the sum (NC partial sums, vectorisable). */
-static float exp_sum(float *x, int64_t n, float m) {
-  float lane[NC] = {0};
-  int64_t j = 0;
-  for (; j + NC <= n; j += NC)
-    for (int c = 0; c < NC; c++) {
-      float e = exp_le0(x[j + c] - m);
-      x[j + c] = e;
-      lane[c] += e;
-    }
-  float sum = 0;
-  for (; j < n; j++) {
-    x[j] = exp_le0(x[j] - m);
-    sum += x[j];
-  }
-  for (int c = 0; c < NC; c++) sum += lane[c];
-  return sum;
-}
-
 /* ---- the kernel ---- */
 
 typedef struct attn_plan {
@@ -216,7 +148,7 @@ typedef struct attn_plan {
   int nb;                        /* batch axes */
   int64_t bdims[MAXR];
   int64_t qbs[MAXR], kbs[MAXR], vbs[MAXR], mbs[MAXR], cbs[MAXR], obs[MAXR];
-  int64_t sq, sk, d, dv, dv8, nkb;
+  int64_t sq, sk, d, dv, dvp, nkb;
   float scale, fill;
   bool has_mask, has_cond, keep_true, where_after;
 } attn_plan;
@@ -303,7 +235,7 @@ static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
   p->fill = kiln_attr_float(c->node, "mask_fill", -INFINITY);
   p->keep_true = kiln_attr_int(c->node, "cond_keep", 1) != 0;
   p->where_after = kiln_attr_int(c->node, "where_after_mask", 0) != 0;
-  p->dv8 = (p->dv + NC - 1) / NC * NC;
+  p->dvp = (p->dv + DVPAD - 1) / DVPAD * DVPAD;
   p->nkb = (p->sk + BK - 1) / BK;
   *yout = y;
   return KILN_OK;
@@ -313,20 +245,20 @@ static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
  * is zeroed at allocation and never written, so the tiles may read it freely. */
 typedef struct attn_work {
   float *kp;   /* nkb panels of D x BK */
-  float *vp;   /* nkb*BK rows of dv8 */
+  float *vp;   /* nkb*BK rows of dvp */
   float *q;    /* QB x D, scaled */
   float *s;    /* QB x BK scores, then probabilities */
-  float *acc;  /* QB x dv8 */
+  float *acc;  /* QB x dvp */
 } attn_work;
 
 static bool work_alloc(attn_work *w, const attn_plan *p) {
-  size_t kp = (size_t)p->nkb * BK * (size_t)p->d, vp = (size_t)p->nkb * BK * (size_t)p->dv8;
+  size_t kp = (size_t)p->nkb * BK * (size_t)p->d, vp = (size_t)p->nkb * BK * (size_t)p->dvp;
   memset(w, 0, sizeof *w);
   w->kp = calloc(kp ? kp : 1, sizeof(float));
   w->vp = calloc(vp ? vp : 1, sizeof(float));
   w->q = calloc((size_t)QB * (size_t)(p->d ? p->d : 1), sizeof(float));
   w->s = calloc((size_t)QB * BK, sizeof(float));
-  w->acc = calloc((size_t)QB * (size_t)(p->dv8 ? p->dv8 : 1), sizeof(float));
+  w->acc = calloc((size_t)QB * (size_t)(p->dvp ? p->dvp : 1), sizeof(float));
   return w->kp && w->vp && w->q && w->s && w->acc;
 }
 
@@ -355,7 +287,7 @@ static void pack_k(const attn_plan *p, const float *k, float *kp) {
 static void pack_v(const attn_plan *p, const float *v, float *vp) {
   int64_t sj = p->v.stride[p->v.rank - 2], sc = p->v.stride[p->v.rank - 1];
   for (int64_t j = 0; j < p->sk; j++) {
-    float *dst = vp + j * p->dv8;
+    float *dst = vp + j * p->dvp;
     const float *src = v + j * sj;
     if (sc == 1) memcpy(dst, src, (size_t)p->dv * sizeof *dst);
     else
@@ -399,68 +331,27 @@ static void apply_cond(const attn_plan *p, float *s, const uint8_t *crow, int64_
     if ((crow[(j0 + j) * sj] != 0) != p->keep_true) s[j] = p->fill;
 }
 
-/* One batch element: Q rows through all key blocks with the online softmax. */
-static void attend(const attn_plan *p, attn_work *w, const float *q, const float *m,
-                   const uint8_t *cd, float *y) {
-  int64_t qsr = p->q.stride[p->q.rank - 2], qsd = p->q.stride[p->q.rank - 1];
-  int64_t msq = p->has_mask ? p->m.stride[p->m.rank - 2] : 0;
-  int64_t csq = p->has_cond ? p->c.stride[p->c.rank - 2] : 0;
-  int64_t ysr = p->o.stride[p->o.rank - 2], ysc = p->o.stride[p->o.rank - 1];
-  for (int64_t i0 = 0; i0 < p->sq; i0 += QB) {
-    int64_t nr = p->sq - i0 < QB ? p->sq - i0 : QB;
-    float mx[QB], l[QB];
-    for (int64_t r = 0; r < QB; r++) {
-      for (int64_t d = 0; d < p->d; d++) w->q[r * p->d + d] = r < nr ? p->scale * q[(i0 + r) * qsr + d * qsd] : 0.0f;
-      mx[r] = -INFINITY;
-      l[r] = 0;
-    }
-    memset(w->acc, 0, (size_t)QB * (size_t)p->dv8 * sizeof(float));
-    const float *mrow = p->has_mask ? m + i0 * msq : NULL;
-    const uint8_t *crow = p->has_cond ? cd + i0 * csq : NULL;
-    for (int64_t kb = 0; kb < p->nkb; kb++) {
-      int64_t j0 = kb * BK, nk = p->sk - j0 < BK ? p->sk - j0 : BK;
-      if (block_masked(p, mrow, crow, nr, j0, nk)) continue;
-      qk_tile(w->q, p->d, w->kp + kb * p->d * BK, (nk + NC - 1) / NC * NC, w->s);
-      for (int64_t r = 0; r < QB; r++) {
-        float *s = w->s + r * BK;
-        if (r >= nr) {
-          memset(s, 0, BK * sizeof *s);
-          continue;
-        }
-        if (p->has_cond && !p->where_after) apply_cond(p, s, crow + r * csq, j0, nk);
-        if (p->has_mask) apply_mask(p, s, mrow + r * msq, j0, nk);
-        if (p->has_cond && p->where_after) apply_cond(p, s, crow + r * csq, j0, nk);
-        float bm = row_max(s, nk);
-        if (bm == -INFINITY) { /* nothing of this row survives in this block */
-          memset(s, 0, BK * sizeof *s);
-          continue;
-        }
-        if (bm > mx[r]) {
-          float alpha = exp_le0(mx[r] - bm);
-          if (mx[r] != -INFINITY) {
-            float *a = w->acc + r * p->dv8;
-            for (int64_t c = 0; c < p->dv8; c++) a[c] *= alpha;
-            l[r] *= alpha;
-          }
-          mx[r] = bm;
-        }
-        l[r] += exp_sum(s, nk, mx[r]);
-        for (int64_t j = nk; j < BK; j++) s[j] = 0;
-      }
-      pv_tile(w->s, w->vp + j0 * p->dv8, nk, p->dv8, w->acc);
-    }
-    for (int64_t r = 0; r < nr; r++) {
-      const float *a = w->acc + r * p->dv8;
-      float *yr = y + (i0 + r) * ysr;
-      if (l[r] > 0) {
-        float inv = 1.0f / l[r];
-        for (int64_t c = 0; c < p->dv; c++) yr[c * ysc] = a[c] * inv;
-      } else { /* every score was -inf: softmax is 0/0 */
-        for (int64_t c = 0; c < p->dv; c++) yr[c * ysc] = NAN;
-      }
-    }
-  }
-}
+/* The hot path, compiled twice: portable 128-bit vectors (SSE2 on x86-64, NEON on arm64) and,
+ * on x86-64, 256-bit AVX2+FMA chosen at run time when the CPU has it. */
+#define AT_FN(name) name##_v4
+#define AT_VW 4
+#define AT_TARGET
+#include "ops/fused_attention_tiles.h"
+#undef AT_FN
+#undef AT_VW
+#undef AT_TARGET
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define AT_HAVE_AVX2 1
+#define AT_FN(name) name##_avx2
+#define AT_VW 8
+#define AT_TARGET __attribute__((target("avx2,fma")))
+#define AT_FMA(acc, a, b) ((acc) = _mm256_fmadd_ps((a), (b), (acc)))
+#include "ops/fused_attention_tiles.h"
+#undef AT_FN
+#undef AT_VW
+#undef AT_TARGET
+#undef AT_FMA
+#endif
 
 static kiln_code attention_run(kiln_kctx *c) {
   attn_plan p;
@@ -473,8 +364,8 @@ static kiln_code attention_run(kiln_kctx *c) {
     memset(y->data, 0, y->nbytes);
     return KILN_OK;
   }
-  /* The packed K and V hold nkb*BK x max(D, dv8) floats: refuse sizes that overflow. */
-  if (p.nkb > INT64_MAX / BK / (p.d + p.dv8 + 1)) return kiln_kfail(c, "attention too large");
+  /* The packed K and V hold nkb*BK x max(D, dvp) floats: refuse sizes that overflow. */
+  if (p.nkb > INT64_MAX / BK / (p.d + p.dvp + 1)) return kiln_kfail(c, "attention too large");
   attn_work w;
   if (!work_alloc(&w, &p)) {
     work_free(&w);
@@ -486,6 +377,11 @@ static kiln_code attention_run(kiln_kctx *c) {
   int64_t nbatch = 1, idx[MAXR] = {0};
   for (int i = 0; i < p.nb; i++) nbatch *= p.bdims[i];
   int64_t last_k = -1, last_v = -1;
+  void (*attend)(const attn_plan *, attn_work *, const float *, const float *, const uint8_t *, float *) = attend_v4;
+#ifdef AT_HAVE_AVX2
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("KILN_ATTENTION_PORTABLE"))
+    attend = attend_avx2;
+#endif
   for (int64_t b = 0; b < nbatch; b++) {
     int64_t qo = 0, ko = 0, vo = 0, mo = 0, co = 0, yo = 0;
     for (int i = 0; i < p.nb; i++) {

@@ -152,15 +152,17 @@ static int absorb_input(const actx *c, amatch *a, int v, int *r, int *perm, bool
   }
 }
 
-/* Whether a mask or cond of type t can broadcast onto scores of type s without growing the
- * query or key axes; unknown dims pass (the kernel checks them). */
+/* Whether a mask or cond of type t can broadcast onto the scores (type s, the first MatMul's
+ * output) without growing their query or key axes. Growing the batch axes is fine (the kernel
+ * broadcasts them as the chain would). A dim known only at run time is checked by the kernel
+ * (which falls back to the chain), except against a scores dim of 1, which it could grow. */
 static bool mask_fits(const kiln_type *t, const kiln_type *s) {
-  if (t->kind != KILN_T_TENSOR || t->rank < 0 || s->rank < 2) return false;
+  if (t->kind != KILN_T_TENSOR || t->rank < 0 || s->kind != KILN_T_TENSOR || s->rank < 2) return false;
   for (int i = 1; i <= t->rank && i <= s->rank; i++) {
     int64_t m = t->dims[t->rank - i], x = s->dims[s->rank - i];
-    if (m < 0 || m == 1) continue;
-    if (i <= 2 && x < 0) continue; /* checked at run time */
-    if (x >= 0 && m != x && (i <= 2 || x != 1)) return false;
+    if (m == 1) continue;
+    if (i <= 2 && x == 1) return false;
+    if (m >= 0 && x >= 0 && m != x && x != 1) return false;
   }
   return true;
 }
@@ -168,7 +170,7 @@ static bool mask_fits(const kiln_type *t, const kiln_type *s) {
 /* Walk back from value v (the chain's value entering Softmax, or a step before it) to the
  * first MatMul, collecting mask, cond and scales. Tries each operand of an Add/Where as the
  * chain side; `a` is updated only on success. */
-static bool walk_scores(const actx *c, amatch *a, int v, const kiln_type *scores) {
+static bool walk_scores(const actx *c, amatch *a, int v) {
   int p = sole_producer(c, v);
   if (p < 0 || a->n >= KILN_PAT_MAX) return false;
   const kiln_node *n = &c->g->nodes[p];
@@ -186,7 +188,7 @@ static bool walk_scores(const actx *c, amatch *a, int v, const kiln_type *scores
   if (scale_node(c->g, n, &f, &chain)) {
     t.scale *= f;
     t.scale_seen = true;
-    if (push(&t, (size_t)p) && walk_scores(c, &t, chain, scores)) {
+    if (push(&t, (size_t)p) && walk_scores(c, &t, chain)) {
       *a = t;
       return true;
     }
@@ -196,11 +198,11 @@ static bool walk_scores(const actx *c, amatch *a, int v, const kiln_type *scores
   if (kiln_op_is(n, "Add") && n->n_in == 2 && a->mask < 0) {
     for (int k = 0; k < 2; k++) {
       int other = n->in[1 - k];
-      if (!is_float(c->g, other) || other == n->in[k] || !mask_fits(vtype(c->g, other), scores)) continue;
+      if (!is_float(c->g, other) || other == n->in[k]) continue;
       t = *a;
       t.mask = other;
       t.where_after = a->cond >= 0; /* the Where (already met) comes after this Add */
-      if (push(&t, (size_t)p) && walk_scores(c, &t, n->in[k], scores)) {
+      if (push(&t, (size_t)p) && walk_scores(c, &t, n->in[k])) {
         *a = t;
         return true;
       }
@@ -208,7 +210,7 @@ static bool walk_scores(const actx *c, amatch *a, int v, const kiln_type *scores
   }
   if (kiln_op_is(n, "Where") && n->n_in == 3 && a->cond < 0) {
     const kiln_type *ct = vtype(c->g, n->in[0]);
-    if (!ct || ct->kind != KILN_T_TENSOR || ct->dtype != KILN_BOOL || !mask_fits(ct, scores)) return false;
+    if (!ct || ct->kind != KILN_T_TENSOR || ct->dtype != KILN_BOOL || ct->rank < 0) return false;
     for (int k = 1; k <= 2; k++) {
       double fill;
       const kiln_tensor *ft = kiln_const_input(c->g, n, (size_t)(3 - k));
@@ -218,7 +220,7 @@ static bool walk_scores(const actx *c, amatch *a, int v, const kiln_type *scores
       t.cond = n->in[0];
       t.fill = fill;
       t.keep = k == 1;
-      if (push(&t, (size_t)p) && walk_scores(c, &t, n->in[k], scores)) {
+      if (push(&t, (size_t)p) && walk_scores(c, &t, n->in[k])) {
         *a = t;
         return true;
       }
@@ -255,12 +257,14 @@ static bool match_at(const actx *c, size_t anchor, amatch *a) {
   if (!is_float(g, mm2->in[1]) || vtype(g, mm2->in[1])->rank < 2 || !is_float(g, mm2->out[0])) return false;
   int sm = sole_producer(c, mm2->in[0]);
   if (sm < 0 || !kiln_op_is(&g->nodes[sm], "Softmax") || !softmax_last(g, &g->nodes[sm])) return false;
-  const kiln_type *scores = vtype(g, g->nodes[sm].in[0]);
-  if (scores->rank < 2) return false;
   /* The core: MatMul .. Softmax, MatMul (in chain order once the sides are added). */
   amatch core = *a;
-  if (!walk_scores(c, &core, g->nodes[sm].in[0], scores)) return false;
+  if (!walk_scores(c, &core, g->nodes[sm].in[0])) return false;
   *a = core;
+  const kiln_type *scores = vtype(g, g->nodes[a->mm1].out[0]);
+  if ((a->mask >= 0 && !mask_fits(vtype(g, a->mask), scores)) ||
+      (a->cond >= 0 && !mask_fits(vtype(g, a->cond), scores)))
+    return false;
   if (!push(a, (size_t)sm) || !push(a, anchor)) return false;
   /* Sides, as the budget allows: Q and K (with scales), V, then the output Transposes. */
   const kiln_node *mm1 = &g->nodes[a->mm1];
