@@ -22,16 +22,20 @@
  * float32 only; any rank >= 2 (rank 4 (B, H, S, D) and rank 3 (B*H, S, D) are the usual).
  *
  * Algorithm (why it is fast): for each batch element, K' is packed once into key blocks of
- * BK columns stored as D x BK panels, and V' into BK x Dv rows; then for each block of QB query
- * rows the key blocks are visited in order with a streaming ("online") softmax: scores for the
- * block come from a register-tiled QB x 8 microkernel, the running max m and sum l of each row
- * are updated, the accumulator is rescaled by exp(m_old - m_new) when the max grows, and the
- * probabilities are accumulated into the output with a QB x 8 axpy microkernel. Only QB x BK
- * scores exist at any time. Key blocks that the mask removes entirely (-inf, e.g. the upper
- * triangle of a causal mask) are skipped, which halves causal attention. exp() is a
- * polynomial that the compiler vectorises (rel. error about 2e-7). For finite scores the result
- * equals softmax(S) V' up to rounding; a row masked out completely gives NaN, as the chain
- * does. */
+ * BK columns stored as D x BK panels, and V' into BK x Dv rows (a K or V shared across a batch
+ * axis is packed once); then for each block of QB query rows the key blocks are visited in
+ * order with a streaming ("online") softmax: scores for the block come from a register-tiled
+ * QB x (2 vectors) microkernel (dot products over D as broadcast-multiply-adds, no horizontal
+ * sums), the running max m and sum l of each row are updated, the accumulator is rescaled by
+ * exp(m_old - m_new) when the max grows, and the probabilities are accumulated into the output
+ * with a QB x (2 vectors) axpy microkernel over Dv. Only QB x BK scores exist at any time. Key
+ * blocks that the mask removes entirely (-inf, e.g. the upper triangle of a causal mask) are
+ * skipped. exp() is a vectorised polynomial (rel. error about 2e-7). The hot path
+ * (fused_attention_tiles.h) is compiled for portable 128-bit vectors and, on x86, for
+ * AVX2+FMA, picked at run time from the CPU (KILN_ATTENTION_PORTABLE=1 forces the portable
+ * one, for testing). For finite scores the result equals softmax(S) V' up to rounding; a row
+ * masked out completely gives NaN, as the chain does. Run-time shapes the node cannot handle
+ * (a mask that would grow Sq or Sk) fail the kernel, and the executor runs the chain. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -267,6 +267,16 @@ t = lambda a: a.transpose(1, 0, 2)
 want = t(ref_sdpa(t(feeds["q"]), t(feeds["k"]), t(feeds["v"]), 0.25))
 check(y is not None and np.abs(y - want).max() < 1e-4, f"torch layout vs numpy: {text}")
 
+# Q, K and V all the same tensor (no projections): the fused node reads one value three times;
+# its saved form reloads and falls back correctly.
+ns = [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+      helper.make_node("MatMul", ["x", "xt"], ["s"]),
+      helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+      helper.make_node("MatMul", ["p", "x"], ["y"])]
+p = expect("attn_same_qkv", model(ns, [vi("x", [2, 9, 8])], [vi("y", [2, 9, 8])]), {"Attention": 1})
+rc, text = kiln("validate", p + ".opt.onnx", env={"KILN_FUSION_FAIL": "Attention"})
+check(rc == 0 and "forced to fail" in text, "saved fused model falls back: " + text)
+
 # ---- must not apply ----
 base = qkv(1, 2, 8, 8)
 # Softmax over another axis.
