@@ -40,14 +40,13 @@ typedef struct amatch {
   size_t n;                    /* nodes collected so far */
   size_t nodes[KILN_PAT_MAX];
   int q, k, v, mask, cond;     /* value ids of the fused node's inputs (-1: none) */
-  int qr, kr, orank;           /* ranks of the permutations (0: identity, not written) */
+  int qr, kr, vr, orank;       /* ranks of the permutations (0: identity, not written) */
   int qperm[MAXR], kperm[MAXR], vperm[MAXR], operm[MAXR];
-  int vr;
-  double scale;
+  double scale;                /* product of the absorbed constant factors */
   bool scale_seen;             /* walking back: a scale was met, so no mask may come before it */
-  double fill;
-  int keep, where_after;
-  size_t mm1;
+  double fill;                 /* Where: the constant it puts where the scores are dropped */
+  int keep, where_after;       /* Where keeps the scores where cond is true; Add before Where */
+  size_t mm1;                  /* the first MatMul (Q K^T) */
 } amatch;
 
 typedef struct actx {

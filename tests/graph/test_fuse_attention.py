@@ -277,6 +277,24 @@ p = expect("attn_same_qkv", model(ns, [vi("x", [2, 9, 8])], [vi("y", [2, 9, 8])]
 rc, text = kiln("validate", p + ".opt.onnx", env={"KILN_FUSION_FAIL": "Attention"})
 check(rc == 0 and "forced to fail" in text, "saved fused model falls back: " + text)
 
+# Two Transposes in a row on every side (and a scale between them on Q): the permutations compose.
+# (B, S, H, D) = (2, 5, 3, 4) inputs; 12 nodes, the most one fusion takes.
+T = lambda i, o, perm: helper.make_node("Transpose", [i], [o], perm=perm)
+ns = [T("q", "q1", [0, 2, 1, 3]), helper.make_node("Mul", ["q1", "c"], ["q2"]), T("q2", "q3", [1, 0, 2, 3]),
+      T("k", "k1", [0, 2, 3, 1]), T("k1", "k2", [1, 0, 2, 3]),
+      T("v", "v1", [0, 2, 1, 3]), T("v1", "v2", [1, 0, 2, 3]),
+      helper.make_node("MatMul", ["q3", "k2"], ["s"]),
+      helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+      helper.make_node("MatMul", ["p", "v2"], ["o"]),
+      T("o", "o1", [1, 0, 2, 3]), T("o1", "y", [0, 2, 1, 3])]
+m = model(ns, [vi(n, [2, 5, 3, 4]) for n in "qkv"], [vi("y", [2, 5, 3, 4])], [const("c", np.array(0.7, np.float32))])
+p = expect("attn_composed_perms", m, {"Attention": 1})
+feeds = {n: (2 * rng.standard_normal((2, 5, 3, 4))).astype(np.float32) for n in "qkv"}
+y, text = run_np(p, feeds)
+t = lambda a: a.transpose(0, 2, 1, 3)
+want = t(ref_sdpa(t(feeds["q"]), t(feeds["k"]), t(feeds["v"]), 0.7))
+check(y is not None and np.abs(y - want).max() < 1e-4, f"composed perms vs numpy: {text}")
+
 # ---- must not apply ----
 base = qkv(1, 2, 8, 8)
 # Softmax over another axis.
