@@ -1,6 +1,493 @@
-/* fused_attention kernels (domain ai.kiln), to be written. */
+/* ai.kiln::Attention: scaled dot-product attention in one pass, without materialising the
+ * Sq x Sk score matrix (made by src/opt/fuse_attention.c).
+ *
+ *   Attention(Q, K, V, [mask], [cond]) -> Y
+ *
+ * Each of Q, K, V is read through a permutation of its axes (attributes q_perm, k_perm,
+ * v_perm; absent = identity), which is how the Transposes of the head split are absorbed:
+ *   Q' = transpose(Q, q_perm)   (..., Sq, D)
+ *   K' = transpose(K, k_perm)   (..., D, Sk)  -- the second operand of MatMul(Q, K^T), so a
+ *                                               pre-transposed K has the identity perm and
+ *                                               K of shape (..., Sk, D) swaps the last two axes
+ *   V' = transpose(V, v_perm)   (..., Sk, Dv)
+ *   S  = scale * Q' K'                      (attribute scale, default 1)
+ *   S  = where(cond, S, mask_fill)          (optional bool input cond; cond_keep = 1 keeps S
+ *                                            where cond is true, 0 where it is false)
+ *   S  = S + mask                           (optional float input, additive; attribute
+ *                                            where_after_mask = 1 applies the Where after it)
+ *   O  = softmax(S, last axis) V'           (..., Sq, Dv)
+ *   Y  = transpose(O, out_perm)             (absorbs the head merge Transpose)
+ * The leading ("batch") axes of Q', K', V', mask and cond broadcast numpy-style, as MatMul
+ * and Add would broadcast them; the mask's and cond's last two axes are 1 or Sq, and 1 or Sk.
+ * float32 only; any rank >= 2 (rank 4 (B, H, S, D) and rank 3 (B*H, S, D) are the usual).
+ *
+ * Algorithm (why it is fast): for each batch element, K' is packed once into key blocks of
+ * BK columns stored as D x BK panels, and V' into BK x Dv rows (a K or V shared across a batch
+ * axis is packed once); then for each block of QB query rows the key blocks are visited in
+ * order with a streaming ("online") softmax: scores for the block come from a register-tiled
+ * QB x (2 vectors) microkernel (dot products over D as broadcast-multiply-adds, no horizontal
+ * sums), the running max m and sum l of each row are updated, the accumulator is rescaled by
+ * exp(m_old - m_new) when the max grows, and the probabilities are accumulated into the output
+ * with a QB x (2 vectors) axpy microkernel over Dv. Only QB x BK scores exist at any time. Key
+ * blocks that the mask removes entirely (-inf, e.g. the upper triangle of a causal mask) are
+ * skipped. exp() is a vectorised polynomial (rel. error about 2e-7). The hot path
+ * (fused_attention_tiles.h) is compiled for portable 128-bit vectors and, on x86, for
+ * AVX2+FMA, picked at run time from the CPU (KILN_ATTENTION_PORTABLE=1 forces the portable
+ * one, for testing). For finite scores the result equals softmax(S) V' up to rounding; a row
+ * masked out completely gives NaN, as the chain does. Run-time shapes the node cannot handle
+ * (a mask that would grow Sq or Sk) fail the kernel, and the executor runs the chain. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "ops/fused.h"
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
+
+/* BK keys per block, QB query rows per tile (the tiles are written for 4), value rows padded to
+ * a multiple of DVPAD floats (the widest tile) */
+enum { BK = 64, QB = 4, DVPAD = 16, MAXR = KILN_MAX_RANK };
+
+/* ---- vectorisable exp for x <= 0 (scores minus their running max) ---- */
+
+/* exp(x) for x <= 0 (x > 0 is accepted but loses range above 88); -inf and x < -87 give 0,
+ * NaN stays NaN. Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial, and
+ * 2^n built in the exponent bits: no calls and no float->int conversion, so loops over it
+ * vectorise and NaN inputs are defined behaviour. */
+static inline float exp_le0(float x) {
+  float xc = x < -87.0f ? -87.0f : x; /* NaN passes through (comparison false) */
+  const float shifter = 12582912.0f;  /* 1.5 * 2^23: adding it rounds to an integer */
+  float t = xc * 1.44269504088896341f + shifter;
+  float n = t - shifter;
+  float r = xc - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187045e-06f;
+  float p = 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  uint32_t tb, sb;
+  memcpy(&tb, &t, 4);
+  sb = (tb - 0x4B400000u + 127u) << 23; /* low bits of t hold n; n + 127 is the exponent */
+  float s;
+  memcpy(&s, &sb, 4);
+  float y = p * s;
+  return x < -87.0f ? 0.0f : y;
+}
+
+/* ---- views: a tensor read through a permutation of its axes ---- */
+
+typedef struct view {
+  int rank;
+  int64_t dims[MAXR];
+  int64_t stride[MAXR]; /* elements; 0 on broadcast batch axes (set later) */
+} view;
+
+/* The permutation attribute `name` for rank r (identity when absent); false if invalid. */
+static bool read_perm(const kiln_node *n, const char *name, int r, int *perm) {
+  size_t cnt;
+  const int64_t *p = kiln_attr_ints(n, name, &cnt);
+  bool seen[MAXR] = {false};
+  if (!p) {
+    for (int i = 0; i < r; i++) perm[i] = i;
+    return true;
+  }
+  if ((int)cnt != r) return false;
+  for (int i = 0; i < r; i++) {
+    if (p[i] < 0 || p[i] >= r || seen[p[i]]) return false;
+    seen[p[i]] = true;
+    perm[i] = (int)p[i];
+  }
+  return true;
+}
+
+static void make_view(view *v, int rank, const int64_t *dims, const int *perm) {
+  int64_t st[MAXR], s = 1;
+  for (int i = rank - 1; i >= 0; i--) {
+    st[i] = s;
+    s *= dims[i];
+  }
+  v->rank = rank;
+  for (int i = 0; i < rank; i++) {
+    v->dims[i] = dims[perm ? perm[i] : i];
+    v->stride[i] = st[perm ? perm[i] : i];
+  }
+}
+
+/* Broadcast the batch axes (all but the last two) of views into dims[nb]; false on mismatch. */
+static bool batch_shape(view *const *vs, size_t nv, int *nb, int64_t *dims) {
+  *nb = 0;
+  for (size_t k = 0; k < nv; k++)
+    if (vs[k] && vs[k]->rank - 2 > *nb) *nb = vs[k]->rank - 2;
+  for (int i = 0; i < *nb; i++) dims[i] = 1;
+  for (size_t k = 0; k < nv; k++) {
+    if (!vs[k]) continue;
+    int off = *nb - (vs[k]->rank - 2);
+    for (int i = 0; i < vs[k]->rank - 2; i++) {
+      int64_t d = vs[k]->dims[i];
+      if (d == dims[off + i] || d == 1) continue;
+      if (dims[off + i] != 1) return false;
+      dims[off + i] = d;
+    }
+  }
+  return true;
+}
+
+/* Per-batch-axis strides of view v (0 where it broadcasts), right-aligned to nb axes. */
+static void batch_strides(const view *v, int nb, int64_t *bs) {
+  int off = nb - (v->rank - 2);
+  for (int i = 0; i < nb; i++) {
+    int j = i - off;
+    bs[i] = j < 0 || v->dims[j] == 1 ? 0 : v->stride[j];
+  }
+}
+
+/* ---- the kernel ---- */
+
+typedef struct attn_plan {
+  view q, k, v, m, c, o;         /* logical views; o: the output before out_perm */
+  int nb;                        /* batch axes */
+  int64_t bdims[MAXR];
+  int64_t qbs[MAXR], kbs[MAXR], vbs[MAXR], mbs[MAXR], cbs[MAXR], obs[MAXR];
+  int64_t sq, sk, d, dv, dvp, nkb;
+  float scale, fill;
+  bool has_mask, has_cond, keep_true, where_after;
+} attn_plan;
+
+static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
+  const kiln_tensor *t[5];
+  for (size_t i = 0; i < 5; i++) {
+    t[i] = kiln_in(c, i);
+    if (i < 3 && !t[i]) return kiln_kfail(c, "input %zu is missing", i);
+    if (t[i] && t[i]->kind != KILN_KIND_TENSOR) return kiln_kfail(c, "input %zu must be a tensor", i);
+  }
+  for (size_t i = 0; i < 4; i++)
+    if (t[i] && t[i]->dtype != KILN_FLOAT)
+      return kiln_kunsup(c, "Attention supports float32 only, input %zu is %s", i, kiln_dtype_name(t[i]->dtype));
+  if (t[4] && t[4]->dtype != KILN_BOOL) return kiln_kfail(c, "cond must be bool");
+  static const char *perms[3] = {"q_perm", "k_perm", "v_perm"};
+  view *vw[3] = {&p->q, &p->k, &p->v};
+  for (size_t i = 0; i < 3; i++) {
+    int perm[MAXR];
+    if (t[i]->rank < 2) return kiln_kfail(c, "input %zu must have rank >= 2", i);
+    if (!read_perm(c->node, perms[i], t[i]->rank, perm))
+      return kiln_kfail(c, "%s is not a permutation of %d axes", perms[i], t[i]->rank);
+    make_view(vw[i], t[i]->rank, t[i]->dims, perm);
+  }
+  p->has_mask = t[3] != NULL;
+  p->has_cond = t[4] != NULL;
+  if (p->has_mask) make_view(&p->m, t[3]->rank, t[3]->dims, NULL);
+  if (p->has_cond) make_view(&p->c, t[4]->rank, t[4]->dims, NULL);
+  p->sq = p->q.dims[p->q.rank - 2];
+  p->d = p->q.dims[p->q.rank - 1];
+  p->sk = p->k.dims[p->k.rank - 1];
+  p->dv = p->v.dims[p->v.rank - 1];
+  if (p->k.dims[p->k.rank - 2] != p->d || p->v.dims[p->v.rank - 2] != p->sk)
+    return kiln_kfail(c, "Q, K, V do not line up: D %lld vs %lld, Sk %lld vs %lld", (long long)p->d,
+                      (long long)p->k.dims[p->k.rank - 2], (long long)p->sk, (long long)p->v.dims[p->v.rank - 2]);
+  view *ms[2] = {p->has_mask ? &p->m : NULL, p->has_cond ? &p->c : NULL};
+  for (size_t i = 0; i < 2; i++) {
+    if (!ms[i]) continue;
+    /* a rank-1 mask is one row over the keys: view it as (1, Sk) */
+    if (ms[i]->rank == 1) {
+      ms[i]->dims[1] = ms[i]->dims[0];
+      ms[i]->stride[1] = ms[i]->stride[0];
+      ms[i]->dims[0] = 1;
+      ms[i]->stride[0] = 0;
+      ms[i]->rank = 2;
+    } else if (ms[i]->rank == 0) {
+      ms[i]->rank = 2;
+      ms[i]->dims[0] = ms[i]->dims[1] = 1;
+      ms[i]->stride[0] = ms[i]->stride[1] = 0;
+    }
+    int64_t a = ms[i]->dims[ms[i]->rank - 2], b = ms[i]->dims[ms[i]->rank - 1];
+    if ((a != 1 && a != p->sq) || (b != 1 && b != p->sk))
+      return kiln_kfail(c, "%s of trailing shape (%lld, %lld) does not broadcast to the scores (%lld, %lld)",
+                        i ? "cond" : "mask", (long long)a, (long long)b, (long long)p->sq, (long long)p->sk);
+    if (a == 1) ms[i]->stride[ms[i]->rank - 2] = 0;
+    if (b == 1) ms[i]->stride[ms[i]->rank - 1] = 0;
+  }
+  view *all[5] = {&p->q, &p->k, &p->v, ms[0], ms[1]};
+  if (!batch_shape(all, 5, &p->nb, p->bdims)) return kiln_kfail(c, "the batch axes of the inputs do not broadcast");
+  batch_strides(&p->q, p->nb, p->qbs);
+  batch_strides(&p->k, p->nb, p->kbs);
+  batch_strides(&p->v, p->nb, p->vbs);
+  if (p->has_mask) batch_strides(&p->m, p->nb, p->mbs);
+  if (p->has_cond) batch_strides(&p->c, p->nb, p->cbs);
+  /* The output: logical (batch..., Sq, Dv), stored transposed by out_perm. */
+  int r = p->nb + 2, perm[MAXR];
+  int64_t od[MAXR], yd[MAXR];
+  memcpy(od, p->bdims, (size_t)p->nb * sizeof *od);
+  od[r - 2] = p->sq;
+  od[r - 1] = p->dv;
+  if (!read_perm(c->node, "out_perm", r, perm)) return kiln_kfail(c, "out_perm is not a permutation of %d axes", r);
+  for (int i = 0; i < r; i++) yd[i] = od[perm[i]];
+  kiln_tensor *y = kiln_out(c, 0, KILN_FLOAT, r, yd);
+  if (!y) return c->err->code;
+  view yv;
+  make_view(&yv, r, yd, NULL);
+  p->o.rank = r;
+  for (int i = 0; i < r; i++) {
+    p->o.dims[perm[i]] = yd[i];
+    p->o.stride[perm[i]] = yv.stride[i];
+  }
+  memcpy(p->obs, p->o.stride, (size_t)p->nb * sizeof *p->obs);
+  p->scale = kiln_attr_float(c->node, "scale", 1.0f);
+  p->fill = kiln_attr_float(c->node, "mask_fill", -INFINITY);
+  p->keep_true = kiln_attr_int(c->node, "cond_keep", 1) != 0;
+  p->where_after = kiln_attr_int(c->node, "where_after_mask", 0) != 0;
+  p->dvp = (p->dv + DVPAD - 1) / DVPAD * DVPAD;
+  p->nkb = (p->sk + BK - 1) / BK;
+  *yout = y;
+  return KILN_OK;
+}
+
+/* Work buffers, allocated once per run. Padding (key columns past Sk, value columns past Dv)
+ * is zeroed at allocation and never written, so the tiles may read it freely. */
+typedef struct attn_work {
+  float *kp;   /* nkb panels of D x BK */
+  float *vp;   /* nkb*BK rows of dvp */
+  float *q;    /* QB x D, scaled */
+  float *s;    /* QB x BK scores, then probabilities */
+  float *acc;  /* QB x dvp */
+} attn_work;
+
+static bool work_alloc(attn_work *w, const attn_plan *p) {
+  size_t kp = (size_t)p->nkb * BK * (size_t)p->d, vp = (size_t)p->nkb * BK * (size_t)p->dvp;
+  memset(w, 0, sizeof *w);
+  w->kp = calloc(kp ? kp : 1, sizeof(float));
+  w->vp = calloc(vp ? vp : 1, sizeof(float));
+  w->q = calloc((size_t)QB * (size_t)(p->d ? p->d : 1), sizeof(float));
+  w->s = calloc((size_t)QB * BK, sizeof(float));
+  w->acc = calloc((size_t)QB * (size_t)(p->dvp ? p->dvp : 1), sizeof(float));
+  return w->kp && w->vp && w->q && w->s && w->acc;
+}
+
+static void work_free(attn_work *w) {
+  free(w->kp);
+  free(w->vp);
+  free(w->q);
+  free(w->s);
+  free(w->acc);
+}
+
+static void pack_k(const attn_plan *p, const float *k, float *kp) {
+  int64_t sd = p->k.stride[p->k.rank - 2], sj = p->k.stride[p->k.rank - 1];
+  for (int64_t kb = 0; kb < p->nkb; kb++) {
+    int64_t j0 = kb * BK, nk = p->sk - j0 < BK ? p->sk - j0 : BK;
+    for (int64_t d = 0; d < p->d; d++) {
+      float *dst = kp + (kb * p->d + d) * BK;
+      const float *src = k + d * sd + j0 * sj;
+      if (sj == 1) memcpy(dst, src, (size_t)nk * sizeof *dst);
+      else
+        for (int64_t j = 0; j < nk; j++) dst[j] = src[j * sj];
+    }
+  }
+}
+
+static void pack_v(const attn_plan *p, const float *v, float *vp) {
+  int64_t sj = p->v.stride[p->v.rank - 2], sc = p->v.stride[p->v.rank - 1];
+  for (int64_t j = 0; j < p->sk; j++) {
+    float *dst = vp + j * p->dvp;
+    const float *src = v + j * sj;
+    if (sc == 1) memcpy(dst, src, (size_t)p->dv * sizeof *dst);
+    else
+      for (int64_t c = 0; c < p->dv; c++) dst[c] = src[c * sc];
+  }
+}
+
+/* Whether the mask (or cond with a -inf fill) removes every score of rows [0, nr) x key
+ * columns [j0, j0+nk): then the block contributes exp(-inf) = 0 and is skipped. */
+static bool block_masked(const attn_plan *p, const float *mrow, const uint8_t *crow, int64_t nr,
+                         int64_t j0, int64_t nk) {
+  if (p->has_mask && !p->has_cond) {
+    int64_t sq = p->m.stride[p->m.rank - 2], sj = p->m.stride[p->m.rank - 1];
+    for (int64_t r = 0; r < nr; r++)
+      for (int64_t j = 0; j < nk; j++)
+        if (mrow[r * sq + (j0 + j) * sj] != -INFINITY) return false;
+    return true;
+  }
+  if (p->has_cond && !p->has_mask && p->fill == -INFINITY) {
+    int64_t sq = p->c.stride[p->c.rank - 2], sj = p->c.stride[p->c.rank - 1];
+    for (int64_t r = 0; r < nr; r++)
+      for (int64_t j = 0; j < nk; j++)
+        if ((crow[r * sq + (j0 + j) * sj] != 0) == p->keep_true) return false;
+    return true;
+  }
+  return false;
+}
+
+static void apply_mask(const attn_plan *p, float *s, const float *mrow, int64_t j0, int64_t nk) {
+  int64_t sj = p->m.stride[p->m.rank - 1];
+  const float *mp = mrow + j0 * sj;
+  if (sj == 1)
+    for (int64_t j = 0; j < nk; j++) s[j] += mp[j];
+  else
+    for (int64_t j = 0; j < nk; j++) s[j] += mp[j * sj];
+}
+
+static void apply_cond(const attn_plan *p, float *s, const uint8_t *crow, int64_t j0, int64_t nk) {
+  int64_t sj = p->c.stride[p->c.rank - 1];
+  for (int64_t j = 0; j < nk; j++)
+    if ((crow[(j0 + j) * sj] != 0) != p->keep_true) s[j] = p->fill;
+}
+
+/* The hot path, compiled twice: portable 128-bit vectors (SSE2 on x86-64, NEON on arm64) and,
+ * on x86-64, 256-bit AVX2+FMA chosen at run time when the CPU has it. */
+#define AT_FN(name) name##_v4
+#define AT_VW 4
+#define AT_TARGET
+#include "ops/fused_attention_tiles.h"
+#undef AT_FN
+#undef AT_VW
+#undef AT_TARGET
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define AT_HAVE_AVX2 1
+#define AT_FN(name) name##_avx2
+#define AT_VW 8
+#define AT_TARGET __attribute__((target("avx2,fma")))
+#define AT_FMA(acc, a, b) ((acc) = _mm256_fmadd_ps((a), (b), (acc)))
+#include "ops/fused_attention_tiles.h"
+#undef AT_FN
+#undef AT_VW
+#undef AT_TARGET
+#undef AT_FMA
+#endif
+
+static kiln_code attention_run(kiln_kctx *c) {
+  attn_plan p;
+  kiln_tensor *y = NULL;
+  memset(&p, 0, sizeof p);
+  kiln_code rc = plan_views(c, &p, &y);
+  if (rc) return rc;
+  if (y->numel == 0) return KILN_OK;
+  if (p.sk == 0) { /* softmax over nothing times an empty V: zeros, as MatMul gives */
+    memset(y->data, 0, y->nbytes);
+    return KILN_OK;
+  }
+  /* The packed K and V hold nkb*BK x max(D, dvp) floats: refuse sizes that overflow. */
+  if (p.nkb > INT64_MAX / BK / (p.d + p.dvp + 1)) return kiln_kfail(c, "attention too large");
+  attn_work w;
+  if (!work_alloc(&w, &p)) {
+    work_free(&w);
+    return kiln_kfail(c, "out of memory for attention work buffers");
+  }
+  const float *qd = kiln_in(c, 0)->data, *kd = kiln_in(c, 1)->data, *vd = kiln_in(c, 2)->data;
+  const float *md = p.has_mask ? kiln_in(c, 3)->data : NULL;
+  const uint8_t *cd = p.has_cond ? kiln_in(c, 4)->data : NULL;
+  int64_t nbatch = 1, idx[MAXR] = {0};
+  for (int i = 0; i < p.nb; i++) nbatch *= p.bdims[i];
+  int64_t last_k = -1, last_v = -1;
+  void (*attend)(const attn_plan *, attn_work *, const float *, const float *, const uint8_t *, float *) = attend_v4;
+#ifdef AT_HAVE_AVX2
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("KILN_ATTENTION_PORTABLE"))
+    attend = attend_avx2;
+#endif
+  for (int64_t b = 0; b < nbatch; b++) {
+    int64_t qo = 0, ko = 0, vo = 0, mo = 0, co = 0, yo = 0;
+    for (int i = 0; i < p.nb; i++) {
+      qo += idx[i] * p.qbs[i];
+      ko += idx[i] * p.kbs[i];
+      vo += idx[i] * p.vbs[i];
+      if (p.has_mask) mo += idx[i] * p.mbs[i];
+      if (p.has_cond) co += idx[i] * p.cbs[i];
+      yo += idx[i] * p.obs[i];
+    }
+    /* K or V broadcast over a batch axis (shared heads) is packed once. */
+    if (ko != last_k) pack_k(&p, kd + ko, w.kp);
+    if (vo != last_v) pack_v(&p, vd + vo, w.vp);
+    last_k = ko;
+    last_v = vo;
+    attend(&p, &w, qd + qo, md ? md + mo : NULL, cd ? cd + co : NULL, (float *)y->data + yo);
+    for (int i = p.nb - 1; i >= 0; i--) {
+      if (++idx[i] < p.bdims[i]) break;
+      idx[i] = 0;
+    }
+  }
+  work_free(&w);
+  return KILN_OK;
+}
+
+/* ---- shape function: the same views on the static types ---- */
+
+static void type_view(const kiln_type *t, const int *perm, int64_t *dims, const char **sym) {
+  for (int i = 0; i < t->rank; i++) {
+    int a = perm ? perm[i] : i;
+    dims[i] = t->dims[a];
+    sym[i] = t->sym[a];
+  }
+}
+
+static kiln_code attention_infer(kiln_ictx *c) {
+  const kiln_type *t[5];
+  for (size_t i = 0; i < 5; i++) {
+    t[i] = i < c->n_in ? c->in[i] : NULL;
+    if (t[i] && t[i]->kind != KILN_T_TENSOR) return KILN_OK;
+  }
+  if (!t[0] || !t[1] || !t[2]) return KILN_OK;
+  for (size_t i = 0; i < 5; i++)
+    if (t[i] && t[i]->rank < 0) {
+      kiln_infer_tensor(c, 0, KILN_FLOAT, -1, NULL);
+      return KILN_OK;
+    }
+  static const char *perms[3] = {"q_perm", "k_perm", "v_perm"};
+  int64_t d[5][MAXR];
+  const char *s[5][MAXR];
+  int rk[5];
+  for (size_t i = 0; i < 5; i++) {
+    if (!t[i]) continue;
+    int perm[MAXR];
+    rk[i] = t[i]->rank;
+    if (i < 3 && (rk[i] < 2 || !read_perm(c->node, perms[i], rk[i], perm)))
+      return kiln_ifail(c, "input %zu: rank %d or %s does not fit", i, rk[i], perms[i]);
+    type_view(t[i], i < 3 ? perm : NULL, d[i], s[i]);
+  }
+  /* batch axes: broadcast like kiln_infer_broadcast, keeping symbolic names */
+  int nb = 0;
+  for (size_t i = 0; i < 5; i++)
+    if (t[i] && rk[i] - 2 > nb) nb = rk[i] - 2;
+  int64_t od[MAXR], yd[MAXR];
+  const char *os[MAXR], *ys[MAXR];
+  for (int a = 0; a < nb; a++) {
+    od[a] = 1;
+    os[a] = NULL;
+    for (size_t i = 0; i < 5; i++) {
+      int j = a - (nb - (rk[i] - 2));
+      if (!t[i] || j < 0) continue;
+      int64_t x = d[i][j];
+      if (x == 1 || (x == od[a] && x >= 0)) continue;
+      if (od[a] == 1) {
+        od[a] = x;
+        os[a] = s[i][j];
+      } else if (od[a] >= 0 && x >= 0) {
+        return kiln_ifail(c, "batch axes do not broadcast: %lld vs %lld", (long long)od[a], (long long)x);
+      } else if (od[a] < 0 && x >= 0) {
+        od[a] = x;
+        os[a] = NULL;
+      }
+    }
+  }
+  int r = nb + 2, perm[MAXR];
+  od[r - 2] = d[0][rk[0] - 2];
+  os[r - 2] = s[0][rk[0] - 2];
+  od[r - 1] = d[2][rk[2] - 1];
+  os[r - 1] = s[2][rk[2] - 1];
+  if (!read_perm(c->node, "out_perm", r, perm)) return kiln_ifail(c, "out_perm does not fit rank %d", r);
+  for (int i = 0; i < r; i++) {
+    yd[i] = od[perm[i]];
+    ys[i] = yd[i] < 0 ? os[perm[i]] : NULL;
+  }
+  kiln_infer_tensor(c, 0, KILN_FLOAT, r, yd);
+  if (c->n_out && c->out[0])
+    for (int i = 0; i < r; i++)
+      if (ys[i]) c->out[0]->sym[i] = kiln_strdup(ys[i]);
+  return KILN_OK;
+}
 
 const kiln_op_schema kiln_ops_fused_attention[] = {
+    {KILN_FUSED_DOMAIN, "Attention", 1, 3, 5, 1, 1, attention_infer, attention_run},
     {0},
 };

@@ -1,0 +1,224 @@
+/* The hot path of ai.kiln::Attention, included by fused_attention.c once per vector width:
+ *   AT_FN(name)  the name of this instance's function     AT_VW      floats per vector (4 or 8)
+ *   AT_TARGET    a target attribute for the instance (empty for the portable one)
+ * GNU C vectors (gcc and clang) are used explicitly: the auto-vectoriser picks the wrong loop of
+ * these nests, and 8-float vectors without AVX are kept in memory by gcc. Loads and stores go
+ * through memcpy (unaligned, no aliasing assumptions), and vectors are never passed by value
+ * (that changes the ABI between the instances). A tile covers QB = 4 rows and NCI = 2 vectors
+ * of columns, so 8 accumulators live in registers. Not a public header. */
+
+#define AT_NCI (2 * AT_VW)
+#define AT_VF AT_FN(vf)
+#define AT_VI AT_FN(vi)
+#define AT_VU AT_FN(vu)
+typedef float AT_VF __attribute__((vector_size(AT_VW * 4)));
+typedef int32_t AT_VI __attribute__((vector_size(AT_VW * 4)));
+typedef uint32_t AT_VU __attribute__((vector_size(AT_VW * 4)));
+#define AT_LOAD(dst, p) memcpy(&(dst), (p), sizeof(AT_VF))
+#define AT_STORE(p, v) memcpy((p), &(v), sizeof(AT_VF))
+#define AT_SPLAT(x) ((AT_VF){0} + (x))
+/* acc += a * b, fused when the instance has FMA (gcc does not contract a*b+c under -std=c11) */
+#ifndef AT_FMA
+#define AT_FMA(acc, a, b) ((acc) += (a) * (b))
+#define AT_FMA_DEFAULT 1
+#endif
+
+/* s[r][j] = sum_d q[r][d] * kp[d][j] for QB rows and columns [0, ncols), ncols a multiple of
+ * AT_NCI: the QB x AT_NCI tile stays in registers over the whole d loop. */
+AT_TARGET static void AT_FN(qk_tile)(const float *restrict q, int64_t D, const float *restrict kp,
+                                     int64_t ncols, float *restrict s) {
+  for (int64_t j0 = 0; j0 < ncols; j0 += AT_NCI) {
+    AT_VF a0 = AT_SPLAT(0.0f), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0, ka, kb;
+    for (int64_t d = 0; d < D; d++) {
+      const float *kr = kp + d * BK + j0;
+      AT_LOAD(ka, kr);
+      AT_LOAD(kb, kr + AT_VW);
+      AT_VF x0 = AT_SPLAT(q[d]), x1 = AT_SPLAT(q[D + d]), x2 = AT_SPLAT(q[2 * D + d]),
+            x3 = AT_SPLAT(q[3 * D + d]);
+      AT_FMA(a0, x0, ka);
+      AT_FMA(b0, x0, kb);
+      AT_FMA(a1, x1, ka);
+      AT_FMA(b1, x1, kb);
+      AT_FMA(a2, x2, ka);
+      AT_FMA(b2, x2, kb);
+      AT_FMA(a3, x3, ka);
+      AT_FMA(b3, x3, kb);
+    }
+    float *o = s + j0;
+    AT_STORE(o, a0);
+    AT_STORE(o + AT_VW, b0);
+    AT_STORE(o + BK, a1);
+    AT_STORE(o + BK + AT_VW, b1);
+    AT_STORE(o + 2 * BK, a2);
+    AT_STORE(o + 2 * BK + AT_VW, b2);
+    AT_STORE(o + 3 * BK, a3);
+    AT_STORE(o + 3 * BK + AT_VW, b3);
+  }
+}
+
+/* acc[r][c] += sum_j p[r][j] * v[j][c] for j < nk, c < dvp (a multiple of AT_NCI). */
+AT_TARGET static void AT_FN(pv_tile)(const float *restrict p, const float *restrict v, int64_t nk,
+                                     int64_t dvp, float *restrict acc) {
+  for (int64_t c0 = 0; c0 < dvp; c0 += AT_NCI) {
+    AT_VF a0, a1, a2, a3, b0, b1, b2, b3, va, vb;
+    float *o = acc + c0;
+    AT_LOAD(a0, o);
+    AT_LOAD(b0, o + AT_VW);
+    AT_LOAD(a1, o + dvp);
+    AT_LOAD(b1, o + dvp + AT_VW);
+    AT_LOAD(a2, o + 2 * dvp);
+    AT_LOAD(b2, o + 2 * dvp + AT_VW);
+    AT_LOAD(a3, o + 3 * dvp);
+    AT_LOAD(b3, o + 3 * dvp + AT_VW);
+    for (int64_t j = 0; j < nk; j++) {
+      const float *vr = v + j * dvp + c0;
+      AT_LOAD(va, vr);
+      AT_LOAD(vb, vr + AT_VW);
+      AT_VF x0 = AT_SPLAT(p[j]), x1 = AT_SPLAT(p[BK + j]), x2 = AT_SPLAT(p[2 * BK + j]),
+            x3 = AT_SPLAT(p[3 * BK + j]);
+      AT_FMA(a0, x0, va);
+      AT_FMA(b0, x0, vb);
+      AT_FMA(a1, x1, va);
+      AT_FMA(b1, x1, vb);
+      AT_FMA(a2, x2, va);
+      AT_FMA(b2, x2, vb);
+      AT_FMA(a3, x3, va);
+      AT_FMA(b3, x3, vb);
+    }
+    AT_STORE(o, a0);
+    AT_STORE(o + AT_VW, b0);
+    AT_STORE(o + dvp, a1);
+    AT_STORE(o + dvp + AT_VW, b1);
+    AT_STORE(o + 2 * dvp, a2);
+    AT_STORE(o + 2 * dvp + AT_VW, b2);
+    AT_STORE(o + 3 * dvp, a3);
+    AT_STORE(o + 3 * dvp + AT_VW, b3);
+  }
+}
+
+/* Max of x[0..n), skipping NaN as the chain's Softmax does (a NaN then poisons the sum). */
+AT_TARGET static float AT_FN(row_max)(const float *x, int64_t n) {
+  AT_VF mv = AT_SPLAT(-INFINITY), v;
+  int64_t j = 0;
+  for (; j + AT_VW <= n; j += AT_VW) {
+    AT_LOAD(v, x + j);
+    AT_VI gt = v > mv;
+    mv = (AT_VF)(((AT_VI)v & gt) | ((AT_VI)mv & ~gt));
+  }
+  float m = -INFINITY;
+  for (int c = 0; c < AT_VW; c++) m = mv[c] > m ? mv[c] : m;
+  for (; j < n; j++) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+/* x[j] = exp(x[j] - m) for j < n, returning the sum: exp_le0 (see fused_attention.c) on
+ * AT_VW lanes at a time, the tail with the scalar version. */
+AT_TARGET static float AT_FN(exp_sum)(float *x, int64_t n, float m) {
+  const AT_VF lo = AT_SPLAT(-87.0f), shifter = AT_SPLAT(12582912.0f);
+  AT_VF sum = AT_SPLAT(0.0f), v;
+  int64_t j = 0;
+  for (; j + AT_VW <= n; j += AT_VW) {
+    AT_LOAD(v, x + j);
+    v -= m;
+    AT_VI under = v < lo; /* NaN compares false and stays NaN below */
+    AT_VF xc = (AT_VF)(((AT_VI)lo & under) | ((AT_VI)v & ~under));
+    AT_VF t = xc * 1.44269504088896341f + shifter;
+    AT_VF k = t - shifter;
+    AT_VF r = xc - k * 0.693145751953125f;
+    r = r - k * 1.428606765330187045e-06f;
+    AT_VF e = AT_SPLAT(1.0f / 720);
+    e = e * r + 1.0f / 120;
+    e = e * r + 1.0f / 24;
+    e = e * r + 1.0f / 6;
+    e = e * r + 0.5f;
+    e = e * r + 1.0f;
+    e = e * r + 1.0f;
+    AT_VU bits = ((AT_VU)t - 0x4B400000u + 127u) << 23;
+    AT_VF y = (AT_VF)((AT_VI)(e * (AT_VF)bits) & ~under);
+    AT_STORE(x + j, y);
+    sum += y;
+  }
+  float total = 0;
+  for (; j < n; j++) {
+    x[j] = exp_le0(x[j] - m);
+    total += x[j];
+  }
+  for (int c = 0; c < AT_VW; c++) total += sum[c];
+  return total;
+}
+
+/* One batch element: Q rows through all key blocks with the online softmax. */
+AT_TARGET static void AT_FN(attend)(const attn_plan *p, attn_work *w, const float *q, const float *m,
+                                    const uint8_t *cd, float *y) {
+  int64_t qsr = p->q.stride[p->q.rank - 2], qsd = p->q.stride[p->q.rank - 1];
+  int64_t msq = p->has_mask ? p->m.stride[p->m.rank - 2] : 0;
+  int64_t csq = p->has_cond ? p->c.stride[p->c.rank - 2] : 0;
+  int64_t ysr = p->o.stride[p->o.rank - 2], ysc = p->o.stride[p->o.rank - 1];
+  for (int64_t i0 = 0; i0 < p->sq; i0 += QB) {
+    int64_t nr = p->sq - i0 < QB ? p->sq - i0 : QB;
+    float mx[QB], l[QB];
+    for (int64_t r = 0; r < QB; r++) {
+      for (int64_t d = 0; d < p->d; d++) w->q[r * p->d + d] = r < nr ? p->scale * q[(i0 + r) * qsr + d * qsd] : 0.0f;
+      mx[r] = -INFINITY;
+      l[r] = 0;
+    }
+    memset(w->acc, 0, (size_t)QB * (size_t)p->dvp * sizeof(float));
+    const float *mrow = p->has_mask ? m + i0 * msq : NULL;
+    const uint8_t *crow = p->has_cond ? cd + i0 * csq : NULL;
+    for (int64_t kb = 0; kb < p->nkb; kb++) {
+      int64_t j0 = kb * BK, nk = p->sk - j0 < BK ? p->sk - j0 : BK;
+      if (block_masked(p, mrow, crow, nr, j0, nk)) continue;
+      AT_FN(qk_tile)(w->q, p->d, w->kp + kb * p->d * BK, (nk + AT_NCI - 1) / AT_NCI * AT_NCI, w->s);
+      for (int64_t r = 0; r < QB; r++) {
+        float *s = w->s + r * BK;
+        if (r >= nr) {
+          memset(s, 0, BK * sizeof *s);
+          continue;
+        }
+        if (p->has_cond && !p->where_after) apply_cond(p, s, crow + r * csq, j0, nk);
+        if (p->has_mask) apply_mask(p, s, mrow + r * msq, j0, nk);
+        if (p->has_cond && p->where_after) apply_cond(p, s, crow + r * csq, j0, nk);
+        float bm = AT_FN(row_max)(s, nk);
+        if (bm == -INFINITY) { /* nothing of this row survives in this block */
+          for (int64_t j = 0; j < nk; j++)
+            if (s[j] != s[j]) l[r] = NAN; /* unless a NaN score poisons the row, as in Softmax */
+          memset(s, 0, BK * sizeof *s);
+          continue;
+        }
+        if (bm > mx[r]) {
+          if (mx[r] != -INFINITY) {
+            float alpha = exp_le0(mx[r] - bm), *a = w->acc + r * p->dvp;
+            for (int64_t c = 0; c < p->dvp; c++) a[c] *= alpha;
+            l[r] *= alpha;
+          }
+          mx[r] = bm;
+        }
+        l[r] += AT_FN(exp_sum)(s, nk, mx[r]);
+        for (int64_t j = nk; j < BK; j++) s[j] = 0;
+      }
+      AT_FN(pv_tile)(w->s, w->vp + j0 * p->dvp, nk, p->dvp, w->acc);
+    }
+    for (int64_t r = 0; r < nr; r++) {
+      const float *a = w->acc + r * p->dvp;
+      float *yr = y + (i0 + r) * ysr;
+      if (l[r] > 0) {
+        float inv = 1.0f / l[r];
+        for (int64_t c = 0; c < p->dv; c++) yr[c * ysc] = a[c] * inv;
+      } else { /* every score was -inf (softmax is 0/0), or a NaN score */
+        for (int64_t c = 0; c < p->dv; c++) yr[c * ysc] = NAN;
+      }
+    }
+  }
+}
+
+#undef AT_NCI
+#undef AT_VF
+#undef AT_VI
+#undef AT_VU
+#undef AT_LOAD
+#undef AT_STORE
+#undef AT_SPLAT
+#ifdef AT_FMA_DEFAULT
+#undef AT_FMA
+#undef AT_FMA_DEFAULT
+#endif
