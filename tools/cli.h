@@ -15,6 +15,7 @@ typedef struct cli_feed {
 } cli_feed;
 
 typedef struct cli_dims {
+  int64_t fallback;     /* value of symbolic dims not named (0 means 1) */
   size_t n;
   const char *names[32];
   int64_t values[32];

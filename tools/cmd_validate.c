@@ -10,7 +10,8 @@ static void help(FILE *f) {
           "usage: kiln validate MODEL [--inputs DIR] [--input NAME=FILE ...] [--dim NAME=VALUE ...]\n"
           "                     [--seeds N] [--level N] [--atol A] [--rtol R]\n"
           "Runs MODEL at optimisation level 0 and at --level (default 2) on the same inputs\n"
-          "(random, one set per seed, default 3 seeds, unless inputs are given) and reports per\n"
+          "(random, one set per seed, default 3 seeds, unless inputs are given; symbolic dims default\n"
+          "to 8 so that sequence models are checked beyond length 1) and reports per\n"
           "output the max absolute and relative error. An output disagrees when\n"
           "|opt - ref| > atol + rtol * |ref| anywhere (defaults 1e-3, 1e-3).\n"
           "Exit codes: 0 agree, 1 disagree or error, 2 usage error.\n");
@@ -63,7 +64,7 @@ int cmd_validate(int argc, char **argv) {
   const char *model = NULL, *inputs_dir = NULL;
   char *input_args[64];
   size_t n_input_args = 0;
-  cli_dims dims = {0};
+  cli_dims dims = {.fallback = 8};
   int seeds = 3, level = 2;
   double atol = 1e-3, rtol = 1e-3;
   for (int i = 1; i < argc; i++) {

@@ -23,7 +23,7 @@ int cli_parse_dim(cli_dims *d, const char *arg) {
 static int64_t dim_value(const cli_dims *d, const char *name) {
   for (size_t i = 0; d && name && i < d->n; i++)
     if (!strcmp(d->names[i], name)) return d->values[i];
-  return 1;
+  return d && d->fallback > 0 ? d->fallback : 1;
 }
 
 static uint64_t rng_next(uint64_t *s) {

@@ -13,7 +13,7 @@
 
 #include "ir/graph.h"
 
-enum { KILN_PAT_MAX = 12 };
+enum { KILN_PAT_MAX = 16 };
 
 typedef bool (*kiln_pat_pred)(const kiln_graph *g, const kiln_node *n);
 
