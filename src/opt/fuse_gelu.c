@@ -124,7 +124,8 @@ kiln_code kiln_pass_fuse_gelu(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) 
       kiln_match m;
       if (dead[i] || !kfn_pattern_match(g, &spines[p].p, i, uses, dead, &m)) continue;
       int x = spine_input(g, &m, spines[p].form);
-      if (x < 0 || !kfn_is_float(g, x) || !kfn_is_float(g, g->nodes[i].out[0]) ||
+      int out = g->nodes[i].out[0]; /* same rank as x: no constant of higher rank broadcast it */
+      if (x < 0 || !kfn_is_float(g, x) || !kfn_is_float(g, out) || g->values[out].type.rank != g->values[x].type.rank ||
           !tail_ok(g, &m, spines[p].one, x, dead) || !kfn_closed(g, &m, uses, NULL, 0))
         continue;
       bool tanh = spines[p].form != FORM_ERF;

@@ -119,7 +119,9 @@ static bool match_decomposed(const kiln_graph *g, size_t anchor, const size_t *u
     lm->m = sp;
     kfn_match_add(&lm->m, (size_t)sb);
     kfn_match_add(&lm->m, (size_t)rm1);
-    return kfn_is_float(g, g->nodes[anchor].out[0]) && kfn_closed(g, &lm->m, uses, NULL, 0);
+    /* a constant (eps, 2) of higher rank than x would have raised the output's rank */
+    int y = g->nodes[anchor].out[0];
+    return kfn_is_float(g, y) && g->values[y].type.rank == r && kfn_closed(g, &lm->m, uses, NULL, 0);
   }
   return false;
 }

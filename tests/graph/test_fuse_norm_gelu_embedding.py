@@ -198,6 +198,9 @@ no_ln("ln_eps_after_sqrt", "epsilon added after the Sqrt", ln_model("ln_eps_afte
 no_ln("ln_sub_swapped", "Sub(mean, x)", ln_model("ln_sub_swapped", sub_swapped=True))
 no_ln("ln_keepdims0", "keepdims=0", ln_model("ln_keepdims0", keepdims=0, shape=(H, H), gamma=None, beta=None))
 no_ln("ln_double", "double data (float32 kernels only)", ln_model("ln_double", dtype=D64))
+m = model(ln_nodes("x", "y"), [vi("x", ["N", "S", H])], [vi("y", None)],
+          [const("ln_eps", np.full((1, 1, 1, 1), 1e-5, np.float32))] + ln_consts()[:1] + ln_consts()[2:4])
+no_ln("ln_eps_rank4", "an epsilon of higher rank than x", save(m, "ln_eps_rank4"))
 
 # Non-constant gamma / beta: the normalisation fuses, the Mul and Add stay.
 m = model(ln_nodes("x", "y", gamma="gi", beta="bi"), [vi("x", ["N", H]), vi("gi", [H]), vi("bi", [H])],
@@ -328,6 +331,10 @@ no_gelu("gelu_other_x", "the outer Mul reads another tensor",
         gelu_model("gelu_other_x", gelu_erf("x", "g_m0")[:3] + [helper.make_node("Mul", ["x2", "g_a"], ["g_m"]),
                    helper.make_node("Mul", ["g_m", "half"], ["y"])], inputs=[vi("x", ["N", 32]), vi("x2", ["N", 32])]))
 no_gelu("gelu_double", "double data", gelu_model("gelu_double", gelu_erf("x", "y"), dtype=D64))
+no_gelu("gelu_half_rank3", "a 0.5 of higher rank than x",
+        save(model(gelu_erf("x", "y"), [vi("x", ["N", 32])], [vi("y", None)],
+                   [const("half", np.full((1, 1, 1), 0.5, np.float32))] + [c for c in GC if c.name != "half"]),
+             "gelu_half_rank3"))
 no_gelu("gelu_tanh_bad_k", "tanh form with 0.04 instead of 0.044715",
         save(model(gelu_tanh("x", "y"), [vi("x", ["N", 32])], [vi("y", None)],
                    [const("k", np.array(0.04, np.float32))] + [c for c in GC if c.name != "k"]), "gelu_tanh_bad_k"))
