@@ -113,6 +113,64 @@ static bool const_matmul(const kiln_graph *g, const kiln_node *n) {
          g->values[n->in[0]].type.rank >= 1;
 }
 
+typedef struct gelu_fusion {
+  kiln_match m;     /* the GELU's nodes, then the bias Add and MatMul absorbed */
+  int x;            /* the GELU's input */
+  bool tanh;
+  const char *op;   /* what m becomes */
+  int in[3];
+  size_t n_in;
+} gelu_fusion;
+
+/* Absorb what precedes the GELU: the bias Add(y, bias) producing x (read by the GELU only),
+ * and the MatMul(A, B) producing y, or only the MatMul when the bias is given (an existing
+ * BiasGelu(y, bias)). Sets op and inputs; false when nothing was absorbed. */
+static bool extend(const kiln_graph *g, const size_t *uses, const bool *taken, gelu_fusion *f, int bias_in) {
+  int y = f->x, bias_v = bias_in;
+  if (bias_v < 0) {
+    int add = kfn_producer(g, f->x, "Add", taken);
+    kiln_ln_match ln; /* not the beta Add of a normalisation */
+    int b = add >= 0 && uses[f->x] == kfn_reads(g, &f->m, f->x) && !kiln_match_layernorm(g, (size_t)add, uses, taken, &ln)
+                ? bias_side(g, &g->nodes[add]) : -1;
+    if (b < 0 || !kfn_match_add(&f->m, (size_t)add)) return false;
+    y = g->nodes[add].in[1 - b];
+    bias_v = g->nodes[add].in[b];
+    f->op = "BiasGelu";
+    f->in[0] = y;
+    f->in[1] = bias_v;
+    f->n_in = 2;
+  }
+  const kiln_tensor *bias = g->values[bias_v].init;
+  int mm = kfn_producer(g, y, "MatMul", taken);
+  const kiln_tensor *w = mm >= 0 ? kiln_const_input(g, &g->nodes[mm], 1) : NULL;
+  if (mm >= 0 && uses[y] == 1 && const_matmul(g, &g->nodes[mm]) && bias && w->dims[1] == bias->dims[bias->rank - 1] &&
+      g->values[y].type.rank >= bias->rank && kfn_match_add(&f->m, (size_t)mm)) {
+    f->op = "FusedMatMul";
+    f->in[0] = g->nodes[mm].in[0];
+    f->in[1] = g->nodes[mm].in[1];
+    f->in[2] = bias_v;
+    f->n_in = 3;
+    return true;
+  }
+  return bias_in < 0;
+}
+
+/* A GELU chain ending at node i, with its spine form. */
+static bool match_chain(const kiln_graph *g, size_t i, const size_t *uses, const bool *taken, gelu_fusion *f) {
+  for (size_t p = 0; p < sizeof spines / sizeof spines[0]; p++) {
+    if (!kfn_pattern_match(g, &spines[p].p, i, uses, taken, &f->m)) continue;
+    int x = spine_input(g, &f->m, spines[p].form);
+    int out = g->nodes[i].out[0]; /* same rank as x: no constant of higher rank broadcast it */
+    if (x < 0 || !kfn_is_float(g, x) || !kfn_is_float(g, out) || g->values[out].type.rank != g->values[x].type.rank ||
+        !tail_ok(g, &f->m, spines[p].one, x, taken) || !kfn_closed(g, &f->m, uses, NULL, 0))
+      continue;
+    f->x = x;
+    f->tanh = spines[p].form != FORM_ERF;
+    return true;
+  }
+  return false;
+}
+
 kiln_code kiln_pass_fuse_gelu(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
   size_t *uses = kiln_graph_use_counts(g);
   size_t n_dead = g->n_nodes;
@@ -120,53 +178,34 @@ kiln_code kiln_pass_fuse_gelu(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) 
   kiln_code rc = uses && dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
   /* Anchors from the last node back: the longest chain ending at a node wins. */
   for (size_t i = n_dead; !rc && i-- > 0;) {
-    for (size_t p = 0; p < sizeof spines / sizeof spines[0]; p++) {
-      kiln_match m;
-      if (dead[i] || !kfn_pattern_match(g, &spines[p].p, i, uses, dead, &m)) continue;
-      int x = spine_input(g, &m, spines[p].form);
-      int out = g->nodes[i].out[0]; /* same rank as x: no constant of higher rank broadcast it */
-      if (x < 0 || !kfn_is_float(g, x) || !kfn_is_float(g, out) || g->values[out].type.rank != g->values[x].type.rank ||
-          !tail_ok(g, &m, spines[p].one, x, dead) || !kfn_closed(g, &m, uses, NULL, 0))
+    if (dead[i]) continue;
+    const kiln_node *n = &g->nodes[i];
+    gelu_fusion f = {.op = "Gelu", .n_in = 1, .in = {-1, -1, -1}};
+    bool fused_gelu = kfn_is_kiln(n, "Gelu") && n->n_in == 1, fused_bias = kfn_is_kiln(n, "BiasGelu") && n->n_in == 2;
+    if (fused_gelu || fused_bias) {
+      /* made in an earlier round, before a bias or the weights became constant */
+      const char *a = kiln_attr_str(n, "approximate", "none");
+      if (strcmp(a, "none") && strcmp(a, "tanh")) continue;
+      f.m.n = 1;
+      f.m.nodes[0] = i;
+      f.x = n->in[0];
+      f.tanh = !strcmp(a, "tanh");
+      if (!kfn_is_float(g, f.x) || !extend(g, uses, dead, &f, fused_bias ? n->in[1] : -1) || !strcmp(f.op, "Gelu"))
         continue;
-      bool tanh = spines[p].form != FORM_ERF;
-      /* Extend upwards: a bias Add, and a MatMul before it. */
-      const char *op = "Gelu";
-      int in[3] = {x, -1, -1};
-      size_t n_in = 1;
-      int add = kfn_producer(g, x, "Add", dead);
-      kiln_ln_match ln;
-      int b = add >= 0 && uses[x] == kfn_reads(g, &m, x) && !kiln_match_layernorm(g, (size_t)add, uses, dead, &ln)
-                  ? bias_side(g, &g->nodes[add]) : -1;
-      if (b >= 0 && kfn_match_add(&m, (size_t)add)) {
-        const kiln_node *an = &g->nodes[add];
-        int y = an->in[1 - b], mm = kfn_producer(g, y, "MatMul", dead);
-        const kiln_tensor *bias = kiln_const_input(g, an, (size_t)b);
-        const kiln_tensor *w = mm >= 0 ? kiln_const_input(g, &g->nodes[mm], 1) : NULL;
-        op = "BiasGelu";
-        in[0] = y;
-        in[1] = an->in[b];
-        n_in = 2;
-        if (mm >= 0 && uses[y] == 1 && const_matmul(g, &g->nodes[mm]) &&
-            w->dims[1] == bias->dims[bias->rank - 1] && g->values[y].type.rank >= bias->rank &&
-            kfn_match_add(&m, (size_t)mm)) {
-          op = "FusedMatMul";
-          in[0] = g->nodes[mm].in[0];
-          in[1] = g->nodes[mm].in[1];
-          in[2] = an->in[b];
-          n_in = 3;
-        }
-      }
-      int f = kfn_fuse(ctx, g, &m, op, in, n_in, NULL, 0, &dead, &n_dead);
-      if (f < 0) {
-        rc = ctx->err && ctx->err->code ? ctx->err->code : KILN_ERR_NOMEM;
-        break;
-      }
-      if (op[0] == 'F') rc = kiln_node_set_string(&g->nodes[f], "activation", tanh ? "GeluTanh" : "Gelu");
-      else rc = kiln_node_set_string(&g->nodes[f], "approximate", tanh ? "tanh" : "none");
-      if (rc) rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
-      (*count)++;
+    } else {
+      if (!match_chain(g, i, uses, dead, &f)) continue;
+      f.in[0] = f.x;
+      extend(g, uses, dead, &f, -1);
+    }
+    int k = kfn_fuse(ctx, g, &f.m, f.op, f.in, f.n_in, NULL, 0, &dead, &n_dead);
+    if (k < 0) {
+      rc = ctx->err && ctx->err->code ? ctx->err->code : KILN_ERR_NOMEM;
       break;
     }
+    if (!strcmp(f.op, "FusedMatMul")) rc = kiln_node_set_string(&g->nodes[k], "activation", f.tanh ? "GeluTanh" : "Gelu");
+    else rc = kiln_node_set_string(&g->nodes[k], "approximate", f.tanh ? "tanh" : "none");
+    if (rc) rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+    (*count)++;
   }
   if (!rc) kiln_graph_remove_nodes(g, dead);
   free(uses);

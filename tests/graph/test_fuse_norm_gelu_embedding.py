@@ -310,6 +310,23 @@ check(ops == {"MatMul": 1, "BiasGelu": 1}, f"dynamic weights: MatMul + BiasGelu:
 ok, text = agree(p, dims={"N": 3})
 check(ok, "MatMul + BiasGelu agrees: " + text)
 
+# A Gelu / BiasGelu fused in an earlier round still takes in the bias Add and the MatMul.
+for name, nodes, ins in [
+        ("kiln_gelu_refuse", [helper.make_node("Add", ["mm", "bias"], ["xb"]),
+                              helper.make_node("Gelu", ["xb"], ["y"], domain="ai.kiln", approximate="tanh")], ["mm", "bias"]),
+        ("kiln_bias_gelu_refuse", [helper.make_node("BiasGelu", ["mm", "bias"], ["y"], domain="ai.kiln")], [])]:
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["mm"])] + nodes, "g", [vi("x", ["N", 16])],
+                          [vi("y", None)], [bias, W])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("ai.kiln", 1)])
+    m.ir_version = 8
+    p = save(m, name)
+    ops, text = optimized_ops(p)
+    at = fused_attrs(p, "FusedMatMul")
+    check(ops == {"FusedMatMul": 1} and at and at[0]["activation"] in (b"Gelu", b"GeluTanh"),
+          f"{name}: absorbed into FusedMatMul: {ops} {at} {text}")
+    ok, text = agree(p, dims={"N": 5})
+    check(ok, f"{name} agrees: {text}")
+
 # Must not fuse.
 def no_gelu(name, what, p, want_gone=("Gelu", "BiasGelu")):
     ops, text = optimized_ops(p)
