@@ -13,7 +13,7 @@ int kfn_producer(const kiln_graph *g, int v, const char *ops, const bool *taken)
   if (v < 0) return -1;
   int p = g->values[v].producer;
   /* a node claimed by an earlier rewrite of this pass is an empty husk: test `taken` first */
-  if (!free_node(taken, p) || (size_t)p >= g->n_nodes) return -1;
+  if (p < 0 || (size_t)p >= g->n_nodes || !free_node(taken, p)) return -1;
   const kiln_node *n = &g->nodes[p];
   return n->n_out > 0 && n->out[0] == v && kiln_op_is(n, ops) ? p : -1;
 }
@@ -25,7 +25,7 @@ bool kfn_is_kiln(const kiln_node *n, const char *op) {
 int kfn_kiln_producer(const kiln_graph *g, int v, const char *op, const bool *taken) {
   if (v < 0) return -1;
   int p = g->values[v].producer;
-  if (!free_node(taken, p) || (size_t)p >= g->n_nodes) return -1;
+  if (p < 0 || (size_t)p >= g->n_nodes || !free_node(taken, p)) return -1;
   const kiln_node *n = &g->nodes[p];
   return n->n_out > 0 && n->out[0] == v && kfn_is_kiln(n, op) ? p : -1;
 }

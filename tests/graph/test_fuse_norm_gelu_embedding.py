@@ -177,6 +177,22 @@ check(ok, "SkipLayerNorm with a broadcast addend agrees: " + text)
 ok, text = agree(p, {"a": f32(6, H)}, env={"KILN_FUSION_FAIL": "SkipLayerNorm"})
 check(ok and "forced to fail" in text, "SkipLayerNorm fallback agrees: " + text)
 
+# An addend with one value per row broadcasts inside the kernel; one that broadcasts over part
+# of the normalised dims is not absorbed (the LayerNorm alone fuses).
+m = model(res + ln_nodes("x", "y"), [vi("a", ["N", "S", H]), vi("r", ["N", "S", 1])], [vi("y", None)], ln_consts())
+p = save(m, "skip_ln_row_scalar")
+ops, _ = optimized_ops(p)
+check(ops == {"SkipLayerNorm": 1}, f"per-row scalar addend absorbed: {ops}")
+ok, text = agree(p, {"a": f32(2, 3, H), "r": f32(2, 3, 1, offset=5.0)})
+check(ok, "SkipLayerNorm with a per-row scalar addend agrees: " + text)
+nodes = res + ln_nodes("x", "y", axes=(-2, -1), gamma=None, beta=None)
+m = model(nodes, [vi("a", ["N", 4, H]), vi("r", ["N", 4, 1])], [vi("y", None)], ln_consts()[:2])
+p = save(m, "skip_ln_partial")
+ops, _ = optimized_ops(p)
+check(ops == {"Add": 1, "LayerNorm": 1}, f"partly broadcast addend not absorbed: {ops}")
+ok, text = agree(p, {"a": f32(2, 4, H), "r": f32(2, 4, 1)})
+check(ok, "partly broadcast addend agrees: " + text)
+
 # 4. Must not fuse.
 def no_ln(name, what, p, allow_partial=False):
     ops, text = optimized_ops(p)
