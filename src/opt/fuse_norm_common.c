@@ -73,35 +73,9 @@ bool kfn_const_over_last(const kiln_tensor *t, const kiln_type *ty, int k) {
   return true;
 }
 
-/* Only output 0 may be used, and only by one reader (the next step), as in pattern.c. */
-static bool sole_output(const kiln_node *n, const size_t *uses) {
-  if (n->n_out < 1 || n->out[0] < 0 || uses[n->out[0]] != 1) return false;
-  for (size_t k = 1; k < n->n_out; k++)
-    if (n->out[k] >= 0 && uses[n->out[k]] > 0) return false;
-  return true;
-}
-
-static bool match_step(const kiln_graph *g, const kiln_pattern *p, size_t s, size_t cur,
-                       const size_t *uses, const bool *taken, kiln_match *m) {
-  const kiln_node *n = &g->nodes[cur];
-  const kiln_pat_step *st = &p->steps[s];
-  if ((taken && taken[cur]) || !kiln_op_is(n, st->ops) || (st->pred && !st->pred(g, n))) return false;
-  if (s + 1 < p->n_steps && !sole_output(n, uses)) return false;
-  m->nodes[s] = cur;
-  if (s == 0) return true;
-  for (size_t k = 0; k < n->n_in; k++) {
-    if (st->slot >= 0 && (size_t)st->slot != k) continue;
-    int pi = kfn_producer(g, n->in[k], p->steps[s - 1].ops, taken);
-    if (pi >= 0 && match_step(g, p, s - 1, (size_t)pi, uses, taken, m)) return true;
-  }
-  return false;
-}
-
 bool kfn_pattern_match(const kiln_graph *g, const kiln_pattern *p, size_t anchor,
                        const size_t *uses, const bool *taken, kiln_match *m) {
-  if (p->n_steps == 0 || p->n_steps > KILN_PAT_MAX) return false;
-  m->n = p->n_steps;
-  return match_step(g, p, p->n_steps - 1, anchor, uses, taken, m);
+  return kiln_pattern_match(g, p, anchor, uses, taken, m); /* backtracks over inputs */
 }
 
 bool kfn_match_add(kiln_match *m, size_t i) {

@@ -38,30 +38,30 @@ static bool sole_output_to_next(const kiln_graph *g, const kiln_node *n, const s
   return true;
 }
 
+/* Step s at node cur, then (backtracking) each input that a node of step s-1 produces. */
+static bool match_step(const kiln_graph *g, const kiln_pattern *p, size_t s, size_t cur,
+                       const size_t *uses, const bool *taken, kiln_match *m) {
+  const kiln_node *n = &g->nodes[cur];
+  const kiln_pat_step *st = &p->steps[s];
+  if ((taken && taken[cur]) || !kiln_op_is(n, st->ops) || (st->pred && !st->pred(g, n))) return false;
+  if (s + 1 < p->n_steps && !sole_output_to_next(g, n, uses)) return false;
+  m->nodes[s] = cur;
+  if (s == 0) return true;
+  for (size_t k = 0; k < n->n_in; k++) {
+    if (st->slot >= 0 && (size_t)st->slot != k) continue;
+    int v = n->in[k];
+    int pi = v < 0 ? -1 : g->values[v].producer;
+    if (pi < 0 || (taken && taken[pi])) continue; /* a node another rewrite already moved */
+    const kiln_node *pn = &g->nodes[pi];
+    if (pn->n_out > 0 && pn->out[0] == v && match_step(g, p, s - 1, (size_t)pi, uses, taken, m))
+      return true;
+  }
+  return false;
+}
+
 bool kiln_pattern_match(const kiln_graph *g, const kiln_pattern *p, size_t anchor,
                         const size_t *uses, const bool *taken, kiln_match *m) {
   if (p->n_steps == 0 || p->n_steps > KILN_PAT_MAX) return false;
-  size_t cur = anchor;
   m->n = p->n_steps;
-  for (size_t s = p->n_steps; s-- > 0;) {
-    const kiln_node *n = &g->nodes[cur];
-    const kiln_pat_step *st = &p->steps[s];
-    if ((taken && taken[cur]) || !kiln_op_is(n, st->ops) || (st->pred && !st->pred(g, n))) return false;
-    if (s + 1 < p->n_steps && !sole_output_to_next(g, n, uses)) return false;
-    m->nodes[s] = cur;
-    if (s == 0) break;
-    /* Find the producer of the input this step reads from the previous one. */
-    int prev = -1;
-    for (size_t k = 0; k < n->n_in && prev < 0; k++) {
-      if (st->slot >= 0 && (size_t)st->slot != k) continue;
-      int v = n->in[k];
-      int pi = v < 0 ? -1 : g->values[v].producer;
-      if (pi < 0 || (taken && taken[pi])) continue; /* a node another rewrite already moved */
-      const kiln_node *pn = &g->nodes[pi];
-      if (pn->n_out > 0 && pn->out[0] == v && kiln_op_is(pn, p->steps[s - 1].ops)) prev = pi;
-    }
-    if (prev < 0) return false;
-    cur = (size_t)prev;
-  }
-  return true;
+  return match_step(g, p, p->n_steps - 1, anchor, uses, taken, m);
 }
