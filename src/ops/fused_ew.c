@@ -15,6 +15,14 @@
 
 #include "ops/fused.h"
 
+/* The loops below select between computed values (clamps, NaN checks, piecewise formulas).
+ * GCC only if-converts, and so vectorises, those when FP operations may be speculated; kiln
+ * never reads FP exception flags nor errno, so allow that here (sqrtf then vectorises too).
+ * Clang vectorises these loops as they are. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
+#endif
+
 enum { BLK = 512, MAX_PROG = 64 };
 
 static const char *const op_names[KILN_EW_END] = {
@@ -39,11 +47,12 @@ int kiln_ew_op_code(const char *name) {
 /* ---- vectorisable exp ---- */
 
 /* e^x in float: Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, a degree-6 polynomial for
- * e^r (Cephes expf), and 2^n applied as two exact power-of-two factors so that results down
- * to the denormals and up to FLT_MAX come out right. NaN stays NaN; overflow gives inf. */
+ * e^r (Cephes expf), and 2^n applied as two exact power-of-two factors, so that results from
+ * the denormals to overflow (inf, past 88.72) come out right without a branch. NaN stays NaN
+ * (it flows through the arithmetic; only the integer conversion is kept away from it). */
 static inline float exp_f(float x) {
   float xc = x < -104.0f ? -104.0f : x;
-  xc = xc > 88.7228391f ? 88.7228391f : xc;
+  xc = xc > 89.0f ? 89.0f : xc;
   float fx = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
   float r = xc - fx * 0.693359375f;
   r = r - fx * -2.12194440e-4f;
@@ -54,14 +63,13 @@ static inline float exp_f(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
+  fx = fx != fx ? 0.0f : fx;
   int32_t n = (int32_t)fx, n1 = n / 2, n2 = n - n1;
-  int32_t b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
+  int32_t b1 = (n1 + 127) * (1 << 23), b2 = (n2 + 127) * (1 << 23);
   float s1, s2;
   memcpy(&s1, &b1, sizeof s1);
   memcpy(&s2, &b2, sizeof s2);
-  float y = p * s1 * s2;
-  y = x > 88.7228391f ? INFINITY : y;
-  return x != x ? x : y;
+  return p * s1 * s2;
 }
 
 static inline float tanh_f(float x) {

@@ -123,23 +123,42 @@ static int cmp_size(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Groups shaped like GELU are left to fuse_gelu. */
-static bool gelu_like(const kiln_graph *g, const size_t *r, size_t nr, const int *ext, size_t ne) {
-  bool erf = false, tanh = false, cube = false, shared = false;
+static bool in_group(const size_t *r, size_t nr, int node) {
+  for (size_t k = 0; k < nr; k++)
+    if (node >= 0 && (size_t)node == r[k]) return true;
+  return false;
+}
+
+/* Groups shaped like GELU are left to fuse_gelu: x * (1 + erf(x / c)) (x also multiplied
+ * directly), or the tanh form with a cube of a value that is read again. */
+static bool gelu_like(const kiln_graph *g, const size_t *r, size_t nr) {
+  bool tanh = false, cube = false;
+  int erf_x[KILN_PAT_MAX], n_erf = 0;
   for (size_t k = 0; k < nr; k++) {
     const kiln_node *n = &g->nodes[r[k]];
-    erf |= !strcmp(n->op_type, "Erf");
-    tanh |= !strcmp(n->op_type, "Tanh");
     double v;
+    tanh |= !strcmp(n->op_type, "Tanh");
     cube |= !strcmp(n->op_type, "Pow") && kiln_const_scalar(g, n, 1, &v) && v == 3.0;
+    if (strcmp(n->op_type, "Erf")) continue;
+    /* the erf's argument: x, or x / c, x * c computed in the group */
+    int x = n->in[0], p = g->values[x].producer;
+    if (in_group(r, nr, p) && kiln_op_is(&g->nodes[p], "Div|Mul") &&
+        (kiln_const_input(g, &g->nodes[p], 1) || kiln_const_input(g, &g->nodes[p], 0)))
+      x = g->nodes[p].in[kiln_const_input(g, &g->nodes[p], 1) ? 0 : 1];
+    erf_x[n_erf++] = x;
   }
-  for (size_t i = 0; i < ne && !shared; i++) {
-    size_t readers = 0;
-    for (size_t k = 0; k < nr; k++)
-      for (size_t s = 0; s < g->nodes[r[k]].n_in; s++) readers += g->nodes[r[k]].in[s] == ext[i];
-    shared = readers >= 2;
+  for (size_t k = 0; k < nr; k++) {
+    const kiln_node *n = &g->nodes[r[k]];
+    if (!kiln_op_is(n, "Mul")) continue;
+    for (int e = 0; e < n_erf; e++)
+      if (n->in[0] == erf_x[e] || n->in[1] == erf_x[e]) return true;
+    if (tanh && cube) /* x * (...tanh(...x^3...)) */
+      for (size_t s = 0; s < 2; s++) {
+        int p = g->values[n->in[s]].producer;
+        if (!in_group(r, nr, p) && !g->values[n->in[s]].init) return true;
+      }
   }
-  return shared && (erf || (tanh && cube));
+  return false;
 }
 
 static kiln_code add_floats(kiln_node *f, const char *name, const float *v, size_t n) {
@@ -199,7 +218,7 @@ static int fuse_at(kiln_pass_ctx *ctx, ectx *e, size_t i, bool *in_r) {
   int y = g->nodes[i].out[0];
   for (size_t j = 0; j < ne; j++)
     if (!indexable(e->df, ext[j], y)) return 0;
-  if (gelu_like(g, r, nr, ext, ne)) {
+  if (gelu_like(g, r, nr)) {
     for (size_t k = 0; k < nr; k++) e->elig[r[k]] = false; /* nor any part of it */
     return 0;
   }

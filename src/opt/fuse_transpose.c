@@ -2,6 +2,7 @@
  *
  *  - Transpose(Transpose(x, p1), p2): one Transpose(x, p1∘p2), or x itself when the composed
  *    permutation is the identity.
+ *  - A reshape-like node whose output has its input's shape (symbolic dims included) goes.
  *  - Chains of reshape-like nodes (Reshape, Flatten, Squeeze, Unsqueeze, and Transposes that
  *    only move size-1 dims, which keep the element order) become one Reshape of the chain's
  *    input, when the final shape is expressible as a constant target relative to that input
@@ -163,6 +164,14 @@ static int reshape_chain(tctx *t, size_t i) {
   kiln_graph *g = t->g;
   const kiln_node *n = &g->nodes[i];
   if (!reshape_like(t, n)) return 0;
+  /* a reshape to the shape the input already has (symbolic dims included) */
+  int xr = kiln_dimflow_rank(t->df, n->in[0]), same = xr >= 0 && xr == kiln_dimflow_rank(t->df, n->out[0]);
+  for (int k = 0; same && k < xr; k++)
+    same = kiln_dimflow_same(t->df, kiln_dimflow_dim(t->df, n->in[0], k), kiln_dimflow_dim(t->df, n->out[0], k));
+  if (same && replaceable(t, n->out[0])) {
+    bypass(t, i, n->out[0], n->in[0]);
+    return 1;
+  }
   const kiln_node *p = producer(g, n->in[0]);
   if (!reshape_like(t, p) || t->dead[p - g->nodes]) return 0;
   int x = p->in[0];
