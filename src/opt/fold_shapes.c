@@ -154,7 +154,7 @@ static int cone_cost(const kiln_graph *g, const kiln_dimflow *df, int v, bool *s
   int p = g->values[v].producer;
   kiln_dimelem e[MAXR];
   bool scalar;
-  if (p < 0 || seen[p] || kiln_dimflow_vec(df, v, e, &scalar) < 0) return 0;
+  if (p < 0 || kiln_dimflow_vec(df, v, e, &scalar) < 0 || seen[p]) return 0; /* (new nodes: new values) */
   seen[p] = true;
   const kiln_node *n = &g->nodes[p];
   int c = 1;
@@ -164,10 +164,10 @@ static int cone_cost(const kiln_graph *g, const kiln_dimflow *df, int v, bool *s
 }
 
 /* An existing Shape(s) node's output reading all of s. */
-static int find_shape_of(const kiln_graph *g, int s, const bool *dead) {
+static int find_shape_of(const kiln_graph *g, int s, const bool *dead, size_t n_dead) {
   for (size_t i = 0; i < g->n_nodes; i++) {
     const kiln_node *n = &g->nodes[i];
-    if (!dead[i] && !*n->domain && !strcmp(n->op_type, "Shape") && n->in[0] == s && n->out[0] >= 0 &&
+    if ((i >= n_dead || !dead[i]) && !*n->domain && !strcmp(n->op_type, "Shape") && n->in[0] == s && n->out[0] >= 0 &&
         !kiln_node_attr(n, "start") && !kiln_node_attr(n, "end"))
       return n->out[0];
   }
@@ -189,8 +189,7 @@ static int build_runs(kiln_graph *g, const kiln_dimflow *df, const kiln_dimelem 
     }
     int rank = kiln_dimflow_rank(df, u->src);
     bool whole = u->j0 == 0 && u->j1 == rank;
-    int sh = whole ? find_shape_of(g, u->src, dead) : -1;
-    (void)n_dead;
+    int sh = whole ? find_shape_of(g, u->src, dead, n_dead) : -1;
     if (sh < 0) {
       char name[600];
       snprintf(name, sizeof name, "%s_shape%d", base, r);
@@ -245,7 +244,7 @@ static int build_runs(kiln_graph *g, const kiln_dimflow *df, const kiln_dimelem 
 
 /* 2 and 3 for input `slot` of node i. Returns 1 when rewritten, 0 when not, -1 on OOM. */
 static int rewrite_target(kiln_graph *g, const kiln_dimflow *df, size_t i, size_t slot, bool *dead,
-                          bool *seen) {
+                          size_t n_dead, bool *seen) {
   kiln_node *n = &g->nodes[i];
   int t = slot < n->n_in ? n->in[slot] : -1;
   if (t < 0 || is_const(g, t) || g->values[t].type.kind != KILN_T_TENSOR) return 0;
@@ -265,10 +264,10 @@ static int rewrite_target(kiln_graph *g, const kiln_dimflow *df, size_t i, size_
   run runs[MAXR];
   int nr, cost;
   if (!plan_runs(df, e, vn, n->opset, runs, &nr, &cost)) return 0;
-  memset(seen, 0, g->n_nodes * sizeof *seen);
+  memset(seen, 0, n_dead * sizeof *seen);
   if (cost >= cone_cost(g, df, t, seen)) return 0;
   int opset = n->opset; /* the default domain's version, the same for all its nodes */
-  int v = build_runs(g, df, e, runs, nr, opset, base, dead, g->n_nodes);
+  int v = build_runs(g, df, e, runs, nr, opset, base, dead, n_dead);
   if (v < 0) return -1;
   g->nodes[i].in[slot] = v;
   return 1;
@@ -294,7 +293,7 @@ kiln_code kiln_pass_fold_shapes(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count
                   : !strcmp(n->op_type, "ConstantOfShape")                         ? 0
                                                                                    : SIZE_MAX;
     if (slot == SIZE_MAX) continue;
-    rc = rewrite_target(g, df, i, slot, dead, seen);
+    rc = rewrite_target(g, df, i, slot, dead, n0, seen);
     if (rc > 0) done++;
   }
   kiln_dimflow_free(df);

@@ -32,9 +32,15 @@ typedef struct tctx {
   kiln_graph *g;
   kiln_dimflow *df;
   size_t *uses;
-  bool *dead;
+  bool *dead;       /* per node of the graph as the pass found it */
+  size_t n0;        /* nodes before the pass; nodes it adds are left for the next round */
   bool has_sub;
 } tctx;
+
+static bool taken(const tctx *t, const kiln_node *n) {
+  size_t i = (size_t)(n - t->g->nodes);
+  return i >= t->n0 || t->dead[i];
+}
 
 static const kiln_node *producer(const kiln_graph *g, int v) {
   int p = v >= 0 ? g->values[v].producer : -1;
@@ -104,7 +110,7 @@ static int transpose_pair(tctx *t, size_t i) {
   const kiln_node *in = producer(t->g, n->in[0]);
   int64_t p1[MAXR], p2[MAXR], q[MAXR];
   int r1, r2;
-  if (!std_op(in, "Transpose") || t->dead[in - t->g->nodes] || !perm_of(t, in, p1, &r1) ||
+  if (!std_op(in, "Transpose") || taken(t, in) || !perm_of(t, in, p1, &r1) ||
       !perm_of(t, n, p2, &r2) || r1 != r2)
     return 0;
   bool identity = true;
@@ -173,9 +179,9 @@ static int reshape_chain(tctx *t, size_t i) {
     return 1;
   }
   const kiln_node *p = producer(g, n->in[0]);
-  if (!reshape_like(t, p) || t->dead[p - g->nodes]) return 0;
+  if (!reshape_like(t, p) || taken(t, p)) return 0;
   int x = p->in[0];
-  for (const kiln_node *q = producer(g, x); reshape_like(t, q) && !t->dead[q - g->nodes]; q = producer(g, x))
+  for (const kiln_node *q = producer(g, x); reshape_like(t, q) && !taken(t, q); q = producer(g, x))
     x = q->in[0];
   int64_t tgt[MAXR];
   int r;
@@ -253,7 +259,7 @@ static int slice_pair(tctx *t, size_t i) {
   kiln_graph *g = t->g;
   const kiln_node *n = &g->nodes[i], *p = producer(g, n->in[0]);
   slice_p a, b;
-  if (!p || t->dead[p - g->nodes] || t->uses[n->in[0]] != 1 || !slice_of(t, n, &b) || !slice_of(t, p, &a))
+  if (!p || taken(t, p) || t->uses[n->in[0]] != 1 || !slice_of(t, n, &b) || !slice_of(t, p, &a))
     return 0;
   int x = p->in[0];
   slice_p m = a;
@@ -314,7 +320,7 @@ static int concat_slices(tctx *t, size_t i) {
   if (axis < 0) axis += r;
   /* Split(x) re-assembled */
   const kiln_node *sp = producer(g, n->in[0]);
-  if (std_op(sp, "Split") && sp->n_out == n->n_in && !t->dead[sp - g->nodes]) {
+  if (std_op(sp, "Split") && sp->n_out == n->n_in && !taken(t, sp)) {
     int64_t sa = kiln_attr_int(sp, "axis", 0);
     bool all = (sa < 0 ? sa + r : sa) == axis;
     for (size_t k = 0; k < n->n_in && all; k++) all = n->in[k] == sp->out[k];
@@ -330,7 +336,7 @@ static int concat_slices(tctx *t, size_t i) {
     const kiln_node *p = producer(g, n->in[k]);
     int x;
     int64_t s, e;
-    if (!p || t->dead[p - g->nodes] || !std_op(p, "Slice")) return 0;
+    if (!p || taken(t, p) || !std_op(p, "Slice")) return 0;
     if (k == 0) len = kiln_dimflow_dim(t->df, p->in[0], (int)axis);
     if (!axis_slice(t, p, (int)axis, len >= 0 ? len : -1, &x, &s, &e)) return 0;
     if (k == 0) x0 = x, s0 = s, e0 = e;
@@ -354,8 +360,8 @@ static int concat_slices(tctx *t, size_t i) {
 }
 
 kiln_code kiln_pass_fuse_transpose(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
-  tctx t = {ctx, g, kiln_dimflow_new(g), kiln_graph_use_counts(g), kiln_calloc(g->n_nodes + 1, sizeof(bool)), false};
   size_t n0 = g->n_nodes, done = 0;
+  tctx t = {ctx, g, kiln_dimflow_new(g), kiln_graph_use_counts(g), kiln_calloc(n0 + 1, sizeof(bool)), n0, false};
   int rc = t.df && t.uses && t.dead ? 0 : -1;
   for (size_t i = 0; i < n0; i++)
     for (size_t a = 0; a < g->nodes[i].n_attrs; a++) t.has_sub |= g->nodes[i].attrs[a].g || g->nodes[i].attrs[a].graphs;
