@@ -378,6 +378,7 @@ static void node_dims(kiln_dimflow *df, const kiln_node *n, int *rank, int64_t *
     size_t na;
     bool given, unsq = op[0] == 'U';
     if (x->rank < 0 || !axes_of(g, n, "axes", 1, ax, &na, &given)) return;
+    if (!unsq && na == 0) given = false; /* Squeeze with empty axes: all size-1 dims */
     int r = unsq ? x->rank + (int)na : x->rank;
     bool mark[MAXR + 1] = {0};
     if (r > MAXR) return;
@@ -425,8 +426,8 @@ static void node_dims(kiln_dimflow *df, const kiln_node *n, int *rank, int64_t *
     if (arg) ax[0] = kiln_attr_int(n, "axis", 0), na = 1;
     else if (!axes_of(g, n, "axes", 1, ax, &na, &given)) return;
     bool mark[MAXR] = {0};
-    if (!given && kiln_attr_int(n, "noop_with_empty_axes", 0)) na = 0;
-    else if (!given) for (int i = 0; i < x->rank; i++) mark[i] = true;
+    if (!arg && na == 0 && kiln_attr_int(n, "noop_with_empty_axes", 0)) na = 0; /* no reduction */
+    else if (!arg && na == 0) for (int i = 0; i < x->rank; i++) mark[i] = true;
     for (size_t k = 0; k < na; k++) {
       if (!norm_axis(&ax[k], x->rank)) return;
       mark[ax[k]] = true;
