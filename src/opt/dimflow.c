@@ -588,7 +588,21 @@ static void settle(kiln_dimflow *df, int v, int crank, const int64_t *cand) {
   const kiln_value_info *vi = &df->g->values[v];
   const kiln_type *t = &vi->type;
   dval *o = &df->vals[v];
+  /* integer constants: their elements */
+  const kiln_tensor *c = vi->init;
+  o->vn = -1;
+  if (c && !vi->is_input && c->kind == KILN_KIND_TENSOR && kiln_dtype_is_int(c->dtype) &&
+      c->rank <= 1 && c->numel <= MAXR) {
+    o->vn = (int)c->numel;
+    o->scalar = c->rank == 0;
+    for (int64_t k = 0; k < c->numel; k++) o->v[k] = elem_const(kiln_get_i64(c, k));
+  }
   o->rank = -1;
+  if (t->kind == KILN_T_UNKNOWN && c && c->kind == KILN_KIND_TENSOR) { /* a constant not yet typed */
+    o->rank = c->rank;
+    memcpy(o->d, c->dims, (size_t)c->rank * sizeof *c->dims);
+    return;
+  }
   if (t->kind != KILN_T_TENSOR) return;
   bool use = crank >= 0 && (t->rank < 0 || t->rank == crank);
   int r = t->rank >= 0 ? t->rank : crank;
@@ -604,15 +618,6 @@ static void settle(kiln_dimflow *df, int v, int crank, const int64_t *cand) {
     o->d[k] = canon(df, tok);
   }
   o->rank = r;
-  /* integer constants: their elements */
-  const kiln_tensor *c = vi->init;
-  o->vn = -1;
-  if (c && !vi->is_input && c->kind == KILN_KIND_TENSOR && kiln_dtype_is_int(c->dtype) &&
-      c->rank <= 1 && c->numel <= MAXR) {
-    o->vn = (int)c->numel;
-    o->scalar = c->rank == 0;
-    for (int64_t k = 0; k < c->numel; k++) o->v[k] = elem_const(kiln_get_i64(c, k));
-  }
 }
 
 kiln_dimflow *kiln_dimflow_new(const kiln_graph *g) {
