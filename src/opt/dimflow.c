@@ -412,6 +412,17 @@ static void node_dims(kiln_dimflow *df, const kiln_node *n, int *rank, int64_t *
     *rank = x->rank;
     memcpy(d, x->d, sizeof x->d);
     d[axis] = sum >= 0 ? sum : KILN_DIM_UNKNOWN;
+  } else if (!strcmp(op, "Flatten")) {
+    int64_t axis = kiln_attr_int(n, "axis", 1), p[2] = {1, 1};
+    if (x->rank < 0 || (axis < 0 && (axis += x->rank) < 0) || axis > x->rank) return;
+    for (int i = 0; i < x->rank; i++) {
+      int64_t t = canon(df, x->d[i]), *q = &p[i >= axis], prod;
+      *q = *q >= 0 && t >= 0 && kiln_mul_ok(*q, t, &prod) ? prod : -1;
+    }
+    /* a side made of one dim is that dim */
+    d[0] = axis == 1 ? x->d[0] : p[0] >= 0 ? p[0] : KILN_DIM_UNKNOWN;
+    d[1] = axis == x->rank - 1 ? x->d[axis] : p[1] >= 0 ? p[1] : KILN_DIM_UNKNOWN;
+    *rank = 2;
   } else if (!strcmp(op, "Split")) {
     int64_t axis = kiln_attr_int(n, "axis", 0);
     if (x->rank < 0 || !norm_axis(&axis, x->rank)) return;
