@@ -24,6 +24,7 @@ struct kiln_session {
   kiln_opt_log opt_log;    /* what the optimizer did at creation */
   char *force_fail;        /* KILN_FUSION_FAIL: fused op types whose kernel is treated as failed */
   size_t n_fallbacks;      /* fused nodes that fell back to their original chain (atomic) */
+  struct kiln_plugin_set *plugins; /* this session's plugin ops and patterns (NULL: none) */
 };
 
 /* One activation of a graph: the values its nodes produced. */
@@ -37,6 +38,10 @@ typedef struct kiln_frame {
 
 /* Resolve schemas, sort and infer types for a graph and its subgraphs. */
 kiln_code kiln_graph_prepare(kiln_graph *g, const kiln_model *m, kiln_error *err);
+/* The same, resolving ops in the plugin set `ps` too (may be NULL). */
+struct kiln_plugin_set;
+kiln_code kiln_graph_prepare_ops(kiln_graph *g, const kiln_model *m,
+                                 const struct kiln_plugin_set *ps, kiln_error *err);
 
 /* Run `g` with `inputs` bound to g->inputs in order (borrowed; NULL leaves an input unbound,
  * which is an error unless it has an initializer). outputs[i] receives a new value for each
