@@ -285,6 +285,8 @@ struct kiln_api {
   const char *(*match_op_type)(const kiln_fusion_match *m, size_t step);
   const kiln_op_attrs *(*match_attrs)(const kiln_fusion_match *m, size_t step); /* no defaults */
   size_t (*match_input_count)(const kiln_fusion_match *m, size_t step);
+  /* Which input of `step` the previous step feeds ((size_t)-1 for step 0). */
+  size_t (*match_chain_input)(const kiln_fusion_match *m, size_t step);
   int32_t (*match_input_dtype)(const kiln_fusion_match *m, size_t step, size_t i);
   int (*match_input_rank)(const kiln_fusion_match *m, size_t step, size_t i);
   int64_t (*match_input_dim)(const kiln_fusion_match *m, size_t step, size_t i, int d);

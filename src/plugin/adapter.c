@@ -675,6 +675,7 @@ static const kiln_api API = {
     .match_op_type = kiln_api_match_op_type,
     .match_attrs = kiln_api_match_attrs,
     .match_input_count = kiln_api_match_input_count,
+    .match_chain_input = kiln_api_match_chain_input,
     .match_input_dtype = kiln_api_match_input_dtype,
     .match_input_rank = kiln_api_match_input_rank,
     .match_input_dim = kiln_api_match_input_dim,

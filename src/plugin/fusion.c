@@ -79,6 +79,12 @@ size_t kiln_api_match_input_count(const kiln_fusion_match *m, size_t step) {
   const kiln_node *n = step_node(m, step);
   return n ? n->n_in : 0;
 }
+size_t kiln_api_match_chain_input(const kiln_fusion_match *m, size_t step) {
+  const kiln_node *n = step_node(m, step), *prev = step ? step_node(m, step - 1) : NULL;
+  for (size_t i = 0; n && prev && prev->n_out && i < n->n_in; i++)
+    if (n->in[i] >= 0 && n->in[i] == prev->out[0]) return i;
+  return (size_t)-1;
+}
 int32_t kiln_api_match_input_dtype(const kiln_fusion_match *m, size_t step, size_t i) {
   return v_dtype(m, value_of_input(m, step, i));
 }

@@ -76,6 +76,7 @@ size_t kiln_api_match_step_count(const kiln_fusion_match *m);
 const char *kiln_api_match_op_type(const kiln_fusion_match *m, size_t step);
 const kiln_op_attrs *kiln_api_match_attrs(const kiln_fusion_match *m, size_t step);
 size_t kiln_api_match_input_count(const kiln_fusion_match *m, size_t step);
+size_t kiln_api_match_chain_input(const kiln_fusion_match *m, size_t step);
 int32_t kiln_api_match_input_dtype(const kiln_fusion_match *m, size_t step, size_t i);
 int kiln_api_match_input_rank(const kiln_fusion_match *m, size_t step, size_t i);
 int64_t kiln_api_match_input_dim(const kiln_fusion_match *m, size_t step, size_t i, int d);
