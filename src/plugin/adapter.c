@@ -573,7 +573,11 @@ static kiln_status api_kernel_error(kiln_kernel_ctx *c, kiln_status code, const 
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt ? fmt : "(no message)", ap);
   va_end(ap);
-  kiln_fail(c->c->err, kiln_code_from_status(code), "%s: %s", node_label(c->c->node, lbl, sizeof lbl), msg);
+  /* a failing kernel is a run error (or unsupported input, or out of memory) */
+  kiln_code rc = code == KILN_STATUS_UNSUPPORTED ? KILN_ERR_UNSUPPORTED
+                 : code == KILN_STATUS_NOMEM     ? KILN_ERR_NOMEM
+                                                 : KILN_ERR_RUN;
+  kiln_fail(c->c->err, rc, "%s: %s", node_label(c->c->node, lbl, sizeof lbl), msg);
   c->failed = true;
   return code;
 }
@@ -728,7 +732,8 @@ static kiln_code compute(kiln_kctx *c, const kiln_adapted_op *op, const kiln_ses
   if (st != KILN_STATUS_OK) {
     if (c->err && !c->err->message[0])
       kiln_kfail(c, "compute of %s failed (%s) without a message", lbl, kiln_status_text(st));
-    return c->err && c->err->code ? c->err->code : kiln_code_from_status(st);
+    if (c->err && c->err->code) return c->err->code;
+    return st == KILN_STATUS_UNSUPPORTED ? KILN_ERR_UNSUPPORTED : st == KILN_STATUS_NOMEM ? KILN_ERR_NOMEM : KILN_ERR_RUN;
   }
   for (size_t i = 0; i < c->n_out; i++) {
     if (!kiln_out_used(c, i)) continue;
@@ -792,9 +797,11 @@ static kiln_code adapter_run(kiln_kctx *c) {
   if (__atomic_exchange_n(&mut->fallback, 1, __ATOMIC_ACQ_REL) == 0) {
     __atomic_add_fetch(&ms->n_fallbacks, 1, __ATOMIC_RELAXED);
     char lbl[300];
-    fprintf(stderr, "kiln: fused node '%s' (%s) %s; running the chain it replaced from now on\n", c->node->name,
+    const char *why = c->err && c->err->message[0] ? c->err->message : "(no message)";
+    const char *cut = !strncmp(why, "node '", 6) ? strstr(why, "): ") : NULL; /* the node is named already */
+    fprintf(stderr, "kiln: fused node '%s' (%s) %s%s; running the chain it replaced from now on\n", c->node->name,
             kiln_op_label(c->node->domain, c->node->op_type, lbl, sizeof lbl),
-            forced ? "is forced to fail by KILN_FUSION_FAIL" : c->err ? c->err->message : "failed");
+            forced ? "is forced to fail by KILN_FUSION_FAIL" : "failed: ", forced ? "" : cut ? cut + 3 : why);
   }
   kiln_error_clear(c->err);
   return run_original(c, orig->g);

@@ -268,7 +268,7 @@ static kiln_code load_one(kiln_plugin_set *set, const char *path, kiln_error *er
                      "plugin '%s': ABI version mismatch: the plugin does not accept this kiln's op ABI %u.%u%s%s",
                      path, KILN_OP_ABI_MAJOR, KILN_OP_ABI_MINOR, reg.reason[0] ? ": " : "", reg.reason);
   if (rs != KILN_STATUS_OK)
-    return kiln_fail(err, kiln_code_from_status(rs), "plugin '%s': " KILN_PLUGIN_ENTRY_NAME " failed (%s)%s%s", path,
+    return kiln_fail(err, rs == KILN_STATUS_NOMEM ? KILN_ERR_NOMEM : KILN_ERR_INVALID_ARG, "plugin '%s': " KILN_PLUGIN_ENTRY_NAME " failed (%s)%s%s", path,
                      kiln_status_text(rs), reg.reason[0] ? ": " : "", reg.reason);
   if (reg.n_registered == 0)
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "plugin '%s' registered no op and no fusion pattern", path);
