@@ -40,6 +40,7 @@ typedef struct gar_job {
   int64_t vocab, row;   /* data is [vocab, row] when flattened */
   const float *other;
   const int64_t *row_off; /* other's offset for element k of a row (broadcast), [row] */
+  int contiguous;         /* row_off[k] == k for every k */
   int rank_i;            /* rank of indices */
   const int64_t *idims;  /* indices' dims */
   int64_t istride[MAX_RANK]; /* other's stride per indices dim (0 where broadcast) */
@@ -63,9 +64,16 @@ static void gar_rows(void *user, size_t begin, size_t end) {
       q /= j->idims[d];
     }
     const float *src = j->data + v * j->row, *oth = j->other + base;
-    for (int64_t k = 0; k < j->row; k++) {
-      float x = src[k] + oth[j->row_off[k]];
-      o[k] = x > 0.0f ? x : 0.0f;
+    if (j->contiguous) { /* other covers the whole row (a bias, a positional table): vectorizes */
+      for (int64_t k = 0; k < j->row; k++) {
+        float x = src[k] + oth[k];
+        o[k] = x > 0.0f ? x : 0.0f;
+      }
+    } else {
+      for (int64_t k = 0; k < j->row; k++) {
+        float x = src[k] + oth[j->row_off[k]];
+        o[k] = x > 0.0f ? x : 0.0f;
+      }
     }
   }
 }
@@ -123,6 +131,8 @@ static kiln_status gar_compute(kiln_kernel_ctx *c, const kiln_api *api, void *st
     row_off[k] = off;
   }
   j.row_off = row_off;
+  j.contiguous = 1;
+  for (int64_t k = 0; k < row; k++) j.contiguous &= row_off[k] == k;
   api->parallel_for(c, (size_t)rows, gar_rows, &j);
   if (j.bad >= 0)
     return api->kernel_error(c, KILN_STATUS_INVALID_ARG, "index at position %lld is out of range for %lld rows",
