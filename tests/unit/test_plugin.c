@@ -180,6 +180,8 @@ static void test_broken_plugins(void) {
   unsetenv("KILN_PLUGINS");
 }
 
+static size_t op_count(const kiln_session *s, const char *op);
+
 /* ---- good plugin ops --------------------------------------------------------------------- */
 
 static int *live_states(void *h) { return h ? dlsym(h, "test_ops_live_states") : NULL; }
@@ -216,6 +218,39 @@ static void test_scale_lifecycle(void *h) {
   kiln_tensor_free(x);
   kiln_session_free(s);
   CHECK_MSG(live && *live == 0, "states destroyed at session free: %d", live ? *live : -1);
+  free(t);
+}
+
+/* A plugin op on constants is folded at load time: its kernel runs with a state made just for
+ * that call (the node is gone before kernel states are made). */
+static void test_constant_folding(void *h) {
+  int *live = live_states(h);
+  static const float c[6] = {1, 2, 3, 4, 5, 6};
+  tmodel *t = calloc(1, sizeof *t);
+  tm_init(t, "test.ops");
+  mg_input(&t->mm, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, D23);
+  mg_output(&t->mm, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, D23);
+  mg_init_raw(&t->mm, "c", 2, D23, c, sizeof c);
+  Onnx__NodeProto *n = tm_node(t, "test.ops", "Scale", (const char *[]){"c", NULL}, (const char *[]){"t", NULL});
+  tm_attr_float(t, n, "scale", 3.0f);
+  tm_attr_float(t, n, "bias", 1.0f);
+  tm_node(t, NULL, "Add", (const char *[]){"t", "x", NULL}, (const char *[]){"y", NULL});
+  kiln_error err = {0};
+  kiln_session *s;
+  kiln_code rc = create(t, (const char *[]){PLUGIN("test_ops"), NULL}, 1, &s, &err);
+  CHECK_MSG(rc == KILN_OK, "fold model: %s", err.message);
+  if (!rc) {
+    CHECK_MSG(op_count(s, "Scale") == 0 && op_count(s, "Add") == 1, "Scale on a constant is folded");
+    CHECK_MSG(live && *live == 0, "the folding state was destroyed: %d", live ? *live : -1);
+    float v[6] = {0};
+    kiln_tensor *x = floats(2, D23, v), *y;
+    rc = run1(s, x, &y, &err);
+    CHECK_MSG(rc == KILN_OK, "fold run: %s", err.message);
+    for (int i = 0; !rc && i < 6; i++) CHECK(((const float *)kiln_tensor_cdata(y))[i] == 3 * c[i] + 1);
+    kiln_tensor_free(y);
+    kiln_tensor_free(x);
+    kiln_session_free(s);
+  }
   free(t);
 }
 
@@ -597,6 +632,7 @@ int main(void) {
   void *h = dlopen(PLUGIN("test_ops"), RTLD_NOW | RTLD_LOCAL); /* keeps its counter readable */
   CHECK_MSG(h != NULL, "dlopen test_ops: %s", dlerror());
   test_scale_lifecycle(h);
+  test_constant_folding(h);
   test_load_checks();
   test_run_failures();
   test_variadic_parallel();
