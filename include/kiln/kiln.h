@@ -118,6 +118,10 @@ typedef struct kiln_options {
   int threads;         /* 0: one per physical core */
   int verbose;         /* print load-time diagnostics to stderr */
   const char *disabled_passes; /* comma-separated optimizer pass names to skip, or NULL */
+  /* Plugin libraries (custom ops and fusion patterns, see kiln/kiln_op.h) to load into the
+   * session: a NULL-terminated list of paths, or NULL. The KILN_PLUGINS environment variable
+   * (colon-separated paths) adds more. Borrowed only during session creation. */
+  const char *const *plugins;
 } kiln_options;
 
 /* Fill `o` with defaults. */

@@ -1,6 +1,10 @@
 #include "ops/registry.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
+
+#include "plugin/plugin.h"
 
 extern const kiln_op_schema kiln_ops_elementwise[];
 extern const kiln_op_schema kiln_ops_binary[];
@@ -60,6 +64,30 @@ static const kiln_op_schema *const families[] = {
     kiln_ops_fused_ew,
 };
 
+/* kiln's own ops described through the plugin ABI (kiln_op.h), adapted once per process:
+ * NULL-terminated lists of descriptions. */
+extern const kiln_op_desc *const kiln_ops_fused_described[];
+
+static const kiln_op_desc *const *const described_lists[] = {
+    kiln_ops_fused_described,
+};
+
+enum { MAX_DESCRIBED = 64 };
+static kiln_adapted_op described[MAX_DESCRIBED]; /* written once, under described_once */
+static size_t n_described;
+static pthread_once_t described_once = PTHREAD_ONCE_INIT;
+
+static void adapt_described(void) {
+  for (size_t l = 0; l < sizeof described_lists / sizeof described_lists[0]; l++)
+    for (const kiln_op_desc *const *d = described_lists[l]; *d && n_described < MAX_DESCRIBED; d++) {
+      kiln_error e;
+      if (kiln_adapt_op(*d, false, &described[n_described], &e) == KILN_OK)
+        n_described++;
+      else /* a bug in kiln's own description; the unit tests catch it */
+        fprintf(stderr, "kiln: built-in op description rejected: %s\n", e.message);
+    }
+}
+
 static bool domain_eq(const char *a, const char *b) {
   if (strcmp(a, "ai.onnx") == 0) a = "";
   if (strcmp(b, "ai.onnx") == 0) b = "";
@@ -73,6 +101,13 @@ const kiln_op_schema *kiln_op_find(const char *domain, const char *name, int ops
       if (strcmp(s->name, name) == 0 && domain_eq(s->domain, domain) && s->since <= opset &&
           (!best || s->since > best->since))
         best = s;
+  pthread_once(&described_once, adapt_described);
+  for (size_t i = 0; i < n_described; i++) {
+    const kiln_adapted_op *d = &described[i];
+    if (strcmp(d->d.name, name) == 0 && domain_eq(d->d.domain, domain) && d->d.since_version <= opset &&
+        (d->d.until_version == 0 || opset <= d->d.until_version) && (!best || d->schema.since > best->since))
+      best = &d->schema;
+  }
   return best;
 }
 
@@ -80,5 +115,14 @@ bool kiln_op_known(const char *domain, const char *name) {
   for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
     for (const kiln_op_schema *s = families[f]; s->name; s++)
       if (strcmp(s->name, name) == 0 && domain_eq(s->domain, domain)) return true;
+  pthread_once(&described_once, adapt_described);
+  for (size_t i = 0; i < n_described; i++)
+    if (strcmp(described[i].d.name, name) == 0 && domain_eq(described[i].d.domain, domain)) return true;
   return false;
+}
+
+const kiln_op_schema *kiln_op_find_in(const struct kiln_plugin_set *ps, const char *domain,
+                                      const char *name, int opset) {
+  const kiln_op_schema *s = kiln_op_find(domain, name, opset);
+  return s ? s : kiln_plugins_find(ps, domain, name, opset);
 }

@@ -10,4 +10,10 @@ const kiln_op_schema *kiln_op_find(const char *domain, const char *name, int ops
 /* Whether any version of (domain, name) is known (to tell "unknown op" from "opset too old"). */
 bool kiln_op_known(const char *domain, const char *name);
 
+/* kiln_op_find, then the ops of a session's plugin set (may be NULL). Built-in ops include
+ * those kiln describes through the plugin ABI (kiln_op.h), e.g. FusedGemm and FusedMatMul. */
+struct kiln_plugin_set;
+const kiln_op_schema *kiln_op_find_in(const struct kiln_plugin_set *ps, const char *domain,
+                                      const char *name, int opset);
+
 #endif

@@ -167,10 +167,10 @@ static const kiln_pattern conv_patterns[] = {
 kiln_code kiln_fuse_set_activation(kiln_node *f, const kiln_graph *g, const kiln_node *act) {
   kiln_code rc = kiln_node_set_string(f, "activation", act ? act->op_type : "");
   if (rc || !act) return rc;
-  if (kiln_op_is(act, "LeakyRelu")) return kiln_node_set_float(f, "alpha", kiln_attr_float(act, "alpha", 0.01f));
+  if (kiln_op_is(act, "LeakyRelu")) return kiln_node_set_float(f, "act_alpha", kiln_attr_float(act, "alpha", 0.01f));
   if (kiln_op_is(act, "HardSigmoid")) {
-    rc = kiln_node_set_float(f, "alpha", kiln_attr_float(act, "alpha", 0.2f));
-    return rc ? rc : kiln_node_set_float(f, "beta", kiln_attr_float(act, "beta", 0.5f));
+    rc = kiln_node_set_float(f, "act_alpha", kiln_attr_float(act, "alpha", 0.2f));
+    return rc ? rc : kiln_node_set_float(f, "act_beta", kiln_attr_float(act, "beta", 0.5f));
   }
   if (kiln_op_is(act, "Clip")) {
     double lo = -INFINITY, hi = INFINITY;
@@ -181,8 +181,8 @@ kiln_code kiln_fuse_set_activation(kiln_node *f, const kiln_graph *g, const kiln
       kiln_const_scalar(g, act, 1, &lo);
       kiln_const_scalar(g, act, 2, &hi);
     }
-    rc = kiln_node_set_float(f, "alpha", (float)lo);
-    return rc ? rc : kiln_node_set_float(f, "beta", (float)hi);
+    rc = kiln_node_set_float(f, "act_alpha", (float)lo);
+    return rc ? rc : kiln_node_set_float(f, "act_beta", (float)hi);
   }
   return KILN_OK;
 }

@@ -8,6 +8,7 @@
 #include "onnx/reader.h"
 #include "onnx/writer.h"
 #include "opt/opt.h"
+#include "plugin/plugin.h"
 #include "runtime/pool_shared.h"
 #include "runtime/session.h"
 
@@ -61,19 +62,24 @@ static kiln_code finish_create(kiln_model *m, const kiln_options *opts, kiln_ses
   if (opts) memcpy(&s->opts, opts, opts->size < sizeof s->opts ? opts->size : sizeof s->opts);
   s->opts.size = sizeof s->opts;
   s->opts.disabled_passes = NULL; /* borrowed only during creation */
+  s->opts.plugins = NULL;
+  const char *const *plugin_paths =
+      opts && opts->size >= offsetof(kiln_options, plugins) + sizeof opts->plugins ? opts->plugins : NULL;
   const char *ff = getenv("KILN_FUSION_FAIL");
   if (ff && *ff && !(s->force_fail = kiln_strdup(ff))) {
     kiln_session_free(s);
     return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   }
-  kiln_code rc = check_opsets(m, err);
-  if (!rc) rc = kiln_graph_prepare(m->graph, m, err);
+  kiln_code rc = kiln_plugins_load(plugin_paths, getenv("KILN_PLUGINS"), &s->plugins, err);
+  if (!rc) rc = check_opsets(m, err);
+  if (!rc) rc = kiln_graph_prepare_ops(m->graph, m, s->plugins, err);
   if (!rc && s->opts.opt_level > 0) {
     kiln_opt_config cfg = {.level = s->opts.opt_level,
                            .disabled = opts && opts->size > offsetof(kiln_options, disabled_passes)
                                            ? opts->disabled_passes : NULL};
-    rc = kiln_optimize(m, &cfg, &s->opt_log, err);
+    rc = kiln_optimize_plugins(m, &cfg, s->plugins, &s->opt_log, err);
   }
+  if (!rc) rc = kiln_plugins_instantiate(s->plugins, m->graph, err);
   if (rc) {
     kiln_session_free(s);
     return rc;
@@ -120,6 +126,7 @@ kiln_code kiln_session_create_from_memory(const void *bytes, size_t len, const c
 
 void kiln_session_free(kiln_session *s) {
   if (!s) return;
+  kiln_plugins_free(s->plugins); /* kernel states, then the libraries (nothing runs after) */
   kiln_model_free(s->model);
   free(s->feeds);
   free(s->hist);

@@ -7,6 +7,7 @@
 #include "ir/edit.h"
 #include "onnx/reader.h"
 #include "ops/registry.h"
+#include "plugin/plugin.h"
 #include "runtime/session.h"
 
 static const char *label(const kiln_node *n, char *buf, size_t len) {
@@ -15,20 +16,27 @@ static const char *label(const kiln_node *n, char *buf, size_t len) {
   return buf;
 }
 
-static kiln_code resolve_node(kiln_node *n, const kiln_model *m, kiln_error *err) {
+static kiln_code resolve_node(kiln_node *n, const kiln_model *m, const kiln_plugin_set *ps,
+                              kiln_error *err) {
   char lbl[300];
   int64_t v = kiln_model_opset(m, n->domain);
   if (v < 0)
     return kiln_fail(err, KILN_ERR_MODEL, "%s uses domain '%s', which the model does not import",
                      label(n, lbl, sizeof lbl), n->domain);
   n->opset = (int)v;
-  n->schema = kiln_op_find(n->domain, n->op_type, n->opset);
+  n->schema = kiln_op_find_in(ps, n->domain, n->op_type, n->opset);
   if (!n->schema) {
+    if (kiln_plugins_known(ps, n->domain, n->op_type))
+      return kiln_fail(err, KILN_ERR_UNSUPPORTED, "%s: the plugin that provides this op does not cover opset %d",
+                       label(n, lbl, sizeof lbl), n->opset);
     if (kiln_op_known(n->domain, n->op_type))
       return kiln_fail(err, KILN_ERR_UNSUPPORTED, "%s: kiln does not implement this op at opset %d",
                        label(n, lbl, sizeof lbl), n->opset);
-    return kiln_fail(err, KILN_ERR_UNSUPPORTED, "%s: unknown operator '%s' in domain '%s'",
-                     label(n, lbl, sizeof lbl), n->op_type, *n->domain ? n->domain : "ai.onnx");
+    bool custom = *n->domain && strcmp(n->domain, "ai.onnx") && strcmp(n->domain, "ai.onnx.ml") &&
+                  strcmp(n->domain, "ai.kiln");
+    return kiln_fail(err, KILN_ERR_UNSUPPORTED, "%s: unknown operator '%s' in domain '%s'%s",
+                     label(n, lbl, sizeof lbl), n->op_type, *n->domain ? n->domain : "ai.onnx",
+                     custom ? " (if a plugin provides it, load it: --plugin PATH.so or KILN_PLUGINS)" : "");
   }
   const kiln_op_schema *s = n->schema;
   if ((int)n->n_in < s->min_in || (s->max_in >= 0 && (int)n->n_in > s->max_in))
@@ -40,8 +48,8 @@ static kiln_code resolve_node(kiln_node *n, const kiln_model *m, kiln_error *err
   for (size_t i = 0; i < n->n_attrs; i++) {
     kiln_attr *a = &n->attrs[i];
     kiln_code rc = KILN_OK;
-    if (a->g) rc = kiln_graph_prepare(a->g, m, err);
-    for (size_t k = 0; !rc && a->graphs && k < a->n; k++) rc = kiln_graph_prepare(a->graphs[k], m, err);
+    if (a->g) rc = kiln_graph_prepare_ops(a->g, m, ps, err);
+    for (size_t k = 0; !rc && a->graphs && k < a->n; k++) rc = kiln_graph_prepare_ops(a->graphs[k], m, ps, err);
     if (rc) {
       kiln_error_prefix(err, "in subgraph '%s' of %s", a->name, label(n, lbl, sizeof lbl));
       return rc;
@@ -118,9 +126,14 @@ static kiln_code infer_node(kiln_graph *g, kiln_node *n, kiln_error *err) {
 }
 
 kiln_code kiln_graph_prepare(kiln_graph *g, const kiln_model *m, kiln_error *err) {
+  return kiln_graph_prepare_ops(g, m, NULL, err);
+}
+
+kiln_code kiln_graph_prepare_ops(kiln_graph *g, const kiln_model *m, const kiln_plugin_set *ps,
+                                 kiln_error *err) {
   kiln_code rc;
   for (size_t i = 0; i < g->n_nodes; i++)
-    if ((rc = resolve_node(&g->nodes[i], m, err))) return rc;
+    if ((rc = resolve_node(&g->nodes[i], m, ps, err))) return rc;
   if ((rc = kiln_graph_toposort(g, err))) return rc;
   free(g->uses);
   if (!(g->uses = kiln_graph_use_counts(g))) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");

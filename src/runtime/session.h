@@ -28,6 +28,7 @@ struct kiln_session {
   kiln_planner *planner;   /* memory plans of the main graph, per input signature */
   kiln_threadpool *pool;   /* shared pool of opts.threads threads; NULL runs single-threaded */
   size_t n_fallbacks;      /* fused nodes that fell back to their original chain (atomic) */
+  struct kiln_plugin_set *plugins; /* this session's plugin ops and patterns (NULL: none) */
 };
 
 /* One activation of a graph: the values its nodes produced. */
@@ -42,6 +43,10 @@ typedef struct kiln_frame {
 
 /* Resolve schemas, sort and infer types for a graph and its subgraphs. */
 kiln_code kiln_graph_prepare(kiln_graph *g, const kiln_model *m, kiln_error *err);
+/* The same, resolving ops in the plugin set `ps` too (may be NULL). */
+struct kiln_plugin_set;
+kiln_code kiln_graph_prepare_ops(kiln_graph *g, const kiln_model *m,
+                                 const struct kiln_plugin_set *ps, kiln_error *err);
 
 /* Run `g` with `inputs` bound to g->inputs in order (borrowed; NULL leaves an input unbound,
  * which is an error unless it has an initializer). outputs[i] receives a new value for each

@@ -55,4 +55,16 @@ m = model([helper.make_node("MatMul", ["x", "Wm"], ["a"]), helper.make_node("Add
 ops, _ = optimized_ops(save(m, "matmul_bad_bias"))
 check(ops is not None and "FusedMatMul" not in ops, f"rank-raising bias not fused: {ops}")
 
+# Gemm(alpha=0.5) + LeakyRelu(alpha=0.2): the activation's alpha must not replace Gemm's.
+Wg = const("Wg", rng.standard_normal((8, 16)).astype(np.float32))
+Cg = const("Cg", rng.standard_normal(8).astype(np.float32))
+m = model([helper.make_node("Gemm", ["x", "Wg", "Cg"], ["a"], alpha=0.5, beta=2.0, transB=1),
+           helper.make_node("LeakyRelu", ["a"], ["y"], alpha=0.2)],
+          [vi("x", [4, 16])], [vi("y", [4, 8])], [Wg, Cg])
+p = save(m, "gemm_leaky")
+ops, _ = optimized_ops(p)
+check(ops == {"FusedGemm": 1}, f"gemm_leaky fused: {ops}")
+ok, text = validate(p)
+check(ok, "gemm + leaky relu validates (activation alpha kept apart from Gemm alpha): " + text)
+
 finish("test_fuse_conv_matmul")
