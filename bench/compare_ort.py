@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""kiln vs ONNX Runtime, side by side, on the benchmark models (bench/make_models.py).
+
+    /usr/bin/python3 bench/compare_ort.py [--kiln build/kiln] [--only NAME,...] [--threads 1,2]
+                                          [--rounds 3] [--warmup 10] [--repeat 100] [--budget 2]
+                                          [--json results.json]
+
+Installs ONNX Runtime from npm into bench/peer/node_modules when it is missing, makes the models
+when bench/models has none. Then, for every model and thread count, alternates rounds of
+`kiln bench MODEL --input NAME=FILE.npy ... --json` (A) and `node bench/peer/ort_bench.js`
+(B) as A B A B ..., each a fresh process fed the same .npy inputs with the same warmup and repeat
+counts (ORT: intraOpNumThreads N, interOpNumThreads 1, all graph optimisations). A model's
+latency is the median of its rounds' medians; its peak RSS the median of its rounds' peaks (one
+process per round, so every peak belongs to one model). Prints a markdown table with the ratio
+kiln/ORT per row and the geometric mean of the ratios, then kiln at --level 0 against --level 2
+(same alternation) on the fusion micro-models.
+
+Repeat counts: --repeat is the most timed runs; slow models get fewer, so one process spends
+about --budget seconds timing (at least 5 runs); warmup is at most a tenth of that, at least 2.
+The counts used are in the table. Exit status 1 when a run failed (its row says so).
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PEER = os.path.join(HERE, "peer")
+MIB = 1048576.0
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def ensure_ort():
+    if os.path.isdir(os.path.join(PEER, "node_modules", "onnxruntime-node")):
+        return
+    log("installing onnxruntime-node into bench/peer/node_modules ...")
+    env = dict(os.environ, ONNXRUNTIME_NODE_INSTALL="skip")
+    subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"], cwd=PEER, env=env,
+                   check=True)
+
+
+def ensure_models(models_dir):
+    if not os.path.exists(os.path.join(models_dir, "manifest.json")):
+        log(f"making the benchmark models into {models_dir} ...")
+        subprocess.run(["/usr/bin/python3", os.path.join(HERE, "make_models.py"), models_dir],
+                       check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(models_dir, "manifest.json")) as f:
+        return json.load(f)
+
+
+def input_args(models_dir, name, manifest):
+    d = os.path.join(models_dir, name, "inputs")
+    args = []
+    for i in manifest[name]["inputs"]:
+        args += ["--input", f"{i['name']}={os.path.join(d, i['name'] + '.npy')}"]
+    return args
+
+
+def run_json(cmd, out):
+    """Run a bench command that writes JSON to `out`; returns (dict or None, error text)."""
+    if os.path.exists(out):
+        os.remove(out)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0 or not os.path.exists(out):
+        return None, (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.returncode}"]
+    with open(out) as f:
+        return json.load(f), None
+
+
+class Runner:
+    def __init__(self, a, manifest, tmp):
+        self.a, self.manifest, self.tmp = a, manifest, tmp
+
+    def model_path(self, name):
+        return os.path.join(self.a.models, name, "model.onnx")
+
+    def kiln(self, name, threads, warmup, repeat, level=2):
+        out = os.path.join(self.tmp, "kiln.json")
+        cmd = [self.a.kiln, "bench", self.model_path(name), *input_args(self.a.models, name, self.manifest),
+               "--threads", str(threads), "--level", str(level), "--warmup", str(warmup),
+               "--repeat", str(repeat), "--quiet", "--json", out]
+        return run_json(cmd, out)
+
+    def ort(self, name, threads, warmup, repeat):
+        out = os.path.join(self.tmp, "ort.json")
+        cmd = ["node", os.path.join(PEER, "ort_bench.js"), self.model_path(name),
+               os.path.join(self.a.models, name, "inputs"), "--threads", str(threads),
+               "--warmup", str(warmup), "--repeat", str(repeat), "--json", out]
+        return run_json(cmd, out)
+
+    def counts(self, name):
+        """(warmup, repeat) for a model, from one probe run of kiln (the slower runtime today)."""
+        r, err = self.kiln(name, 1, 1, 2)
+        if r is None:
+            return None, err
+        per_run = max(r["median_ms"], 1e-3)
+        repeat = int(max(5, min(self.a.repeat, self.a.budget * 1000.0 / per_run)))
+        warmup = int(max(2, min(self.a.warmup, repeat // 10)))
+        return (warmup, repeat), None
+
+    def alternate(self, runs):
+        """runs: list of (label, fn) -> {label: [results]} or {label: error}; rounds A B A B."""
+        res = {label: [] for label, _ in runs}
+        for _ in range(self.a.rounds):
+            for label, fn in runs:
+                if isinstance(res[label], str):
+                    continue
+                r, err = fn()
+                res[label] = " ".join(err) if r is None else res[label] + [r]
+        return res
+
+
+def med(rs, key):
+    return statistics.median(r[key] for r in rs)
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def machine():
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "kiln"))
+    ap.add_argument("--models", default=os.path.join(HERE, "models"))
+    ap.add_argument("--only", help="comma-separated model names (default: all in the manifest)")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=100)
+    ap.add_argument("--budget", type=float, default=2.0,
+                    help="seconds of timed runs per process for slow models (default 2)")
+    ap.add_argument("--fusion", default="micro", choices=["micro", "all", "none"],
+                    help="models for the --level 0 vs 2 table (default: the micro-models)")
+    ap.add_argument("--fusion-threads", type=int, default=1)
+    ap.add_argument("--json", help="write all raw results here")
+    a = ap.parse_args()
+    if a.rounds < 1 or a.repeat < 1 or a.warmup < 0:
+        ap.error("--rounds and --repeat must be >= 1, --warmup >= 0")
+    threads = [int(t) for t in a.threads.split(",")]
+    if not os.access(a.kiln, os.X_OK):
+        ap.error(f"no kiln binary at {a.kiln} (build first, or pass --kiln)")
+    ensure_ort()
+    manifest = ensure_models(a.models)
+    names = list(manifest)
+    if a.only:
+        want = a.only.split(",")
+        missing = [n for n in want if n not in manifest]
+        if missing:
+            ap.error("not in the manifest: " + ", ".join(missing))
+        names = [n for n in names if n in want]
+
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    failed = 0
+    raw = {"machine": machine(), "date": started, "rounds": a.rounds, "threads": threads,
+           "peer": [], "fusion": []}
+    with tempfile.TemporaryDirectory(prefix="kiln_bench_") as tmp:
+        run = Runner(a, manifest, tmp)
+        counts = {}
+        for n in names:
+            c, err = run.counts(n)
+            counts[n] = c if c else " ".join(err)
+
+        print(f"# kiln vs ONNX Runtime\n\n{raw['machine']}; {started}; {a.rounds} rounds A B A B "
+              f"per row; latency = median of round medians\n")
+        print("| model | threads | warmup+repeat | kiln ms | ORT ms | kiln/ORT | kiln p90 | ORT p90 "
+              "| kiln load ms | ORT load ms | kiln peak RSS MiB | ORT peak RSS MiB (net of Node) |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        ratios = {t: [] for t in threads}
+        for n in names:
+            for t in threads:
+                c = counts[n]
+                if isinstance(c, str):
+                    print(f"| {n} | {t} | | kiln failed: {c} | | | | | | | | |", flush=True)
+                    failed += 1
+                    continue
+                w, r = c
+                log(f"{n} threads {t}: {a.rounds} rounds of {w}+{r} runs")
+                res = run.alternate([("kiln", lambda: run.kiln(n, t, w, r)),
+                                     ("ort", lambda: run.ort(n, t, w, r))])
+                k, o = res["kiln"], res["ort"]
+                raw["peer"].append({"model": n, "threads": t, "warmup": w, "repeat": r, "kiln": k, "ort": o})
+                if isinstance(k, str) or isinstance(o, str):
+                    which = "kiln" if isinstance(k, str) else "ORT"
+                    print(f"| {n} | {t} | {w}+{r} | {which} failed: {k if isinstance(k, str) else o} "
+                          "| | | | | | | | |", flush=True)
+                    failed += 1
+                    continue
+                km, om = med(k, "median_ms"), med(o, "median_ms")
+                ratio = km / om
+                ratios[t].append(ratio)
+                net = med(o, "peak_rss_bytes") - med(o, "baseline_rss_bytes")
+                print(f"| {n} | {t} | {w}+{r} | {km:.3f} | {om:.3f} | {ratio:.2f} | {med(k, 'p90_ms'):.3f} "
+                      f"| {med(o, 'p90_ms'):.3f} | {med(k, 'load_ms'):.1f} | {med(o, 'load_ms'):.1f} "
+                      f"| {med(k, 'peak_rss_bytes') / MIB:.1f} | {med(o, 'peak_rss_bytes') / MIB:.1f} "
+                      f"({net / MIB:.1f}) |", flush=True)
+        print()
+        for t in threads:
+            print(f"geometric mean kiln/ORT, {t} thread{'s' if t > 1 else ''}: {geomean(ratios[t]):.2f} "
+                  f"over {len(ratios[t])} models")
+        print(f"geometric mean kiln/ORT, all rows: {geomean(sum(ratios.values(), [])):.2f}")
+
+        fusion = [n for n in names if a.fusion == "all" or (a.fusion == "micro" and manifest[n]["group"] == "micro")]
+        if fusion:
+            t = a.fusion_threads
+            print(f"\n# kiln fusion: --level 0 vs --level 2 ({t} thread{'s' if t > 1 else ''})\n")
+            print("| model | warmup+repeat | level 0 ms | level 2 ms | speedup 0/2 | level 0 peak RSS MiB "
+                  "| level 2 peak RSS MiB |")
+            print("|---|---:|---:|---:|---:|---:|---:|")
+            speedups = []
+            for n in fusion:
+                c = counts[n]
+                if isinstance(c, str):
+                    continue
+                w, r = c
+                log(f"{n} level 0 vs 2: {a.rounds} rounds of {w}+{r} runs")
+                res = run.alternate([("l0", lambda: run.kiln(n, t, w, r, level=0)),
+                                     ("l2", lambda: run.kiln(n, t, w, r, level=2))])
+                l0, l2 = res["l0"], res["l2"]
+                raw["fusion"].append({"model": n, "threads": t, "warmup": w, "repeat": r, "level0": l0, "level2": l2})
+                if isinstance(l0, str) or isinstance(l2, str):
+                    print(f"| {n} | {w}+{r} | failed: {l0 if isinstance(l0, str) else l2} | | | | |", flush=True)
+                    failed += 1
+                    continue
+                m0, m2 = med(l0, "median_ms"), med(l2, "median_ms")
+                speedups.append(m0 / m2)
+                print(f"| {n} | {w}+{r} | {m0:.3f} | {m2:.3f} | {m0 / m2:.2f} "
+                      f"| {med(l0, 'peak_rss_bytes') / MIB:.1f} | {med(l2, 'peak_rss_bytes') / MIB:.1f} |",
+                      flush=True)
+            print(f"\ngeometric mean speedup level 0 -> 2: {geomean(speedups):.2f} over {len(speedups)} models")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(raw, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
