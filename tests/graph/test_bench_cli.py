@@ -90,6 +90,17 @@ check(rc == 0 and isinstance(r, list) and len(r) == 1 and r[0]["inputs"][0]["sha
 rc, r, text = bench_json(dyn, *FAST, "--input", f"x={x}")
 check(rc == 0 and isinstance(r, dict) and r["batch"] == 2, f"batch of a file input is its dim 0: {r}")
 
+# String inputs from --inputs DIR are tiled too.
+m = model([helper.make_node("Identity", ["s"], ["t"])], [vi("s", ["N", 2], TensorProto.STRING)],
+          [vi("t", ["N", 2], TensorProto.STRING)])
+strs = save(m, "bench_strings")
+sdir = os.path.join(TMP, "strings")
+os.makedirs(sdir, exist_ok=True)
+with open(os.path.join(sdir, "input_0.pb"), "wb") as f:
+    f.write(numpy_helper.from_array(np.array([["a", "bb"], ["ccc", "d"]], dtype=object), "s").SerializeToString())
+rc, r, text = bench_json(strs, *FAST, "--inputs", sdir, "--batch", "3")
+check(rc == 0 and r and r[0]["inputs"][0]["shape"] == [3, 2], f"string input tiled to batch 3: {r} {text}")
+
 # --json - writes JSON to stdout and the report to stderr; --quiet prints nothing else.
 rc, text = kiln("bench", dyn, *FAST, "--quiet", "--json", "-")
 try:
