@@ -2,7 +2,7 @@
 """kiln vs ONNX Runtime, side by side, on the benchmark models (bench/make_models.py).
 
     /usr/bin/python3 bench/compare_ort.py [--kiln build/kiln] [--only NAME,...] [--threads 1,2]
-                                          [--rounds 3] [--warmup 10] [--repeat 100] [--budget 2]
+                                          [--rounds 5] [--warmup 10] [--repeat 100] [--budget 1]
                                           [--json results.json]
 
 Installs ONNX Runtime from npm into bench/peer/node_modules when it is missing, makes the models
@@ -148,11 +148,11 @@ def main():
     ap.add_argument("--models", default=os.path.join(HERE, "models"))
     ap.add_argument("--only", help="comma-separated model names (default: all in the manifest)")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=100)
-    ap.add_argument("--budget", type=float, default=2.0,
-                    help="seconds of timed runs per process for slow models (default 2)")
+    ap.add_argument("--budget", type=float, default=1.0,
+                    help="seconds of timed runs per process for slow models (default 1)")
     ap.add_argument("--fusion", default="micro", choices=["micro", "all", "none"],
                     help="models for the --level 0 vs 2 table (default: the micro-models)")
     ap.add_argument("--fusion-threads", type=int, default=1)
@@ -184,8 +184,9 @@ def main():
             c, err = run.counts(n)
             counts[n] = c if c else " ".join(err)
 
-        print(f"# kiln vs ONNX Runtime\n\n{raw['machine']}; {started}; {a.rounds} rounds A B A B "
-              f"per row; latency = median of round medians\n")
+        print(f"# kiln vs ONNX Runtime\n\n{raw['machine']}; {started}; load average at start "
+              f"{os.getloadavg()[0]:.2f}; {a.rounds} rounds A B A B per row; latency = median of "
+              "round medians\n")
         print("| model | threads | warmup+repeat | kiln ms | ORT ms | kiln/ORT | kiln p90 | ORT p90 "
               "| kiln load ms | ORT load ms | kiln peak RSS MiB | ORT peak RSS MiB (net of Node) |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -227,9 +228,9 @@ def main():
         if fusion:
             t = a.fusion_threads
             print(f"\n# kiln fusion: --level 0 vs --level 2 ({t} thread{'s' if t > 1 else ''})\n")
-            print("| model | warmup+repeat | level 0 ms | level 2 ms | speedup 0/2 | level 0 peak RSS MiB "
-                  "| level 2 peak RSS MiB |")
-            print("|---|---:|---:|---:|---:|---:|---:|")
+            print("| model | nodes level 0 -> 2 | warmup+repeat | level 0 ms | level 2 ms | speedup 0/2 "
+                  "| level 0 peak RSS MiB | level 2 peak RSS MiB |")
+            print("|---|---:|---:|---:|---:|---:|---:|---:|")
             speedups = []
             for n in fusion:
                 c = counts[n]
@@ -242,15 +243,18 @@ def main():
                 l0, l2 = res["l0"], res["l2"]
                 raw["fusion"].append({"model": n, "threads": t, "warmup": w, "repeat": r, "level0": l0, "level2": l2})
                 if isinstance(l0, str) or isinstance(l2, str):
-                    print(f"| {n} | {w}+{r} | failed: {l0 if isinstance(l0, str) else l2} | | | | |", flush=True)
+                    print(f"| {n} | | {w}+{r} | failed: {l0 if isinstance(l0, str) else l2} | | | | |", flush=True)
                     failed += 1
                     continue
                 m0, m2 = med(l0, "median_ms"), med(l2, "median_ms")
                 speedups.append(m0 / m2)
-                print(f"| {n} | {w}+{r} | {m0:.3f} | {m2:.3f} | {m0 / m2:.2f} "
+                print(f"| {n} | {l0[0].get('nodes', '?')} -> {l2[0].get('nodes', '?')} | {w}+{r} | {m0:.3f} "
+                      f"| {m2:.3f} | {m0 / m2:.2f} "
                       f"| {med(l0, 'peak_rss_bytes') / MIB:.1f} | {med(l2, 'peak_rss_bytes') / MIB:.1f} |",
                       flush=True)
             print(f"\ngeometric mean speedup level 0 -> 2: {geomean(speedups):.2f} over {len(speedups)} models")
+    print(f"\nload average at the end: {os.getloadavg()[0]:.2f}, {os.getloadavg()[1]:.2f}, "
+          f"{os.getloadavg()[2]:.2f} (1, 5, 15 min)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(raw, f, indent=1)

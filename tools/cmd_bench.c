@@ -346,7 +346,22 @@ static void json_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-static void json_result(FILE *f, const bench_args *a, double load_ms, long long load_rss,
+/* Facts about the prepared graph: node count after optimisation, and rewrites by all passes. */
+typedef struct graph_facts {
+  size_t nodes, rewrites;
+} graph_facts;
+
+static graph_facts graph_facts_of(const kiln_session *s) {
+  graph_facts g = {0, 0};
+  kiln_model_stats st;
+  if (kiln_session_stats(s, &st) == KILN_OK) g.nodes = st.n_nodes;
+  const char *pass;
+  size_t n;
+  for (size_t i = 0; kiln_session_pass_stat(s, i, &pass, &n) == KILN_OK; i++) g.rewrites += n;
+  return g;
+}
+
+static void json_result(FILE *f, const bench_args *a, double load_ms, long long load_rss, graph_facts g,
                         const bench_result *r, const char *indent) {
   fprintf(f, "%s{\"model\": ", indent);
   json_string(f, a->model);
@@ -359,16 +374,16 @@ static void json_result(FILE *f, const bench_args *a, double load_ms, long long 
           r->median > 0 ? (double)r->batch * 1000.0 / r->median : 0.0);
   fprintf(f, "%s \"peak_rss_bytes\": %lld, \"load_peak_rss_bytes\": %lld, \"arena_bytes\": null,\n", indent,
           r->peak_rss, load_rss);
-  fprintf(f, "%s \"inputs\": %s}", indent, r->inputs);
+  fprintf(f, "%s \"nodes\": %zu, \"rewrites\": %zu, \"inputs\": %s}", indent, g.nodes, g.rewrites, r->inputs);
 }
 
-static int write_json(FILE *f, const bench_args *a, double load_ms, long long load_rss,
+static int write_json(FILE *f, const bench_args *a, double load_ms, long long load_rss, graph_facts g,
                       const bench_result *res, int n) {
   int to_stdout = f == stdout;
   int list = a->n_batches > 0;
   if (list) fprintf(f, "[\n");
   for (int i = 0; i < n; i++) {
-    json_result(f, a, load_ms, load_rss, &res[i], list ? "  " : "");
+    json_result(f, a, load_ms, load_rss, g, &res[i], list ? "  " : "");
     fprintf(f, "%s\n", list && i + 1 < n ? "," : "");
   }
   if (list) fprintf(f, "]\n");
@@ -381,9 +396,10 @@ static int write_json(FILE *f, const bench_args *a, double load_ms, long long lo
   return CLI_OK;
 }
 
-static void print_report(FILE *f, const bench_args *a, double load_ms, long long load_rss,
+static void print_report(FILE *f, const bench_args *a, double load_ms, long long load_rss, graph_facts g,
                          const bench_result *res, int n) {
-  fprintf(f, "model      %s\n", a->model);
+  fprintf(f, "model      %s (%zu node%s after %zu optimizer rewrite%s)\n", a->model, g.nodes, g.nodes == 1 ? "" : "s",
+          g.rewrites, g.rewrites == 1 ? "" : "s");
   fprintf(f, "load       %.2f ms (level %d, threads %d%s), peak RSS after load %.1f MiB\n", load_ms,
           a->opts.opt_level, a->opts.threads, a->opts.threads ? "" : " = one per core",
           (double)load_rss / 1048576.0);
@@ -525,9 +541,10 @@ int cmd_bench(int argc, char **argv) {
   bench_result *res = calloc((size_t)n, sizeof *res);
   rc = res ? CLI_OK : CLI_ERR;
   for (int i = 0; i < n && rc == CLI_OK; i++) rc = bench_one(s, &a, a.n_batches ? a.batches[i] : -1, &prog, &res[i]);
-  if (rc == CLI_OK && !a.quiet) print_report(json == stdout ? stderr : stdout, &a, load_ms, load_rss, res, n);
+  graph_facts g = graph_facts_of(s);
+  if (rc == CLI_OK && !a.quiet) print_report(json == stdout ? stderr : stdout, &a, load_ms, load_rss, g, res, n);
   if (rc == CLI_OK && json) {
-    rc = write_json(json, &a, load_ms, load_rss, res, n);
+    rc = write_json(json, &a, load_ms, load_rss, g, res, n);
   } else if (json && json != stdout) {
     fclose(json); /* no results: leave no empty file behind */
     remove(a.json);

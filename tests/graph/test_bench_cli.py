@@ -6,8 +6,10 @@ from kilntest import *
 
 rng = np.random.default_rng(0)
 W = const("W", rng.standard_normal((8, 4)).astype(np.float32))
-m = model([helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
-          [vi("x", ["N", 8])], [vi("y", ["N", 4])], [W])
+B = const("B", rng.standard_normal(4).astype(np.float32))
+m = model([helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "B"], ["hb"]),
+           helper.make_node("Relu", ["hb"], ["y"])],
+          [vi("x", ["N", 8])], [vi("y", ["N", 4])], [W, B])
 dyn = save(m, "bench_dyn")
 m = model([helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
           [vi("x", [2, 8])], [vi("y", [2, 4])], [W])
@@ -15,7 +17,7 @@ fixed = save(m, "bench_fixed")
 FAST = ["--warmup", "1", "--repeat", "7"]
 FIELDS = ["model", "batch", "threads", "level", "warmup", "repeat", "load_ms", "median_ms", "p90_ms",
           "p99_ms", "min_ms", "max_ms", "mean_ms", "stddev_ms", "throughput", "peak_rss_bytes",
-          "arena_bytes", "inputs"]
+          "arena_bytes", "nodes", "rewrites", "inputs"]
 
 
 def bench_json(*args):
@@ -64,6 +66,12 @@ if isinstance(r, dict):
 for word in ["median", "p90", "p99", "min", "inferences/s", "peak RSS", "load", "arena      n/a"]:
     check(word in text, f"report mentions '{word}'")
 check("\r" not in text and "[####" not in text, "no progress bar when stderr is not a terminal")
+
+# Graph facts: level 0 keeps the three nodes, level 2 fuses MatMul+Add+Relu into one.
+rc, r0, _ = bench_json(dyn, *FAST, "--level", "0")
+rc, r2, _ = bench_json(dyn, *FAST, "--level", "2")
+check(r0 and r2 and r0["nodes"] == 3 and r0["rewrites"] == 0 and r2["nodes"] == 1 and r2["rewrites"] >= 1,
+      f"nodes and rewrites per level: {r0 and (r0['nodes'], r0['rewrites'])} {r2 and (r2['nodes'], r2['rewrites'])}")
 
 # --dim sets the symbolic dim of random inputs; batch follows it.
 rc, r, text = bench_json(dyn, *FAST, "--dim", "N=6")
