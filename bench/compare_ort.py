@@ -12,8 +12,10 @@ when bench/models has none. Then, for every model and thread count, alternates r
 counts (ORT: intraOpNumThreads N, interOpNumThreads 1, all graph optimisations). A model's
 latency is the median of its rounds' medians; its peak RSS the median of its rounds' peaks (one
 process per round, so every peak belongs to one model). Prints a markdown table with the ratio
-kiln/ORT per row and the geometric mean of the ratios, then kiln at --level 0 against --level 2
-(same alternation) on the fusion micro-models.
+kiln/ORT per row (and, for noisy machines, the ratio of the fastest rounds) and the geometric
+mean of the ratios, then kiln at --level 0 against --level 2 (same alternation) on the fusion
+micro-models (--fusion all: on every model). --report RAW.json prints the tables of an earlier
+run's --json again without measuring.
 
 Repeat counts: --repeat is the most timed runs; slow models get fewer, so one process spends
 about --budget seconds timing (at least 5 runs); warmup is at most a tenth of that, at least 2.
@@ -142,6 +144,116 @@ def machine():
     return f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
 
 
+def git_commit():
+    r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() or "unknown"
+
+
+def measure(a, manifest, names, threads, raw):
+    """Run everything, filling raw["peer"] and raw["fusion"]; progress goes to stderr."""
+    with tempfile.TemporaryDirectory(prefix="kiln_bench_") as tmp:
+        run = Runner(a, manifest, tmp)
+        counts = {}
+        for n in names:
+            c, err = run.counts(n)
+            counts[n] = c if c else " ".join(err)
+        for n in names:
+            for t in threads:
+                c = counts[n]
+                if isinstance(c, str):
+                    raw["peer"].append({"model": n, "threads": t, "kiln": c, "ort": []})
+                    continue
+                w, r = c
+                log(f"{n} threads {t}: {a.rounds} rounds of {w}+{r} runs")
+                res = run.alternate([("kiln", lambda: run.kiln(n, t, w, r)),
+                                     ("ort", lambda: run.ort(n, t, w, r))])
+                raw["peer"].append({"model": n, "threads": t, "warmup": w, "repeat": r,
+                                    "kiln": res["kiln"], "ort": res["ort"]})
+        t = a.fusion_threads
+        for n in names:
+            if not (a.fusion == "all" or (a.fusion == "micro" and manifest[n]["group"] == "micro")):
+                continue
+            c = counts[n]
+            if isinstance(c, str):
+                raw["fusion"].append({"model": n, "threads": t, "level0": c, "level2": []})
+                continue
+            w, r = c
+            log(f"{n} level 0 vs 2: {a.rounds} rounds of {w}+{r} runs")
+            res = run.alternate([("l0", lambda: run.kiln(n, t, w, r, level=0)),
+                                 ("l2", lambda: run.kiln(n, t, w, r, level=2))])
+            raw["fusion"].append({"model": n, "threads": t, "warmup": w, "repeat": r,
+                                  "level0": res["l0"], "level2": res["l2"]})
+
+
+def best(rs):
+    return min(r["median_ms"] for r in rs)
+
+
+def render(raw, out=sys.stdout):
+    """Print the tables of a raw result; returns the number of failed rows."""
+    def p(*x):
+        print(*x, file=out)
+    failed = 0
+    ort_version = next((r["runtime"] for e in raw["peer"] if isinstance(e["ort"], list)
+                        for r in e["ort"]), "ONNX Runtime")
+    p(f"# kiln vs ONNX Runtime\n\n{raw['machine']}; {raw['date']}; kiln {raw.get('kiln_commit', '?')}; "
+      f"{ort_version}; load average {raw.get('load_start', float('nan')):.2f} at the start, "
+      f"{raw.get('load_end', float('nan')):.2f} at the end; {raw['rounds']} rounds A B A B per row. "
+      "Latency, p90, load time and RSS: medians over the rounds; best: the ratio of the fastest "
+      "rounds' medians.\n")
+    p("| model | threads | warmup+repeat | kiln ms | ORT ms | kiln/ORT | best kiln/ORT | kiln p90 | ORT p90 "
+      "| kiln load ms | ORT load ms | kiln peak RSS MiB | ORT peak RSS MiB (net of Node) |")
+    p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    ratios, bests = {}, {}
+    for e in raw["peer"]:
+        n, t, k, o = e["model"], e["threads"], e["kiln"], e["ort"]
+        ratios.setdefault(t, [])
+        bests.setdefault(t, [])
+        if isinstance(k, str) or isinstance(o, str):
+            failed += 1
+            which, why = ("kiln", k) if isinstance(k, str) else ("ORT", o)
+            p(f"| {n} | {t} | {e.get('warmup', '')}+{e.get('repeat', '')} | {which} failed: {why} "
+              "| | | | | | | | | |")
+            continue
+        km, om = med(k, "median_ms"), med(o, "median_ms")
+        ratios[t].append(km / om)
+        bests[t].append(best(k) / best(o))
+        net = med(o, "peak_rss_bytes") - med(o, "baseline_rss_bytes")
+        p(f"| {n} | {t} | {e['warmup']}+{e['repeat']} | {km:.3f} | {om:.3f} | {km / om:.2f} "
+          f"| {best(k) / best(o):.2f} | {med(k, 'p90_ms'):.3f} | {med(o, 'p90_ms'):.3f} "
+          f"| {med(k, 'load_ms'):.1f} | {med(o, 'load_ms'):.1f} | {med(k, 'peak_rss_bytes') / MIB:.1f} "
+          f"| {med(o, 'peak_rss_bytes') / MIB:.1f} ({net / MIB:.1f}) |")
+    p()
+    for t in ratios:
+        p(f"geometric mean kiln/ORT, {t} thread{'s' if t > 1 else ''}: {geomean(ratios[t]):.2f} "
+          f"(best rounds: {geomean(bests[t]):.2f}) over {len(ratios[t])} models")
+    p(f"geometric mean kiln/ORT, all rows: {geomean(sum(ratios.values(), [])):.2f} "
+      f"(best rounds: {geomean(sum(bests.values(), [])):.2f})")
+    if raw["fusion"]:
+        t = raw["fusion"][0]["threads"]
+        p(f"\n# kiln fusion: --level 0 vs --level 2 ({t} thread{'s' if t > 1 else ''})\n")
+        p("| model | nodes level 0 -> 2 | warmup+repeat | level 0 ms | level 2 ms | speedup 0/2 "
+          "| best speedup | level 0 peak RSS MiB | level 2 peak RSS MiB |")
+        p("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        speedups, bs = [], []
+        for e in raw["fusion"]:
+            n, l0, l2 = e["model"], e["level0"], e["level2"]
+            if isinstance(l0, str) or isinstance(l2, str):
+                failed += 1
+                p(f"| {n} | | {e.get('warmup', '')}+{e.get('repeat', '')} | failed: "
+                  f"{l0 if isinstance(l0, str) else l2} | | | | | |")
+                continue
+            m0, m2 = med(l0, "median_ms"), med(l2, "median_ms")
+            speedups.append(m0 / m2)
+            bs.append(best(l0) / best(l2))
+            p(f"| {n} | {l0[0].get('nodes', '?')} -> {l2[0].get('nodes', '?')} | {e['warmup']}+{e['repeat']} "
+              f"| {m0:.3f} | {m2:.3f} | {m0 / m2:.2f} | {best(l0) / best(l2):.2f} "
+              f"| {med(l0, 'peak_rss_bytes') / MIB:.1f} | {med(l2, 'peak_rss_bytes') / MIB:.1f} |")
+        p(f"\ngeometric mean speedup level 0 -> 2: {geomean(speedups):.2f} (best rounds: {geomean(bs):.2f}) "
+          f"over {len(speedups)} models")
+    return failed
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "kiln"))
@@ -157,7 +269,11 @@ def main():
                     help="models for the --level 0 vs 2 table (default: the micro-models)")
     ap.add_argument("--fusion-threads", type=int, default=1)
     ap.add_argument("--json", help="write all raw results here")
+    ap.add_argument("--report", metavar="RAW_JSON", help="only print the tables of an earlier --json")
     a = ap.parse_args()
+    if a.report:
+        with open(a.report) as f:
+            return 1 if render(json.load(f)) else 0
     if a.rounds < 1 or a.repeat < 1 or a.warmup < 0:
         ap.error("--rounds and --repeat must be >= 1, --warmup >= 0")
     threads = [int(t) for t in a.threads.split(",")]
@@ -172,93 +288,15 @@ def main():
         if missing:
             ap.error("not in the manifest: " + ", ".join(missing))
         names = [n for n in names if n in want]
-
-    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    failed = 0
-    raw = {"machine": machine(), "date": started, "rounds": a.rounds, "threads": threads,
-           "peer": [], "fusion": []}
-    with tempfile.TemporaryDirectory(prefix="kiln_bench_") as tmp:
-        run = Runner(a, manifest, tmp)
-        counts = {}
-        for n in names:
-            c, err = run.counts(n)
-            counts[n] = c if c else " ".join(err)
-
-        print(f"# kiln vs ONNX Runtime\n\n{raw['machine']}; {started}; load average at start "
-              f"{os.getloadavg()[0]:.2f}; {a.rounds} rounds A B A B per row; latency = median of "
-              "round medians\n")
-        print("| model | threads | warmup+repeat | kiln ms | ORT ms | kiln/ORT | kiln p90 | ORT p90 "
-              "| kiln load ms | ORT load ms | kiln peak RSS MiB | ORT peak RSS MiB (net of Node) |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        ratios = {t: [] for t in threads}
-        for n in names:
-            for t in threads:
-                c = counts[n]
-                if isinstance(c, str):
-                    print(f"| {n} | {t} | | kiln failed: {c} | | | | | | | | |", flush=True)
-                    failed += 1
-                    continue
-                w, r = c
-                log(f"{n} threads {t}: {a.rounds} rounds of {w}+{r} runs")
-                res = run.alternate([("kiln", lambda: run.kiln(n, t, w, r)),
-                                     ("ort", lambda: run.ort(n, t, w, r))])
-                k, o = res["kiln"], res["ort"]
-                raw["peer"].append({"model": n, "threads": t, "warmup": w, "repeat": r, "kiln": k, "ort": o})
-                if isinstance(k, str) or isinstance(o, str):
-                    which = "kiln" if isinstance(k, str) else "ORT"
-                    print(f"| {n} | {t} | {w}+{r} | {which} failed: {k if isinstance(k, str) else o} "
-                          "| | | | | | | | |", flush=True)
-                    failed += 1
-                    continue
-                km, om = med(k, "median_ms"), med(o, "median_ms")
-                ratio = km / om
-                ratios[t].append(ratio)
-                net = med(o, "peak_rss_bytes") - med(o, "baseline_rss_bytes")
-                print(f"| {n} | {t} | {w}+{r} | {km:.3f} | {om:.3f} | {ratio:.2f} | {med(k, 'p90_ms'):.3f} "
-                      f"| {med(o, 'p90_ms'):.3f} | {med(k, 'load_ms'):.1f} | {med(o, 'load_ms'):.1f} "
-                      f"| {med(k, 'peak_rss_bytes') / MIB:.1f} | {med(o, 'peak_rss_bytes') / MIB:.1f} "
-                      f"({net / MIB:.1f}) |", flush=True)
-        print()
-        for t in threads:
-            print(f"geometric mean kiln/ORT, {t} thread{'s' if t > 1 else ''}: {geomean(ratios[t]):.2f} "
-                  f"over {len(ratios[t])} models")
-        print(f"geometric mean kiln/ORT, all rows: {geomean(sum(ratios.values(), [])):.2f}")
-
-        fusion = [n for n in names if a.fusion == "all" or (a.fusion == "micro" and manifest[n]["group"] == "micro")]
-        if fusion:
-            t = a.fusion_threads
-            print(f"\n# kiln fusion: --level 0 vs --level 2 ({t} thread{'s' if t > 1 else ''})\n")
-            print("| model | nodes level 0 -> 2 | warmup+repeat | level 0 ms | level 2 ms | speedup 0/2 "
-                  "| level 0 peak RSS MiB | level 2 peak RSS MiB |")
-            print("|---|---:|---:|---:|---:|---:|---:|---:|")
-            speedups = []
-            for n in fusion:
-                c = counts[n]
-                if isinstance(c, str):
-                    continue
-                w, r = c
-                log(f"{n} level 0 vs 2: {a.rounds} rounds of {w}+{r} runs")
-                res = run.alternate([("l0", lambda: run.kiln(n, t, w, r, level=0)),
-                                     ("l2", lambda: run.kiln(n, t, w, r, level=2))])
-                l0, l2 = res["l0"], res["l2"]
-                raw["fusion"].append({"model": n, "threads": t, "warmup": w, "repeat": r, "level0": l0, "level2": l2})
-                if isinstance(l0, str) or isinstance(l2, str):
-                    print(f"| {n} | | {w}+{r} | failed: {l0 if isinstance(l0, str) else l2} | | | | |", flush=True)
-                    failed += 1
-                    continue
-                m0, m2 = med(l0, "median_ms"), med(l2, "median_ms")
-                speedups.append(m0 / m2)
-                print(f"| {n} | {l0[0].get('nodes', '?')} -> {l2[0].get('nodes', '?')} | {w}+{r} | {m0:.3f} "
-                      f"| {m2:.3f} | {m0 / m2:.2f} "
-                      f"| {med(l0, 'peak_rss_bytes') / MIB:.1f} | {med(l2, 'peak_rss_bytes') / MIB:.1f} |",
-                      flush=True)
-            print(f"\ngeometric mean speedup level 0 -> 2: {geomean(speedups):.2f} over {len(speedups)} models")
-    print(f"\nload average at the end: {os.getloadavg()[0]:.2f}, {os.getloadavg()[1]:.2f}, "
-          f"{os.getloadavg()[2]:.2f} (1, 5, 15 min)")
+    raw = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+           "kiln_commit": git_commit(), "load_start": os.getloadavg()[0], "rounds": a.rounds,
+           "threads": threads, "command": sys.argv, "peer": [], "fusion": []}
+    measure(a, manifest, names, threads, raw)
+    raw["load_end"] = os.getloadavg()[0]
     if a.json:
         with open(a.json, "w") as f:
             json.dump(raw, f, indent=1)
-    return 1 if failed else 0
+    return 1 if render(raw) else 0
 
 
 if __name__ == "__main__":
