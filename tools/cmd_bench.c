@@ -51,6 +51,7 @@ typedef struct bench_result {
   int64_t batch;
   double median, p90, p99, min, max, mean, stddev;
   long long peak_rss;
+  size_t arena, intermediates; /* memory plan of this batch size's shapes */
   char inputs[1024]; /* JSON array of the fed inputs' names, dtypes and shapes */
   char shapes[256];  /* the same, short, for the text report */
 } bench_result;
@@ -327,6 +328,7 @@ static int bench_one(kiln_session *s, const bench_args *a, int64_t batch, progre
   progress_clear(prog);
   compute_stats(times, (size_t)a->repeat, r);
   r->peak_rss = peak_rss_bytes();
+  kiln_session_memory(s, &r->arena, &r->intermediates);
   rc = CLI_OK;
 done:
   free(outs);
@@ -372,8 +374,9 @@ static void json_result(FILE *f, const bench_args *a, double load_ms, long long 
           indent, r->median, r->p90, r->p99, r->min, r->max);
   fprintf(f, "%s \"mean_ms\": %.6f, \"stddev_ms\": %.6f, \"throughput\": %.6f,\n", indent, r->mean, r->stddev,
           r->median > 0 ? (double)r->batch * 1000.0 / r->median : 0.0);
-  fprintf(f, "%s \"peak_rss_bytes\": %lld, \"load_peak_rss_bytes\": %lld, \"arena_bytes\": null,\n", indent,
-          r->peak_rss, load_rss);
+  fprintf(f, "%s \"peak_rss_bytes\": %lld, \"load_peak_rss_bytes\": %lld, \"arena_bytes\": %zu,\n", indent,
+          r->peak_rss, load_rss, r->arena);
+  fprintf(f, "%s \"intermediate_bytes\": %zu,\n", indent, r->intermediates);
   fprintf(f, "%s \"nodes\": %zu, \"rewrites\": %zu, \"inputs\": %s}", indent, g.nodes, g.rewrites, r->inputs);
 }
 
@@ -404,7 +407,9 @@ static void print_report(FILE *f, const bench_args *a, double load_ms, long long
           a->opts.opt_level, a->opts.threads, a->opts.threads ? "" : " = one per core",
           (double)load_rss / 1048576.0);
   fprintf(f, "runs       %ld warmup + %ld timed per batch size\n", a->warmup, a->repeat);
-  fprintf(f, "arena      n/a\n");
+  for (int i = 0; i < n; i++)
+    fprintf(f, "arena      batch %lld: %.2f MiB planned for %.2f MiB of intermediates\n", (long long)res[i].batch,
+            (double)res[i].arena / 1048576.0, (double)res[i].intermediates / 1048576.0);
   for (int i = 0; i < n; i++) fprintf(f, "inputs     batch %lld: %s\n", (long long)res[i].batch, res[i].shapes);
   fprintf(f, "\n%6s %11s %11s %11s %11s %11s %13s %14s\n", "batch", "median ms", "p90 ms", "p99 ms", "min ms",
           "mean ms", "inferences/s", "peak RSS MiB");
