@@ -15,6 +15,9 @@ typedef struct kiln_ext_ctx {
 
 kiln_tensor *kiln_tensor_from_proto(const Onnx__TensorProto *p, const kiln_ext_ctx *ext,
                                     kiln_error *err);
+/* As kiln_tensor_from_proto, but raw_data bytes move into the tensor (the message's raw_data is
+ * emptied) instead of being copied. */
+kiln_tensor *kiln_tensor_take_proto(Onnx__TensorProto *p, const kiln_ext_ctx *ext, kiln_error *err);
 kiln_tensor *kiln_sparse_from_proto(const Onnx__SparseTensorProto *p, kiln_error *err);
 /* Fills a TensorProto (init'ed by the caller) pointing into t's memory; free with
  * kiln_tensor_proto_release. */

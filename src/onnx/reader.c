@@ -207,12 +207,12 @@ static kiln_code convert_graph(const Onnx__GraphProto *gp, kiln_graph *g, const 
   g->name = dup_or_empty(gp->name);
   if (!g->name) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   for (size_t i = 0; i < gp->n_initializer; i++) {
-    const Onnx__TensorProto *tp = gp->initializer[i];
+    Onnx__TensorProto *tp = gp->initializer[i];
     if (!tp->name || !*tp->name) return kiln_fail(err, KILN_ERR_MODEL, "initializer %zu has no name", i);
     int id = kiln_graph_value(g, tp->name);
     if (id < 0) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     if (g->values[id].init) return kiln_fail(err, KILN_ERR_MODEL, "initializer '%s' is defined twice", tp->name);
-    if (!(g->values[id].init = kiln_tensor_from_proto(tp, ext, err))) return err ? err->code : KILN_ERR_MODEL;
+    if (!(g->values[id].init = kiln_tensor_take_proto(tp, ext, err))) return err ? err->code : KILN_ERR_MODEL;
   }
   for (size_t i = 0; i < gp->n_sparse_initializer; i++) {
     const Onnx__SparseTensorProto *sp = gp->sparse_initializer[i];
@@ -243,12 +243,17 @@ int64_t kiln_model_opset(const kiln_model *m, const char *domain) {
   return -1;
 }
 
-kiln_code kiln_model_read_memory(const void *bytes, size_t len, const char *base_dir,
-                                 kiln_model **out, kiln_error *err) {
-  *out = NULL;
+static kiln_code unpack_model(const void *bytes, size_t len, Onnx__ModelProto **mp, kiln_error *err) {
   if (len == 0) return kiln_fail(err, KILN_ERR_MODEL, "not an ONNX model: the file is empty");
-  Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, len, bytes);
-  if (!mp) return kiln_fail(err, KILN_ERR_MODEL, "not an ONNX model: protobuf decoding failed (truncated or corrupt file?)");
+  *mp = onnx__model_proto__unpack(NULL, len, bytes);
+  if (!*mp) return kiln_fail(err, KILN_ERR_MODEL, "not an ONNX model: protobuf decoding failed (truncated or corrupt file?)");
+  return KILN_OK;
+}
+
+/* Convert and free the decoded message. Initializer bytes move from the message into kiln's
+ * tensors rather than being copied, so a model's weights are in memory once, not twice. */
+static kiln_code convert_model(Onnx__ModelProto *mp, const char *base_dir, kiln_model **out,
+                               kiln_error *err) {
   kiln_code rc = KILN_OK;
   kiln_model *m = calloc(1, sizeof *m);
   if (!m) {
@@ -298,6 +303,14 @@ done:
   return rc;
 }
 
+kiln_code kiln_model_read_memory(const void *bytes, size_t len, const char *base_dir,
+                                 kiln_model **out, kiln_error *err) {
+  *out = NULL;
+  Onnx__ModelProto *mp;
+  kiln_code rc = unpack_model(bytes, len, &mp, err);
+  return rc ? rc : convert_model(mp, base_dir, out, err);
+}
+
 kiln_code kiln_model_read_file(const char *path, kiln_model **out, kiln_error *err) {
   *out = NULL;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -316,9 +329,13 @@ kiln_code kiln_model_read_file(const char *path, kiln_model **out, kiln_error *e
     if (len) munmap(bytes, len);
     return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   }
-  kiln_code rc = kiln_model_read_memory(bytes, len, dirname(dirbuf), out, err);
+  /* The file is unmapped as soon as it is decoded, before conversion: peak memory is the
+   * decoded message plus kiln's IR, and the IR takes the weights over from the message. */
+  Onnx__ModelProto *mp = NULL;
+  kiln_code rc = unpack_model(bytes, len, &mp, err);
+  if (len) munmap(bytes, len);
+  if (!rc) rc = convert_model(mp, dirname(dirbuf), out, err);
   if (rc && err) kiln_error_prefix(err, "%s", path);
   free(dirbuf);
-  if (len) munmap(bytes, len);
   return rc;
 }

@@ -201,6 +201,33 @@ kiln_tensor *kiln_tensor_from_proto(const Onnx__TensorProto *p, const kiln_ext_c
   return t;
 }
 
+kiln_tensor *kiln_tensor_take_proto(Onnx__TensorProto *p, const kiln_ext_ctx *ext, kiln_error *err) {
+  kiln_dtype dt = (kiln_dtype)p->data_type;
+  bool external = p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+  int64_t bytes = kiln_tensor_bytes(dt, (int)p->n_dims, p->dims);
+  if (!p->has_raw_data || external || !p->has_data_type || dt == KILN_STRING || p->segment ||
+      p->n_dims > KILN_MAX_RANK || bytes <= 0 || (uint64_t)bytes != p->raw_data.len || !p->raw_data.data)
+    return kiln_tensor_from_proto(p, ext, err); /* the general path checks and reports */
+  for (size_t i = 0; i < p->n_dims; i++)
+    if (p->dims[i] < 0) return kiln_tensor_from_proto(p, ext, err);
+  kiln_tensor *t = calloc(1, sizeof *t);
+  if (!t) {
+    kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+    return NULL;
+  }
+  t->kind = KILN_KIND_TENSOR;
+  t->dtype = dt;
+  t->rank = (int)p->n_dims;
+  if (t->rank) memcpy(t->dims, p->dims, (size_t)t->rank * sizeof *t->dims);
+  t->numel = kiln_numel(t->rank, t->dims);
+  t->nbytes = (size_t)bytes;
+  t->data = p->raw_data.data; /* protobuf-c allocated it with malloc: kiln frees it with free */
+  p->raw_data.data = NULL;
+  p->raw_data.len = 0;
+  p->has_raw_data = 0;
+  return t;
+}
+
 kiln_tensor *kiln_sparse_from_proto(const Onnx__SparseTensorProto *p, kiln_error *err) {
   if (!p->values || !p->indices) {
     kiln_fail(err, KILN_ERR_MODEL, "sparse tensor without values or indices");

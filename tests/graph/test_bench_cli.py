@@ -37,7 +37,9 @@ def sane(r, what):
     check(not missing, f"{what}: fields missing: {missing}")
     if missing:
         return
-    check(r["arena_bytes"] is None, f"{what}: arena_bytes is null until the API reports it")
+    check(isinstance(r["arena_bytes"], int) and isinstance(r["intermediate_bytes"], int)
+          and 0 <= r["arena_bytes"] and (r["intermediate_bytes"] == 0 or r["arena_bytes"] <= r["intermediate_bytes"] + 64 * 64),
+          f"{what}: arena_bytes is the planned arena, at most the intermediates it holds: {r['arena_bytes']} {r['intermediate_bytes']}")
     check(0 < r["min_ms"] <= r["median_ms"] <= r["p90_ms"] <= r["p99_ms"] <= r["max_ms"],
           f"{what}: 0 < min <= median <= p90 <= p99 <= max: {r}")
     check(r["min_ms"] <= r["mean_ms"] <= r["max_ms"], f"{what}: min <= mean <= max")
@@ -63,7 +65,7 @@ if isinstance(r, dict):
     check(r["threads"] == 1 and r["level"] == 1 and r["batch"] == 1, f"options recorded: {r}")
     check(r["model"] == dyn, "model path recorded")
     check(r["inputs"] == [{"name": "x", "dtype": "float", "shape": [1, 8]}], f"inputs recorded: {r['inputs']}")
-for word in ["median", "p90", "p99", "min", "inferences/s", "peak RSS", "load", "arena      n/a"]:
+for word in ["median", "p90", "p99", "min", "inferences/s", "peak RSS", "load", "arena      batch"]:
     check(word in text, f"report mentions '{word}'")
 check("\r" not in text and "[####" not in text, "no progress bar when stderr is not a terminal")
 
