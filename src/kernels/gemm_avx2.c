@@ -195,7 +195,9 @@ V256 void ukr256(const int MR, const int NV, size_t nc, size_t kc, const float *
                  const float *b, size_t ldb, float *c, size_t ldc, const kiln_gemm_tile *t) {
   const size_t tail = nc - (size_t)(NV - 1) * 8;
   const __m256i ml = mask256(tail);
-  for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(c + (size_t)i * ldc), _MM_HINT_T0);
+  const int fast = kiln_tile_fast_mode(t);
+  if (fast != 1) /* C will be read: start bringing it in (a plain store needs no read) */
+    for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(c + (size_t)i * ldc), _MM_HINT_T0);
   /* rows past mr alias row 0 (never read) so no pointer leaves the matrix */
   const float *a0 = a, *a1 = MR > 1 ? a + lda : a, *a2 = MR > 2 ? a + 2 * lda : a,
               *a3 = MR > 3 ? a + 3 * lda : a, *a4 = MR > 4 ? a + 4 * lda : a,
@@ -215,6 +217,21 @@ V256 void ukr256(const int MR, const int NV, size_t nc, size_t kc, const float *
   }
     ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
 #undef ROW
+  }
+  if (fast) { /* C = acc or C += acc, straight from registers */
+    const __m256i mfull = mask256(8);
+#define PUT(i, j)                                                                        \
+  if (MR > i && NV > j) {                                                                \
+    float *cp = c + (size_t)i * ldc + 8 * j;                                             \
+    __m256i m = NV - 1 == j ? ml : mfull;                                                \
+    __m256 v = fast == 2 ? _mm256_add_ps(c##i##j, _mm256_maskload_ps(cp, m)) : c##i##j; \
+    _mm256_maskstore_ps(cp, m, v);                                                       \
+  }
+#define PUTROW(i) PUT(i, 0) PUT(i, 1)
+    PUTROW(0) PUTROW(1) PUTROW(2) PUTROW(3) PUTROW(4) PUTROW(5)
+#undef PUTROW
+#undef PUT
+    return;
   }
   alignas(32) float buf[6 * 16];
 #define SAVE(i)                                                  \

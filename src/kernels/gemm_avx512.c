@@ -205,8 +205,10 @@ V512 void ukr512(const int MR, const int NV, size_t nc, size_t kc, const float *
                  const float *b, size_t ldb, float *c, size_t ldc, const kiln_gemm_tile *t) {
   const size_t tail = nc - (size_t)(NV - 1) * 16;
   const __mmask16 ml = (__mmask16)((1u << tail) - 1);
-  for (int i = 0; i < MR; i++)
-    for (int j = 0; j < NV; j++) _mm_prefetch((const char *)(c + (size_t)i * ldc + 16 * j), _MM_HINT_T0);
+  const int fast = kiln_tile_fast_mode(t);
+  if (fast != 1) /* C will be read: start bringing it in (a plain store needs no read) */
+    for (int i = 0; i < MR; i++)
+      for (int j = 0; j < NV; j++) _mm_prefetch((const char *)(c + (size_t)i * ldc + 16 * j), _MM_HINT_T0);
   /* rows past mr alias row 0 (never read) so no pointer leaves the matrix */
   const float *a0 = a, *a1 = MR > 1 ? a + lda : a, *a2 = MR > 2 ? a + 2 * lda : a,
               *a3 = MR > 3 ? a + 3 * lda : a, *a4 = MR > 4 ? a + 4 * lda : a,
@@ -231,7 +233,21 @@ V512 void ukr512(const int MR, const int NV, size_t nc, size_t kc, const float *
   }
 #undef ROW
 #undef BLOAD
-  /* Hand the tile over through L1 so one out-of-line routine finishes every (MR, NV). */
+  if (fast) { /* C = acc or C += acc, straight from registers */
+#define PUT(i, j)                                                                           \
+  if (MR > i && NV > j) {                                                                   \
+    float *cp = c + (size_t)i * ldc + 16 * j;                                               \
+    __mmask16 m = NV - 1 == j ? ml : (__mmask16)0xFFFF;                                     \
+    __m512 v = fast == 2 ? _mm512_add_ps(c##i##j, _mm512_maskz_loadu_ps(m, cp)) : c##i##j; \
+    _mm512_mask_storeu_ps(cp, m, v);                                                        \
+  }
+#define PUTROW(i) PUT(i, 0) PUT(i, 1) PUT(i, 2) PUT(i, 3)
+    PUTROW(0) PUTROW(1) PUTROW(2) PUTROW(3) PUTROW(4) PUTROW(5)
+#undef PUTROW
+#undef PUT
+    return;
+  }
+  /* Otherwise hand the tile over through L1 to one out-of-line routine for every (MR, NV). */
   alignas(64) float buf[6 * 64];
 #define SAVE(i)                                                    \
   if (MR > i) {                                                    \
