@@ -324,7 +324,7 @@ static void bench_shape(shape s, int trans_b, int threads, kiln_threadpool *pool
     if (dt > g_sample_ms * 1e-3 || calls > (1 << 20)) break;
     calls *= 2;
   }
-  static double samples[N_IMPL][256];
+  static double samples[N_IMPL][256], raw[N_IMPL][256]; /* samples get sorted */
   double err[N_IMPL], med[N_IMPL];
   if (reps > 256) reps = 256;
   for (int impl = 0; impl < N_IMPL; impl++) { /* warm-up + correctness spot check */
@@ -340,7 +340,7 @@ static void bench_shape(shape s, int trans_b, int threads, kiln_threadpool *pool
       if (!use[impl]) continue;
       double t = sample_s();
       for (int c = 0; c < calls; c++) run_impl(&b, impl);
-      samples[impl][r] = flop * calls / (sample_s() - t) / 1e9;
+      samples[impl][r] = raw[impl][r] = flop * calls / (sample_s() - t) / 1e9;
     }
   }
   printf("%5zux%5zux%5zu%s thr=%d", s.M, s.N, s.K, trans_b ? "(Bt)" : "    ", threads);
@@ -350,6 +350,15 @@ static void bench_shape(shape s, int trans_b, int threads, kiln_threadpool *pool
     if (g_best) m = samples[impl][reps - 1]; /* median() sorted them */
     printf("  %s %7.1f%s", impl_name(impl), m, err[impl] > 1e-5 ? "(WRONG)" : "");
     med[impl] = m;
+  }
+  if (use[IMPL_DNNL]) { /* paired: each sample against oneDNN's sample of the same repeat */
+    printf("\n      vs onednn (median of per-repeat ratios):");
+    for (int impl = 0; impl < N_IMPL; impl++) {
+      if (!use[impl] || impl == IMPL_DNNL || impl == IMPL_PEAK) continue;
+      double q[256];
+      for (int r = 0; r < reps; r++) q[r] = raw[impl][r] / raw[IMPL_DNNL][r];
+      printf("  %s %.3f", impl_name(impl), median(q, reps));
+    }
   }
   if (use[IMPL_PEAK] && threads == 1)
     for (int impl = 0; impl < N_IMPL; impl++)
