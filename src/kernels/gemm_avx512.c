@@ -201,8 +201,9 @@ static T512 void store_tile512(size_t mr, size_t nc, const float *buf, float *c,
 
 /* C[MR x 16*NV] tile; the last vector is masked to nc. Instantiated for each (MR, NV) with
  * named accumulators (c<row><vec>) so they live in MR*NV zmm registers. */
-V512 void ukr512(const int MR, const int NV, size_t nc, size_t kc, const float *a, size_t lda,
-                 const float *b, size_t ldb, float *c, size_t ldc, const kiln_gemm_tile *t) {
+V512 void ukr512(const int MR, const int NV, const int PF, size_t nc, size_t kc, const float *a,
+                 size_t lda, const float *b, size_t ldb, float *c, size_t ldc,
+                 const kiln_gemm_tile *t) {
   const size_t tail = nc - (size_t)(NV - 1) * 16;
   const __mmask16 ml = (__mmask16)((1u << tail) - 1);
   const int fast = kiln_tile_fast_mode(t);
@@ -228,6 +229,9 @@ V512 void ukr512(const int MR, const int NV, size_t nc, size_t kc, const float *
   }
   for (size_t k = 0; k < kc; k++) {
     __m512 b0 = BLOAD(0), b1 = BLOAD(1), b2 = BLOAD(2), b3 = BLOAD(3);
+    if (PF) { /* B streams from L2: ask for it 8 rows ahead */
+      for (int j = 0; j < NV; j++) _mm_prefetch((const char *)(b + 8 * ldb + 16 * j), _MM_HINT_T0);
+    }
     b += ldb;
     ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
   }
@@ -261,28 +265,34 @@ V512 void ukr512(const int MR, const int NV, size_t nc, size_t kc, const float *
   store_tile512(MR, nc, buf, c, ldc, t);
 }
 
-#define UKR(MR, NV)                                                                          \
-  static T512 void ukr512_##MR##x##NV(size_t nc, size_t kc, const float *a, size_t lda,        \
-                                      const float *b, size_t ldb, float *c, size_t ldc,        \
-                                      const kiln_gemm_tile *t) {                               \
-    ukr512(MR, NV, nc, kc, a, lda, b, ldb, c, ldc, t);                                        \
+#define UKR(MR, NV, PF)                                                                      \
+  static T512 void ukr512_##MR##x##NV##_##PF(size_t nc, size_t kc, const float *a, size_t lda,  \
+                                             const float *b, size_t ldb, float *c, size_t ldc,  \
+                                             const kiln_gemm_tile *t) {                         \
+    ukr512(MR, NV, PF, nc, kc, a, lda, b, ldb, c, ldc, t);                                    \
   }
-#define UKR_ROW(MR) UKR(MR, 1) UKR(MR, 2) UKR(MR, 3) UKR(MR, 4)
+#define UKR_ROW(MR) UKR(MR, 1, 0) UKR(MR, 2, 0) UKR(MR, 3, 0) UKR(MR, 4, 0) \
+                    UKR(MR, 1, 1) UKR(MR, 2, 1) UKR(MR, 3, 1) UKR(MR, 4, 1)
 UKR_ROW(1) UKR_ROW(2) UKR_ROW(3) UKR_ROW(4) UKR_ROW(5) UKR_ROW(6)
 #undef UKR_ROW
 #undef UKR
 
 typedef void (*ukr_fn)(size_t, size_t, const float *, size_t, const float *, size_t, float *,
                        size_t, const kiln_gemm_tile *);
-#define UKR_ROW(MR) {ukr512_##MR##x1, ukr512_##MR##x2, ukr512_##MR##x3, ukr512_##MR##x4}
-static const ukr_fn ukr512_table[6][4] = {UKR_ROW(1), UKR_ROW(2), UKR_ROW(3),
-                                          UKR_ROW(4), UKR_ROW(5), UKR_ROW(6)};
+#define UKR_ROW(MR, PF) \
+  {ukr512_##MR##x1_##PF, ukr512_##MR##x2_##PF, ukr512_##MR##x3_##PF, ukr512_##MR##x4_##PF}
+static const ukr_fn ukr512_table[2][6][4] = {
+    {UKR_ROW(1, 0), UKR_ROW(2, 0), UKR_ROW(3, 0), UKR_ROW(4, 0), UKR_ROW(5, 0), UKR_ROW(6, 0)},
+    {UKR_ROW(1, 1), UKR_ROW(2, 1), UKR_ROW(3, 1), UKR_ROW(4, 1), UKR_ROW(5, 1), UKR_ROW(6, 1)}};
 #undef UKR_ROW
 
+/* B panels of more than 32 KiB (KC > 128 at 64 wide) do not stay in L1 across calls: those
+ * calls prefetch B ahead of use; smaller ones are L1-resident and go without. */
 static void f32_gemm_6x64__avx512(size_t mr, size_t nc, size_t kc, const float *a, size_t lda,
                                   const float *b, size_t ldb, float *c, size_t ldc,
                                   const kiln_gemm_tile *t) {
-  ukr512_table[mr - 1][(nc + 15) / 16 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
+  int pf = kc * ldb > 8192;
+  ukr512_table[pf][mr - 1][(nc + 15) / 16 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
 }
 
 /* ---- matrix-vector ------------------------------------------------------------------- */
