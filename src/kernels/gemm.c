@@ -25,11 +25,11 @@ const kiln_gemm_isa_ops *kiln_gemm_ops_for(int isa) {
 static kiln_gemm_blocking g_blocking[KILN_ISA_LEVELS] = {
     {0, 0, 0, 0},
     {64, 256, 512, 1},  /* scalar 4x16 */
-    {264, 768, 256, 2}, /* avx2 6x16 */
+    {96, 384, 768, 1},  /* avx2 6x16: a 384 x 16 B panel stays in L1 */
     {264, 768, 256, 2}, /* avx512 6x64 */
 };
 
-/* Row counts up to which B is read in place (no packing) when not transposed. */
+/* Row counts up to which B is always read in place (no packing) when not transposed. */
 #define DIRECT_B_MAX_M 12
 
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
@@ -515,7 +515,12 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
   j.C = C;
   j.ldc = ldc;
   j.tile = tile;
-  j.direct_b = !pb && !trans_b && M <= DIRECT_B_MAX_M;
+  /* B (not transposed) is read in place, with the kernels' prefetch, unless its rows are a
+   * multiple of 4 KiB apart (then they collide in the caches and packing pays), or it is
+   * reused so little (few rows of A) that packing could not pay anyway. */
+  j.direct_b = !pb && !trans_b &&
+               (M <= DIRECT_B_MAX_M ||
+                (j.blk.order == 2 && (ldb * sizeof(float)) % 4096 != 0)); /* streamed B only */
   /* Transposed A is packed; so is A whose rows are 4 KiB apart (L1 set conflicts). */
   j.pack_a = trans_a || (lda * sizeof(float)) % 4096 == 0;
   j.a_outer = j.blk.order == 2;

@@ -191,8 +191,9 @@ static T256 void store_tile256(size_t mr, size_t nc, const float *buf, float *c,
   }
 }
 
-V256 void ukr256(const int MR, const int NV, size_t nc, size_t kc, const float *a, size_t lda,
-                 const float *b, size_t ldb, float *c, size_t ldc, const kiln_gemm_tile *t) {
+V256 void ukr256(const int MR, const int NV, const int PF, size_t nc, size_t kc, const float *a,
+                 size_t lda, const float *b, size_t ldb, float *c, size_t ldc,
+                 const kiln_gemm_tile *t) {
   const size_t tail = nc - (size_t)(NV - 1) * 8;
   const __m256i ml = mask256(tail);
   const int fast = kiln_tile_fast_mode(t);
@@ -208,6 +209,7 @@ V256 void ukr256(const int MR, const int NV, size_t nc, size_t kc, const float *
   for (size_t k = 0; k < kc; k++) {
     __m256 b0 = NV == 1 ? _mm256_maskload_ps(b, ml) : _mm256_loadu_ps(b);
     __m256 b1 = NV == 2 ? _mm256_maskload_ps(b + 8, ml) : _mm256_setzero_ps();
+    if (PF) _mm_prefetch((const char *)(b + 8 * ldb), _MM_HINT_T0); /* B streams from L2 */
     b += ldb;
 #define ROW(i)                                              \
   if (MR > i) {                                             \
@@ -244,28 +246,32 @@ V256 void ukr256(const int MR, const int NV, size_t nc, size_t kc, const float *
   store_tile256(MR, nc, buf, c, ldc, t);
 }
 
-#define UKR(MR, NV)                                                                          \
-  static T256 void ukr256_##MR##x##NV(size_t nc, size_t kc, const float *a, size_t lda,        \
-                                      const float *b, size_t ldb, float *c, size_t ldc,        \
-                                      const kiln_gemm_tile *t) {                               \
-    ukr256(MR, NV, nc, kc, a, lda, b, ldb, c, ldc, t);                                        \
+#define UKR(MR, NV, PF)                                                                      \
+  static T256 void ukr256_##MR##x##NV##_##PF(size_t nc, size_t kc, const float *a, size_t lda,  \
+                                             const float *b, size_t ldb, float *c, size_t ldc,  \
+                                             const kiln_gemm_tile *t) {                         \
+    ukr256(MR, NV, PF, nc, kc, a, lda, b, ldb, c, ldc, t);                                    \
   }
-#define UKR_ROW(MR) UKR(MR, 1) UKR(MR, 2)
+#define UKR_ROW(MR) UKR(MR, 1, 0) UKR(MR, 2, 0) UKR(MR, 1, 1) UKR(MR, 2, 1)
 UKR_ROW(1) UKR_ROW(2) UKR_ROW(3) UKR_ROW(4) UKR_ROW(5) UKR_ROW(6)
 #undef UKR_ROW
 #undef UKR
 
 typedef void (*ukr_fn)(size_t, size_t, const float *, size_t, const float *, size_t, float *,
                        size_t, const kiln_gemm_tile *);
-#define UKR_ROW(MR) {ukr256_##MR##x1, ukr256_##MR##x2}
-static const ukr_fn ukr256_table[6][2] = {UKR_ROW(1), UKR_ROW(2), UKR_ROW(3),
-                                          UKR_ROW(4), UKR_ROW(5), UKR_ROW(6)};
+#define UKR_ROW(MR, PF) {ukr256_##MR##x1_##PF, ukr256_##MR##x2_##PF}
+static const ukr_fn ukr256_table[2][6][2] = {
+    {UKR_ROW(1, 0), UKR_ROW(2, 0), UKR_ROW(3, 0), UKR_ROW(4, 0), UKR_ROW(5, 0), UKR_ROW(6, 0)},
+    {UKR_ROW(1, 1), UKR_ROW(2, 1), UKR_ROW(3, 1), UKR_ROW(4, 1), UKR_ROW(5, 1), UKR_ROW(6, 1)}};
 #undef UKR_ROW
 
+/* B panels that cannot stay in L1 (over 32 KiB, or rows of the caller's matrix) are
+ * prefetched ahead of use. */
 static void f32_gemm_6x16__avx2(size_t mr, size_t nc, size_t kc, const float *a, size_t lda,
                                 const float *b, size_t ldb, float *c, size_t ldc,
                                 const kiln_gemm_tile *t) {
-  ukr256_table[mr - 1][(nc + 7) / 8 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
+  int pf = kc * (ldb > 16 ? 64 : ldb) > 8192;
+  ukr256_table[pf][mr - 1][(nc + 7) / 8 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
 }
 
 /* ---- matrix-vector ------------------------------------------------------------------- */
