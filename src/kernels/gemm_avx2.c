@@ -301,8 +301,50 @@ V256 void gemv_n_block256(const int NV, size_t kc, size_t nc, const float *x, co
 GEMVN(1) GEMVN(2) GEMVN(3) GEMVN(4) GEMVN(5) GEMVN(6) GEMVN(7) GEMVN(8)
 #undef GEMVN
 
+/* y[0..nc) = x . B[kc x nc] for wide nc: y stays in L1 while B is read four rows at a time,
+ * each row front to back (sequential streams the prefetchers follow). */
+static T256 void gemv_n_rows256(size_t kc, size_t nc, const float *x, const float *b, size_t ldb,
+                                float *y) {
+  size_t nv = nc & ~(size_t)7;
+  __m256i ml = mask256(nc - nv);
+  for (size_t j = 0; j < nc; j++) y[j] = 0.0f;
+  size_t k = 0;
+  for (; k + 4 <= kc; k += 4) {
+    const float *r = b + k * ldb;
+    __m256 x0 = _mm256_broadcast_ss(x + k), x1 = _mm256_broadcast_ss(x + k + 1),
+           x2 = _mm256_broadcast_ss(x + k + 2), x3 = _mm256_broadcast_ss(x + k + 3);
+    for (size_t j = 0; j < nv; j += 8) {
+      __m256 s0 = _mm256_mul_ps(x0, _mm256_loadu_ps(r + j));
+      __m256 s1 = _mm256_mul_ps(x1, _mm256_loadu_ps(r + ldb + j));
+      s0 = _mm256_fmadd_ps(x2, _mm256_loadu_ps(r + 2 * ldb + j), s0);
+      s1 = _mm256_fmadd_ps(x3, _mm256_loadu_ps(r + 3 * ldb + j), s1);
+      _mm256_storeu_ps(y + j, _mm256_add_ps(_mm256_loadu_ps(y + j), _mm256_add_ps(s0, s1)));
+    }
+    if (nv < nc) {
+      __m256 s0 = _mm256_mul_ps(x0, _mm256_maskload_ps(r + nv, ml));
+      __m256 s1 = _mm256_mul_ps(x1, _mm256_maskload_ps(r + ldb + nv, ml));
+      s0 = _mm256_fmadd_ps(x2, _mm256_maskload_ps(r + 2 * ldb + nv, ml), s0);
+      s1 = _mm256_fmadd_ps(x3, _mm256_maskload_ps(r + 3 * ldb + nv, ml), s1);
+      _mm256_maskstore_ps(y + nv, ml, _mm256_add_ps(_mm256_maskload_ps(y + nv, ml), _mm256_add_ps(s0, s1)));
+    }
+  }
+  for (; k < kc; k++) {
+    const float *r = b + k * ldb;
+    __m256 xk = _mm256_broadcast_ss(x + k);
+    for (size_t j = 0; j < nv; j += 8)
+      _mm256_storeu_ps(y + j, _mm256_fmadd_ps(xk, _mm256_loadu_ps(r + j), _mm256_loadu_ps(y + j)));
+    if (nv < nc)
+      _mm256_maskstore_ps(y + nv, ml, _mm256_fmadd_ps(xk, _mm256_maskload_ps(r + nv, ml),
+                                                      _mm256_maskload_ps(y + nv, ml)));
+  }
+}
+
 static void gemv_n_avx2(size_t kc, size_t nc, const float *x, const float *b, size_t ldb,
                         float *y) {
+  if (nc > 64 && ldb > 16) { /* the caller's matrix, wide: stream its rows */
+    gemv_n_rows256(kc, nc, x, b, ldb, y);
+    return;
+  }
   typedef void (*fn)(size_t, size_t, const float *, const float *, size_t, float *);
   static const fn tab[8] = {gemv_n256_1, gemv_n256_2, gemv_n256_3, gemv_n256_4,
                             gemv_n256_5, gemv_n256_6, gemv_n256_7, gemv_n256_8};

@@ -324,8 +324,60 @@ V512 void gemv_n_block512(const int NV, size_t kc, size_t nc, const float *x, co
 GEMVN(1) GEMVN(2) GEMVN(3) GEMVN(4) GEMVN(5) GEMVN(6) GEMVN(7) GEMVN(8)
 #undef GEMVN
 
+/* y[0..nc) = x . B[kc x nc] for wide nc: y stays in L1 while B is read eight rows at a time,
+ * each row front to back (sequential streams the prefetchers follow). */
+static T512 void gemv_n_rows512(size_t kc, size_t nc, const float *x, const float *b, size_t ldb,
+                                float *y) {
+  size_t nv = nc & ~(size_t)15;
+  __mmask16 ml = (__mmask16)((1u << (nc - nv)) - 1);
+  for (size_t j = 0; j < nc; j++) y[j] = 0.0f;
+  size_t k = 0;
+  for (; k + 8 <= kc; k += 8) {
+    const float *r = b + k * ldb;
+    __m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(x[k + 1]), x2 = _mm512_set1_ps(x[k + 2]),
+           x3 = _mm512_set1_ps(x[k + 3]), x4 = _mm512_set1_ps(x[k + 4]),
+           x5 = _mm512_set1_ps(x[k + 5]), x6 = _mm512_set1_ps(x[k + 6]),
+           x7 = _mm512_set1_ps(x[k + 7]);
+#define ROWS8(LOAD, j)                                                  \
+  {                                                                     \
+    __m512 s0 = _mm512_mul_ps(x0, LOAD(r + j));                         \
+    __m512 s1 = _mm512_mul_ps(x1, LOAD(r + ldb + j));                   \
+    s0 = _mm512_fmadd_ps(x2, LOAD(r + 2 * ldb + j), s0);                \
+    s1 = _mm512_fmadd_ps(x3, LOAD(r + 3 * ldb + j), s1);                \
+    s0 = _mm512_fmadd_ps(x4, LOAD(r + 4 * ldb + j), s0);                \
+    s1 = _mm512_fmadd_ps(x5, LOAD(r + 5 * ldb + j), s1);                \
+    s0 = _mm512_fmadd_ps(x6, LOAD(r + 6 * ldb + j), s0);                \
+    s1 = _mm512_fmadd_ps(x7, LOAD(r + 7 * ldb + j), s1);                \
+    __m512 acc = _mm512_add_ps(LOAD(y + j), _mm512_add_ps(s0, s1));     \
+    STORE(y + j, acc);                                                  \
+  }
+#define LOADU(p) _mm512_loadu_ps(p)
+#define STORE(p, v) _mm512_storeu_ps(p, v)
+    for (size_t j = 0; j < nv; j += 16) ROWS8(LOADU, j)
+#undef STORE
+#define LOADM(p) _mm512_maskz_loadu_ps(ml, p)
+#define STORE(p, v) _mm512_mask_storeu_ps(p, ml, v)
+    if (nv < nc) ROWS8(LOADM, nv)
+#undef STORE
+#undef ROWS8
+  }
+  for (; k < kc; k++) {
+    const float *r = b + k * ldb;
+    __m512 xk = _mm512_set1_ps(x[k]);
+    for (size_t j = 0; j < nv; j += 16)
+      _mm512_storeu_ps(y + j, _mm512_fmadd_ps(xk, LOADU(r + j), LOADU(y + j)));
+    if (nv < nc) _mm512_mask_storeu_ps(y + nv, ml, _mm512_fmadd_ps(xk, LOADM(r + nv), LOADM(y + nv)));
+  }
+#undef LOADU
+#undef LOADM
+}
+
 static void gemv_n_avx512(size_t kc, size_t nc, const float *x, const float *b, size_t ldb,
                           float *y) {
+  if (nc > 128 && ldb > 64) { /* the caller's matrix, wide: stream its rows */
+    gemv_n_rows512(kc, nc, x, b, ldb, y);
+    return;
+  }
   typedef void (*fn)(size_t, size_t, const float *, const float *, size_t, float *);
   static const fn tab[8] = {gemv_n512_1, gemv_n512_2, gemv_n512_3, gemv_n512_4,
                             gemv_n512_5, gemv_n512_6, gemv_n512_7, gemv_n512_8};
