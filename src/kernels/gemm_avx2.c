@@ -341,7 +341,7 @@ static T256 void gemv_n_rows256(size_t kc, size_t nc, const float *x, const floa
 
 static void gemv_n_avx2(size_t kc, size_t nc, const float *x, const float *b, size_t ldb,
                         float *y) {
-  if (nc > 64 && ldb > 16) { /* the caller's matrix, wide: stream its rows */
+  if (ldb > 16) { /* the caller's matrix (not a panel): stream its rows; never depends on nc */
     gemv_n_rows256(kc, nc, x, b, ldb, y);
     return;
   }

@@ -374,7 +374,7 @@ static T512 void gemv_n_rows512(size_t kc, size_t nc, const float *x, const floa
 
 static void gemv_n_avx512(size_t kc, size_t nc, const float *x, const float *b, size_t ldb,
                           float *y) {
-  if (nc > 128 && ldb > 64) { /* the caller's matrix, wide: stream its rows */
+  if (ldb > 64) { /* the caller's matrix (not a panel): stream its rows; never depends on nc */
     gemv_n_rows512(kc, nc, x, b, ldb, y);
     return;
   }
