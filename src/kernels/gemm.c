@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,16 +19,17 @@ const kiln_gemm_isa_ops *kiln_gemm_ops_for(int isa) {
   return &kiln_gemm_ops_scalar;
 }
 
-/* MC x KC of A (L2), KC x NR of B (L1 for the 6x16 kernels; L1/L2 for 6x64), KC x NC of B
- * (L2). MC is a multiple of MR and NC of NR. */
+/* Caps: KC (K block: K is cut into equal blocks up to it), NC at that KC (KC x NC of B stays
+ * in L2; for a smaller K block NC grows to keep the product), MC (rows per A block). Order 2
+ * keeps an A strip (MR x KC) in L1 while it meets every B panel of the block from L2. */
 static kiln_gemm_blocking g_blocking[KILN_ISA_LEVELS] = {
-    {0, 0, 0},
-    {64, 256, 512},   /* scalar 4x16 */
-    {120, 256, 1024}, /* avx2 6x16 */
-    {96, 128, 1024},  /* avx512 6x64 */
+    {0, 0, 0, 0},
+    {64, 256, 512, 1},  /* scalar 4x16 */
+    {96, 384, 768, 1},  /* avx2 6x16: a 384 x 16 B panel stays in L1 */
+    {264, 768, 256, 2}, /* avx512 6x64 */
 };
 
-/* Row counts up to which B is read in place (no packing) when not transposed. */
+/* Row counts up to which B is always read in place (no packing) when not transposed. */
 #define DIRECT_B_MAX_M 12
 
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
@@ -35,7 +37,7 @@ static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 static size_t div_up(size_t a, size_t b) { return (a + b - 1) / b; }
 
 kiln_gemm_blocking kiln_gemm_get_blocking(int isa) {
-  kiln_gemm_blocking z = {0, 0, 0};
+  kiln_gemm_blocking z = {0, 0, 0, 0};
   int lvl = kiln_isa_resolve(isa);
   if (lvl < 0) lvl = isa;
   if (lvl < KILN_ISA_SCALAR || lvl >= KILN_ISA_LEVELS) return z;
@@ -49,6 +51,7 @@ void kiln_gemm_set_blocking(int isa, kiln_gemm_blocking b) {
   if (b.mc) g->mc = round_up(b.mc, ops->mr);
   if (b.kc) g->kc = round_up(b.kc, 8);
   if (b.nc) g->nc = round_up(b.nc, ops->nr);
+  if (b.order) g->order = b.order;
 }
 
 const char *kiln_gemm_kernel_name(int isa) {
@@ -140,6 +143,18 @@ static void pack_a_block(float *dst, size_t kc, size_t mc, const float *A, size_
   }
 }
 
+/* 64-byte aligned memory; blocks of 2 MiB or more are 2 MiB aligned and advised to use
+ * transparent huge pages (fewer TLB misses when kernels stream through packed panels). */
+static void *big_alloc(size_t bytes) {
+  const size_t huge = (size_t)2 << 20;
+  if (bytes < huge) return aligned_alloc(64, round_up(bytes, 64));
+  void *p = aligned_alloc(huge, round_up(bytes, huge));
+#ifdef MADV_HUGEPAGE
+  if (p) madvise(p, round_up(bytes, huge), MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
 struct kiln_gemm_packed_b {
   int isa;
   size_t K, N, nr, gran, n_panels;
@@ -179,7 +194,7 @@ kiln_code kiln_gemm_pack_b(int isa, int trans_b, size_t K, size_t N, const float
     return kiln_fail(err, KILN_ERR_NOMEM, "gemm pack_b: %zu x %zu too large", K, N);
   }
   pb->floats = (size_t)floats;
-  pb->data = aligned_alloc(64, round_up(pb->floats * sizeof(float) + 1, 64));
+  pb->data = big_alloc(pb->floats * sizeof(float) + 1);
   if (!pb->data) {
     size_t bytes = pb->floats * sizeof(float);
     free(pb);
@@ -213,6 +228,7 @@ typedef struct gemm_job {
   const kiln_gemm_isa_ops *ops;
   kiln_gemm_blocking blk;
   int trans_a, trans_b, pack_a, direct_b;
+  int a_outer; /* loop order inside a block: A strips outside B panels */
   size_t M, N, K;
   const float *A;
   size_t lda;
@@ -223,16 +239,35 @@ typedef struct gemm_job {
   size_t ldc;
   kiln_gemm_tile tile; /* alpha, beta, act, res_after, ldr; bias/res at (0,0) */
   size_t m_step, n_step, tn, n_tasks;
+  size_t kc, nc, mc; /* K block; caps on the N and M blocks */
   float *ws;
   size_t ws_stride; /* floats per thread */
 } gemm_job;
+
+/* The B panel for columns [col, col + nr) and K rows [pc, pc + kc); *ld gets its row stride. */
+static const float *b_panel(const gemm_job *j, const float *bbuf, size_t col, size_t jr, size_t pc,
+                            size_t kc, size_t nr, size_t *ld) {
+  if (j->pb) {
+    *ld = panel_w(j->pb, col / j->ops->nr);
+    return j->pb->data + col * j->K + pc * *ld;
+  }
+  if (j->direct_b) {
+    *ld = j->ldb;
+    return j->B + pc * j->ldb + col;
+  }
+  *ld = round_up(nr, j->ops->gran);
+  return bbuf + jr * kc;
+}
 
 /* C[m0:m1, n0:n1] for the whole K; n0 is a multiple of NR, m0 of MR. */
 static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size_t n1, float *ws) {
   const kiln_gemm_isa_ops *ops = j->ops;
   const size_t MR = ops->mr, NR = ops->nr, G = ops->gran;
-  const size_t MC = j->blk.mc, KC = j->blk.kc, NC = j->blk.nc, K = j->K;
-  float *bbuf = ws, *abuf = ws + KC * NC;
+  const size_t K = j->K, KC = j->kc;
+  /* split the region evenly into blocks no larger than the caps */
+  const size_t NC = round_up(div_up(n1 - n0, div_up(n1 - n0, j->nc)), NR);
+  const size_t MC = round_up(div_up(m1 - m0, div_up(m1 - m0, j->mc)), MR);
+  float *bbuf = ws, *abuf = ws + (j->pb || j->direct_b ? 0 : j->kc * j->nc); /* as sized below */
   const float *bias = j->tile.bias, *res = j->tile.res;
   kiln_gemm_tile t = j->tile;
   for (size_t jc = n0; jc < n1; jc += NC) {
@@ -254,27 +289,31 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
           ablk = abuf;
           alda = kc;
         }
-        for (size_t jr = 0; jr < ncb; jr += NR) {
-          size_t nr = min_sz(NR, ncb - jr), col = jc + jr;
-          const float *bp;
-          size_t bld;
-          if (j->pb) {
-            size_t q = col / NR;
-            bld = panel_w(j->pb, q);
-            bp = j->pb->data + col * K + pc * bld;
-          } else if (j->direct_b) {
-            bp = j->B + pc * j->ldb + col;
-            bld = j->ldb;
-          } else {
-            bp = bbuf + jr * kc;
-            bld = round_up(nr, G);
-          }
-          t.bias = bias ? bias + col : NULL;
+        if (j->a_outer) {
+          /* A strip (L1) against every B panel of the block (L2) */
           for (size_t ir = 0; ir < mc; ir += MR) {
             size_t row = ic + ir;
-            t.res = res ? res + row * t.ldr + col : NULL;
-            ops->ukernel(min_sz(MR, mc - ir), nr, kc, ablk + ir * alda, alda, bp, bld,
-                         j->C + row * j->ldc + col, j->ldc, &t);
+            for (size_t jr = 0; jr < ncb; jr += NR) {
+              size_t nr = min_sz(NR, ncb - jr), col = jc + jr, bld;
+              const float *bp = b_panel(j, bbuf, col, jr, pc, kc, nr, &bld);
+              t.bias = bias ? bias + col : NULL;
+              t.res = res ? res + row * t.ldr + col : NULL;
+              ops->ukernel(min_sz(MR, mc - ir), nr, kc, ablk + ir * alda, alda, bp, bld,
+                           j->C + row * j->ldc + col, j->ldc, &t);
+            }
+          }
+        } else {
+          /* B panel (L1) against every A strip of the block (L2) */
+          for (size_t jr = 0; jr < ncb; jr += NR) {
+            size_t nr = min_sz(NR, ncb - jr), col = jc + jr, bld;
+            const float *bp = b_panel(j, bbuf, col, jr, pc, kc, nr, &bld);
+            t.bias = bias ? bias + col : NULL;
+            for (size_t ir = 0; ir < mc; ir += MR) {
+              size_t row = ic + ir;
+              t.res = res ? res + row * t.ldr + col : NULL;
+              ops->ukernel(min_sz(MR, mc - ir), nr, kc, ablk + ir * alda, alda, bp, bld,
+                           j->C + row * j->ldc + col, j->ldc, &t);
+            }
           }
         }
       }
@@ -476,12 +515,23 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
   j.C = C;
   j.ldc = ldc;
   j.tile = tile;
-  j.direct_b = !pb && !trans_b && M <= DIRECT_B_MAX_M;
+  /* B (not transposed) is read in place, with the kernels' prefetch, unless its rows are a
+   * multiple of 4 KiB apart (then they collide in the caches and packing pays), or it is
+   * reused so little (few rows of A) that packing could not pay anyway. */
+  j.direct_b = !pb && !trans_b &&
+               (M <= DIRECT_B_MAX_M ||
+                (j.blk.order == 2 && (ldb * sizeof(float)) % 4096 != 0)); /* streamed B only */
   /* Transposed A is packed; so is A whose rows are 4 KiB apart (L1 set conflicts). */
   j.pack_a = trans_a || (lda * sizeof(float)) % 4096 == 0;
+  j.a_outer = j.blk.order == 2;
   int n_threads = kiln_threadpool_size(pool);
   plan_grid(&j, n_threads);
-  size_t per = (j.pb || j.direct_b ? 0 : j.blk.kc * j.blk.nc) + (j.pack_a ? j.blk.mc * j.blk.kc : 0);
+  /* K blocks of equal size up to KC; the N block keeps KC*NC (the L2 share of B) constant */
+  j.kc = div_up(K, div_up(K, j.blk.kc));
+  j.nc = j.blk.nc * j.blk.kc / j.kc / ops->nr * ops->nr;
+  if (j.nc < ops->nr) j.nc = ops->nr;
+  j.mc = j.blk.mc;
+  size_t per = (j.pb || j.direct_b ? 0 : j.kc * j.nc) + (j.pack_a ? j.mc * j.kc : 0);
   j.ws_stride = round_up(per, 16);
   size_t n_par = min_sz((size_t)n_threads, j.n_tasks);
   j.ws = ws_get(j.ws_stride * (n_par ? n_par : 1));

@@ -74,6 +74,7 @@ kiln_code kiln_gemm_f32_packed(const kiln_gemm_ctx *ctx, int trans_a, size_t M, 
  * Setting is not thread-safe with running GEMMs; KC must stay a multiple of 8. */
 typedef struct kiln_gemm_blocking {
   size_t mc, kc, nc;
+  int order; /* loop order in a block: 0 auto, 1 B panel outside A strips, 2 A strip outside */
 } kiln_gemm_blocking;
 kiln_gemm_blocking kiln_gemm_get_blocking(int isa);
 void kiln_gemm_set_blocking(int isa, kiln_gemm_blocking b);

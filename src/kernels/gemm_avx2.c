@@ -191,11 +191,14 @@ static T256 void store_tile256(size_t mr, size_t nc, const float *buf, float *c,
   }
 }
 
-V256 void ukr256(const int MR, const int NV, size_t nc, size_t kc, const float *a, size_t lda,
-                 const float *b, size_t ldb, float *c, size_t ldc, const kiln_gemm_tile *t) {
+V256 void ukr256(const int MR, const int NV, const int PF, size_t nc, size_t kc, const float *a,
+                 size_t lda, const float *b, size_t ldb, float *c, size_t ldc,
+                 const kiln_gemm_tile *t) {
   const size_t tail = nc - (size_t)(NV - 1) * 8;
   const __m256i ml = mask256(tail);
-  for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(c + (size_t)i * ldc), _MM_HINT_T0);
+  const int fast = kiln_tile_fast_mode(t);
+  if (fast != 1) /* C will be read: start bringing it in (a plain store needs no read) */
+    for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(c + (size_t)i * ldc), _MM_HINT_T0);
   /* rows past mr alias row 0 (never read) so no pointer leaves the matrix */
   const float *a0 = a, *a1 = MR > 1 ? a + lda : a, *a2 = MR > 2 ? a + 2 * lda : a,
               *a3 = MR > 3 ? a + 3 * lda : a, *a4 = MR > 4 ? a + 4 * lda : a,
@@ -206,6 +209,7 @@ V256 void ukr256(const int MR, const int NV, size_t nc, size_t kc, const float *
   for (size_t k = 0; k < kc; k++) {
     __m256 b0 = NV == 1 ? _mm256_maskload_ps(b, ml) : _mm256_loadu_ps(b);
     __m256 b1 = NV == 2 ? _mm256_maskload_ps(b + 8, ml) : _mm256_setzero_ps();
+    if (PF) _mm_prefetch((const char *)(b + 8 * ldb), _MM_HINT_T0); /* B streams from L2 */
     b += ldb;
 #define ROW(i)                                              \
   if (MR > i) {                                             \
@@ -215,6 +219,21 @@ V256 void ukr256(const int MR, const int NV, size_t nc, size_t kc, const float *
   }
     ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
 #undef ROW
+  }
+  if (fast) { /* C = acc or C += acc, straight from registers */
+    const __m256i mfull = mask256(8);
+#define PUT(i, j)                                                                        \
+  if (MR > i && NV > j) {                                                                \
+    float *cp = c + (size_t)i * ldc + 8 * j;                                             \
+    __m256i m = NV - 1 == j ? ml : mfull;                                                \
+    __m256 v = fast == 2 ? _mm256_add_ps(c##i##j, _mm256_maskload_ps(cp, m)) : c##i##j; \
+    _mm256_maskstore_ps(cp, m, v);                                                       \
+  }
+#define PUTROW(i) PUT(i, 0) PUT(i, 1)
+    PUTROW(0) PUTROW(1) PUTROW(2) PUTROW(3) PUTROW(4) PUTROW(5)
+#undef PUTROW
+#undef PUT
+    return;
   }
   alignas(32) float buf[6 * 16];
 #define SAVE(i)                                                  \
@@ -227,28 +246,32 @@ V256 void ukr256(const int MR, const int NV, size_t nc, size_t kc, const float *
   store_tile256(MR, nc, buf, c, ldc, t);
 }
 
-#define UKR(MR, NV)                                                                          \
-  static T256 void ukr256_##MR##x##NV(size_t nc, size_t kc, const float *a, size_t lda,        \
-                                      const float *b, size_t ldb, float *c, size_t ldc,        \
-                                      const kiln_gemm_tile *t) {                               \
-    ukr256(MR, NV, nc, kc, a, lda, b, ldb, c, ldc, t);                                        \
+#define UKR(MR, NV, PF)                                                                      \
+  static T256 void ukr256_##MR##x##NV##_##PF(size_t nc, size_t kc, const float *a, size_t lda,  \
+                                             const float *b, size_t ldb, float *c, size_t ldc,  \
+                                             const kiln_gemm_tile *t) {                         \
+    ukr256(MR, NV, PF, nc, kc, a, lda, b, ldb, c, ldc, t);                                    \
   }
-#define UKR_ROW(MR) UKR(MR, 1) UKR(MR, 2)
+#define UKR_ROW(MR) UKR(MR, 1, 0) UKR(MR, 2, 0) UKR(MR, 1, 1) UKR(MR, 2, 1)
 UKR_ROW(1) UKR_ROW(2) UKR_ROW(3) UKR_ROW(4) UKR_ROW(5) UKR_ROW(6)
 #undef UKR_ROW
 #undef UKR
 
 typedef void (*ukr_fn)(size_t, size_t, const float *, size_t, const float *, size_t, float *,
                        size_t, const kiln_gemm_tile *);
-#define UKR_ROW(MR) {ukr256_##MR##x1, ukr256_##MR##x2}
-static const ukr_fn ukr256_table[6][2] = {UKR_ROW(1), UKR_ROW(2), UKR_ROW(3),
-                                          UKR_ROW(4), UKR_ROW(5), UKR_ROW(6)};
+#define UKR_ROW(MR, PF) {ukr256_##MR##x1_##PF, ukr256_##MR##x2_##PF}
+static const ukr_fn ukr256_table[2][6][2] = {
+    {UKR_ROW(1, 0), UKR_ROW(2, 0), UKR_ROW(3, 0), UKR_ROW(4, 0), UKR_ROW(5, 0), UKR_ROW(6, 0)},
+    {UKR_ROW(1, 1), UKR_ROW(2, 1), UKR_ROW(3, 1), UKR_ROW(4, 1), UKR_ROW(5, 1), UKR_ROW(6, 1)}};
 #undef UKR_ROW
 
+/* B panels that cannot stay in L1 (over 32 KiB, or rows of the caller's matrix) are
+ * prefetched ahead of use. */
 static void f32_gemm_6x16__avx2(size_t mr, size_t nc, size_t kc, const float *a, size_t lda,
                                 const float *b, size_t ldb, float *c, size_t ldc,
                                 const kiln_gemm_tile *t) {
-  ukr256_table[mr - 1][(nc + 7) / 8 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
+  int pf = kc * (ldb > 16 ? 64 : ldb) > 8192;
+  ukr256_table[pf][mr - 1][(nc + 7) / 8 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
 }
 
 /* ---- matrix-vector ------------------------------------------------------------------- */
@@ -278,8 +301,50 @@ V256 void gemv_n_block256(const int NV, size_t kc, size_t nc, const float *x, co
 GEMVN(1) GEMVN(2) GEMVN(3) GEMVN(4) GEMVN(5) GEMVN(6) GEMVN(7) GEMVN(8)
 #undef GEMVN
 
+/* y[0..nc) = x . B[kc x nc] for wide nc: y stays in L1 while B is read four rows at a time,
+ * each row front to back (sequential streams the prefetchers follow). */
+static T256 void gemv_n_rows256(size_t kc, size_t nc, const float *x, const float *b, size_t ldb,
+                                float *y) {
+  size_t nv = nc & ~(size_t)7;
+  __m256i ml = mask256(nc - nv);
+  for (size_t j = 0; j < nc; j++) y[j] = 0.0f;
+  size_t k = 0;
+  for (; k + 4 <= kc; k += 4) {
+    const float *r = b + k * ldb;
+    __m256 x0 = _mm256_broadcast_ss(x + k), x1 = _mm256_broadcast_ss(x + k + 1),
+           x2 = _mm256_broadcast_ss(x + k + 2), x3 = _mm256_broadcast_ss(x + k + 3);
+    for (size_t j = 0; j < nv; j += 8) {
+      __m256 s0 = _mm256_mul_ps(x0, _mm256_loadu_ps(r + j));
+      __m256 s1 = _mm256_mul_ps(x1, _mm256_loadu_ps(r + ldb + j));
+      s0 = _mm256_fmadd_ps(x2, _mm256_loadu_ps(r + 2 * ldb + j), s0);
+      s1 = _mm256_fmadd_ps(x3, _mm256_loadu_ps(r + 3 * ldb + j), s1);
+      _mm256_storeu_ps(y + j, _mm256_add_ps(_mm256_loadu_ps(y + j), _mm256_add_ps(s0, s1)));
+    }
+    if (nv < nc) {
+      __m256 s0 = _mm256_mul_ps(x0, _mm256_maskload_ps(r + nv, ml));
+      __m256 s1 = _mm256_mul_ps(x1, _mm256_maskload_ps(r + ldb + nv, ml));
+      s0 = _mm256_fmadd_ps(x2, _mm256_maskload_ps(r + 2 * ldb + nv, ml), s0);
+      s1 = _mm256_fmadd_ps(x3, _mm256_maskload_ps(r + 3 * ldb + nv, ml), s1);
+      _mm256_maskstore_ps(y + nv, ml, _mm256_add_ps(_mm256_maskload_ps(y + nv, ml), _mm256_add_ps(s0, s1)));
+    }
+  }
+  for (; k < kc; k++) {
+    const float *r = b + k * ldb;
+    __m256 xk = _mm256_broadcast_ss(x + k);
+    for (size_t j = 0; j < nv; j += 8)
+      _mm256_storeu_ps(y + j, _mm256_fmadd_ps(xk, _mm256_loadu_ps(r + j), _mm256_loadu_ps(y + j)));
+    if (nv < nc)
+      _mm256_maskstore_ps(y + nv, ml, _mm256_fmadd_ps(xk, _mm256_maskload_ps(r + nv, ml),
+                                                      _mm256_maskload_ps(y + nv, ml)));
+  }
+}
+
 static void gemv_n_avx2(size_t kc, size_t nc, const float *x, const float *b, size_t ldb,
                         float *y) {
+  if (ldb > 16) { /* the caller's matrix (not a panel): stream its rows; never depends on nc */
+    gemv_n_rows256(kc, nc, x, b, ldb, y);
+    return;
+  }
   typedef void (*fn)(size_t, size_t, const float *, const float *, size_t, float *);
   static const fn tab[8] = {gemv_n256_1, gemv_n256_2, gemv_n256_3, gemv_n256_4,
                             gemv_n256_5, gemv_n256_6, gemv_n256_7, gemv_n256_8};

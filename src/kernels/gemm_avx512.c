@@ -201,12 +201,15 @@ static T512 void store_tile512(size_t mr, size_t nc, const float *buf, float *c,
 
 /* C[MR x 16*NV] tile; the last vector is masked to nc. Instantiated for each (MR, NV) with
  * named accumulators (c<row><vec>) so they live in MR*NV zmm registers. */
-V512 void ukr512(const int MR, const int NV, size_t nc, size_t kc, const float *a, size_t lda,
-                 const float *b, size_t ldb, float *c, size_t ldc, const kiln_gemm_tile *t) {
+V512 void ukr512(const int MR, const int NV, const int PF, size_t nc, size_t kc, const float *a,
+                 size_t lda, const float *b, size_t ldb, float *c, size_t ldc,
+                 const kiln_gemm_tile *t) {
   const size_t tail = nc - (size_t)(NV - 1) * 16;
   const __mmask16 ml = (__mmask16)((1u << tail) - 1);
-  for (int i = 0; i < MR; i++)
-    for (int j = 0; j < NV; j++) _mm_prefetch((const char *)(c + (size_t)i * ldc + 16 * j), _MM_HINT_T0);
+  const int fast = kiln_tile_fast_mode(t);
+  if (fast != 1) /* C will be read: start bringing it in (a plain store needs no read) */
+    for (int i = 0; i < MR; i++)
+      for (int j = 0; j < NV; j++) _mm_prefetch((const char *)(c + (size_t)i * ldc + 16 * j), _MM_HINT_T0);
   /* rows past mr alias row 0 (never read) so no pointer leaves the matrix */
   const float *a0 = a, *a1 = MR > 1 ? a + lda : a, *a2 = MR > 2 ? a + 2 * lda : a,
               *a3 = MR > 3 ? a + 3 * lda : a, *a4 = MR > 4 ? a + 4 * lda : a,
@@ -226,12 +229,29 @@ V512 void ukr512(const int MR, const int NV, size_t nc, size_t kc, const float *
   }
   for (size_t k = 0; k < kc; k++) {
     __m512 b0 = BLOAD(0), b1 = BLOAD(1), b2 = BLOAD(2), b3 = BLOAD(3);
+    if (PF) { /* B streams from L2: ask for it 8 rows ahead */
+      for (int j = 0; j < NV; j++) _mm_prefetch((const char *)(b + 8 * ldb + 16 * j), _MM_HINT_T0);
+    }
     b += ldb;
     ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
   }
 #undef ROW
 #undef BLOAD
-  /* Hand the tile over through L1 so one out-of-line routine finishes every (MR, NV). */
+  if (fast) { /* C = acc or C += acc, straight from registers */
+#define PUT(i, j)                                                                           \
+  if (MR > i && NV > j) {                                                                   \
+    float *cp = c + (size_t)i * ldc + 16 * j;                                               \
+    __mmask16 m = NV - 1 == j ? ml : (__mmask16)0xFFFF;                                     \
+    __m512 v = fast == 2 ? _mm512_add_ps(c##i##j, _mm512_maskz_loadu_ps(m, cp)) : c##i##j; \
+    _mm512_mask_storeu_ps(cp, m, v);                                                        \
+  }
+#define PUTROW(i) PUT(i, 0) PUT(i, 1) PUT(i, 2) PUT(i, 3)
+    PUTROW(0) PUTROW(1) PUTROW(2) PUTROW(3) PUTROW(4) PUTROW(5)
+#undef PUTROW
+#undef PUT
+    return;
+  }
+  /* Otherwise hand the tile over through L1 to one out-of-line routine for every (MR, NV). */
   alignas(64) float buf[6 * 64];
 #define SAVE(i)                                                    \
   if (MR > i) {                                                    \
@@ -245,28 +265,34 @@ V512 void ukr512(const int MR, const int NV, size_t nc, size_t kc, const float *
   store_tile512(MR, nc, buf, c, ldc, t);
 }
 
-#define UKR(MR, NV)                                                                          \
-  static T512 void ukr512_##MR##x##NV(size_t nc, size_t kc, const float *a, size_t lda,        \
-                                      const float *b, size_t ldb, float *c, size_t ldc,        \
-                                      const kiln_gemm_tile *t) {                               \
-    ukr512(MR, NV, nc, kc, a, lda, b, ldb, c, ldc, t);                                        \
+#define UKR(MR, NV, PF)                                                                      \
+  static T512 void ukr512_##MR##x##NV##_##PF(size_t nc, size_t kc, const float *a, size_t lda,  \
+                                             const float *b, size_t ldb, float *c, size_t ldc,  \
+                                             const kiln_gemm_tile *t) {                         \
+    ukr512(MR, NV, PF, nc, kc, a, lda, b, ldb, c, ldc, t);                                    \
   }
-#define UKR_ROW(MR) UKR(MR, 1) UKR(MR, 2) UKR(MR, 3) UKR(MR, 4)
+#define UKR_ROW(MR) UKR(MR, 1, 0) UKR(MR, 2, 0) UKR(MR, 3, 0) UKR(MR, 4, 0) \
+                    UKR(MR, 1, 1) UKR(MR, 2, 1) UKR(MR, 3, 1) UKR(MR, 4, 1)
 UKR_ROW(1) UKR_ROW(2) UKR_ROW(3) UKR_ROW(4) UKR_ROW(5) UKR_ROW(6)
 #undef UKR_ROW
 #undef UKR
 
 typedef void (*ukr_fn)(size_t, size_t, const float *, size_t, const float *, size_t, float *,
                        size_t, const kiln_gemm_tile *);
-#define UKR_ROW(MR) {ukr512_##MR##x1, ukr512_##MR##x2, ukr512_##MR##x3, ukr512_##MR##x4}
-static const ukr_fn ukr512_table[6][4] = {UKR_ROW(1), UKR_ROW(2), UKR_ROW(3),
-                                          UKR_ROW(4), UKR_ROW(5), UKR_ROW(6)};
+#define UKR_ROW(MR, PF) \
+  {ukr512_##MR##x1_##PF, ukr512_##MR##x2_##PF, ukr512_##MR##x3_##PF, ukr512_##MR##x4_##PF}
+static const ukr_fn ukr512_table[2][6][4] = {
+    {UKR_ROW(1, 0), UKR_ROW(2, 0), UKR_ROW(3, 0), UKR_ROW(4, 0), UKR_ROW(5, 0), UKR_ROW(6, 0)},
+    {UKR_ROW(1, 1), UKR_ROW(2, 1), UKR_ROW(3, 1), UKR_ROW(4, 1), UKR_ROW(5, 1), UKR_ROW(6, 1)}};
 #undef UKR_ROW
 
+/* B panels of more than 32 KiB (KC > 128 at 64 wide, or rows of the caller's matrix) do not
+ * stay in L1 across calls: those calls prefetch B ahead of use; smaller ones go without. */
 static void f32_gemm_6x64__avx512(size_t mr, size_t nc, size_t kc, const float *a, size_t lda,
                                   const float *b, size_t ldb, float *c, size_t ldc,
                                   const kiln_gemm_tile *t) {
-  ukr512_table[mr - 1][(nc + 15) / 16 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
+  int pf = kc * (ldb > 64 ? 64 : ldb) > 8192;
+  ukr512_table[pf][mr - 1][(nc + 15) / 16 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
 }
 
 /* ---- matrix-vector ------------------------------------------------------------------- */
@@ -298,8 +324,60 @@ V512 void gemv_n_block512(const int NV, size_t kc, size_t nc, const float *x, co
 GEMVN(1) GEMVN(2) GEMVN(3) GEMVN(4) GEMVN(5) GEMVN(6) GEMVN(7) GEMVN(8)
 #undef GEMVN
 
+/* y[0..nc) = x . B[kc x nc] for wide nc: y stays in L1 while B is read eight rows at a time,
+ * each row front to back (sequential streams the prefetchers follow). */
+static T512 void gemv_n_rows512(size_t kc, size_t nc, const float *x, const float *b, size_t ldb,
+                                float *y) {
+  size_t nv = nc & ~(size_t)15;
+  __mmask16 ml = (__mmask16)((1u << (nc - nv)) - 1);
+  for (size_t j = 0; j < nc; j++) y[j] = 0.0f;
+  size_t k = 0;
+  for (; k + 8 <= kc; k += 8) {
+    const float *r = b + k * ldb;
+    __m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(x[k + 1]), x2 = _mm512_set1_ps(x[k + 2]),
+           x3 = _mm512_set1_ps(x[k + 3]), x4 = _mm512_set1_ps(x[k + 4]),
+           x5 = _mm512_set1_ps(x[k + 5]), x6 = _mm512_set1_ps(x[k + 6]),
+           x7 = _mm512_set1_ps(x[k + 7]);
+#define ROWS8(LOAD, j)                                                  \
+  {                                                                     \
+    __m512 s0 = _mm512_mul_ps(x0, LOAD(r + j));                         \
+    __m512 s1 = _mm512_mul_ps(x1, LOAD(r + ldb + j));                   \
+    s0 = _mm512_fmadd_ps(x2, LOAD(r + 2 * ldb + j), s0);                \
+    s1 = _mm512_fmadd_ps(x3, LOAD(r + 3 * ldb + j), s1);                \
+    s0 = _mm512_fmadd_ps(x4, LOAD(r + 4 * ldb + j), s0);                \
+    s1 = _mm512_fmadd_ps(x5, LOAD(r + 5 * ldb + j), s1);                \
+    s0 = _mm512_fmadd_ps(x6, LOAD(r + 6 * ldb + j), s0);                \
+    s1 = _mm512_fmadd_ps(x7, LOAD(r + 7 * ldb + j), s1);                \
+    __m512 acc = _mm512_add_ps(LOAD(y + j), _mm512_add_ps(s0, s1));     \
+    STORE(y + j, acc);                                                  \
+  }
+#define LOADU(p) _mm512_loadu_ps(p)
+#define STORE(p, v) _mm512_storeu_ps(p, v)
+    for (size_t j = 0; j < nv; j += 16) ROWS8(LOADU, j)
+#undef STORE
+#define LOADM(p) _mm512_maskz_loadu_ps(ml, p)
+#define STORE(p, v) _mm512_mask_storeu_ps(p, ml, v)
+    if (nv < nc) ROWS8(LOADM, nv)
+#undef STORE
+#undef ROWS8
+  }
+  for (; k < kc; k++) {
+    const float *r = b + k * ldb;
+    __m512 xk = _mm512_set1_ps(x[k]);
+    for (size_t j = 0; j < nv; j += 16)
+      _mm512_storeu_ps(y + j, _mm512_fmadd_ps(xk, LOADU(r + j), LOADU(y + j)));
+    if (nv < nc) _mm512_mask_storeu_ps(y + nv, ml, _mm512_fmadd_ps(xk, LOADM(r + nv), LOADM(y + nv)));
+  }
+#undef LOADU
+#undef LOADM
+}
+
 static void gemv_n_avx512(size_t kc, size_t nc, const float *x, const float *b, size_t ldb,
                           float *y) {
+  if (ldb > 64) { /* the caller's matrix (not a panel): stream its rows; never depends on nc */
+    gemv_n_rows512(kc, nc, x, b, ldb, y);
+    return;
+  }
   typedef void (*fn)(size_t, size_t, const float *, const float *, size_t, float *);
   static const fn tab[8] = {gemv_n512_1, gemv_n512_2, gemv_n512_3, gemv_n512_4,
                             gemv_n512_5, gemv_n512_6, gemv_n512_7, gemv_n512_8};

@@ -75,4 +75,13 @@ KILN_INLINE int kiln_act_is_simple(kiln_act_kind k) {
          k == KILN_ACT_CLIP;
 }
 
+/* How a micro-kernel may write its tile: 1 plain store (C = acc), 2 plain accumulate
+ * (C += acc), 0 anything else (alpha, beta or the epilogue: through the general path). */
+KILN_INLINE int kiln_tile_fast_mode(const kiln_gemm_tile *t) {
+  if (t->alpha != 1.0f) return 0;
+  if ((t->flags & KILN_GT_LAST) && (t->bias || t->res || t->act.kind != KILN_ACT_NONE)) return 0;
+  if (!(t->flags & KILN_GT_FIRST)) return 2;
+  return t->beta == 0.0f ? 1 : t->beta == 1.0f ? 2 : 0;
+}
+
 #endif

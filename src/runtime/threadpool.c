@@ -1,4 +1,11 @@
-/* Persistent pthread pool: generation counter + bounded spin, then condvar sleep. */
+/* Persistent pthread pool: a generation counter announces each loop; idle threads spin for a
+ * bounded time (pause), then sleep on a condition variable.
+ *
+ * A loop is over when every task index has been run (`done` reaches n_tasks); the caller then
+ * returns at once, even if a worker has not woken up yet (it may be descheduled on a busy
+ * machine). Such a worker still has to look at the finished job, so the job's fields are only
+ * rewritten after every worker has checked in (`pending` == 0) — checked at the start of the
+ * next loop, by which time it has normally happened. */
 #include "runtime/threadpool.h"
 
 #include <pthread.h>
@@ -21,25 +28,27 @@
 #define CACHE_LINE 64
 
 struct kiln_threadpool {
-  int n;            /* threads in all, caller included */
-  int n_workers;    /* started workers: n - 1 */
+  int n;                /* threads in all, caller included */
+  int n_workers;        /* started workers: n - 1 */
   pthread_t *threads;
   pthread_mutex_t busy; /* held by the thread dispatching a loop */
   pthread_mutex_t mu;   /* guards the sleeps below */
   pthread_cond_t cv_work;
   pthread_cond_t cv_done;
-  _Atomic unsigned spin_ns;
+  atomic_uint spin_ns;
 
-  /* The current job: written by the dispatcher before it bumps `generation`. */
+  /* The current job: written by the dispatcher before it bumps `generation`, and only while
+   * no worker is looking at the previous one (pending == 0). */
   alignas(CACHE_LINE) kiln_task_fn fn;
   void *ctx;
   size_t n_tasks;
   size_t chunk;
   alignas(CACHE_LINE) atomic_uint generation;
   atomic_int stop;
-  atomic_int n_sleeping;      /* workers asleep on cv_work */
+  atomic_int n_sleeping;                  /* workers asleep on cv_work */
   alignas(CACHE_LINE) atomic_size_t next; /* next unclaimed task index */
-  alignas(CACHE_LINE) atomic_int pending; /* workers that have not finished the job */
+  alignas(CACHE_LINE) atomic_size_t done; /* task indices finished */
+  alignas(CACHE_LINE) atomic_int pending; /* workers that have not let go of the job */
   atomic_int caller_sleeping;
 };
 
@@ -63,6 +72,13 @@ static void run_job(kiln_threadpool *p, int tid) {
     if (b >= n) break;
     size_t e = n - b < chunk ? n : b + chunk;
     fn(ctx, b, e, tid);
+    /* the caller reads the results after seeing done == n */
+    if (atomic_fetch_add(&p->done, e - b) + (e - b) == n && /* seq_cst: see wait_for */
+        atomic_load(&p->caller_sleeping)) {
+      pthread_mutex_lock(&p->mu);
+      pthread_cond_signal(&p->cv_done);
+      pthread_mutex_unlock(&p->mu);
+    }
   }
 }
 
@@ -111,6 +127,33 @@ static void *worker_main(void *argp) {
   return NULL;
 }
 
+/* Wait (spin, then sleep on cv_done) until *counter == want. Workers signal cv_done when they
+ * make `done` reach n_tasks or `pending` reach 0 while caller_sleeping is set. */
+static void wait_for(kiln_threadpool *p, atomic_size_t *sz_counter, atomic_int *int_counter,
+                     size_t want) {
+#define REACHED_MO(mo)                                                        \
+  (sz_counter ? atomic_load_explicit(sz_counter, mo) == want                  \
+              : (size_t)atomic_load_explicit(int_counter, mo) == want)
+#define REACHED() REACHED_MO(memory_order_acquire)
+  if (REACHED()) return;
+  unsigned spin = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
+  if (spin) {
+    unsigned long long t0 = now_ns();
+    for (unsigned i = 1;; i++) {
+      CPU_RELAX();
+      if (REACHED()) return;
+      if ((i & 63) == 0 && now_ns() - t0 > spin) break;
+    }
+  }
+  pthread_mutex_lock(&p->mu);
+  atomic_store(&p->caller_sleeping, 1); /* seq_cst: pairs with the workers' check */
+  while (!REACHED_MO(memory_order_seq_cst)) pthread_cond_wait(&p->cv_done, &p->mu);
+  atomic_store(&p->caller_sleeping, 0);
+  pthread_mutex_unlock(&p->mu);
+#undef REACHED
+#undef REACHED_MO
+}
+
 static void bump_generation(kiln_threadpool *p) {
   atomic_fetch_add(&p->generation, 1); /* seq_cst: pairs with n_sleeping below */
   if (atomic_load(&p->n_sleeping) > 0) {
@@ -125,8 +168,8 @@ kiln_threadpool *kiln_threadpool_create(int n_threads) {
     long c = sysconf(_SC_NPROCESSORS_ONLN);
     n_threads = c > 0 ? (int)c : 1;
   }
-  kiln_threadpool *p = aligned_alloc(CACHE_LINE, (sizeof *p + CACHE_LINE - 1) / CACHE_LINE *
-                                                     CACHE_LINE);
+  kiln_threadpool *p =
+      aligned_alloc(CACHE_LINE, (sizeof *p + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE);
   if (!p) return NULL;
   memset(p, 0, sizeof *p);
   p->threads = calloc((size_t)n_threads, sizeof *p->threads);
@@ -142,11 +185,12 @@ kiln_threadpool *kiln_threadpool_create(int n_threads) {
   const char *env = getenv("KILN_SPIN_US");
   if (env && *env) spin_us = (unsigned)strtoul(env, NULL, 10);
   if (spin_us > 1000000) spin_us = 1000000;
-  atomic_store(&p->spin_ns, spin_us * 1000u);
+  atomic_init(&p->spin_ns, spin_us * 1000u);
   atomic_init(&p->generation, 0);
   atomic_init(&p->stop, 0);
   atomic_init(&p->n_sleeping, 0);
   atomic_init(&p->next, 0);
+  atomic_init(&p->done, 0);
   atomic_init(&p->pending, 0);
   atomic_init(&p->caller_sleeping, 0);
   p->n = 1;
@@ -167,6 +211,7 @@ kiln_threadpool *kiln_threadpool_create(int n_threads) {
 
 void kiln_threadpool_free(kiln_threadpool *p) {
   if (!p) return;
+  wait_for(p, NULL, &p->pending, 0); /* late workers let go of the last job */
   atomic_store(&p->stop, 1);
   bump_generation(p);
   for (int i = 1; i <= p->n_workers; i++) pthread_join(p->threads[i], NULL);
@@ -197,40 +242,19 @@ void kiln_parallel_for(kiln_threadpool *p, size_t n_tasks, kiln_task_fn fn, void
     tl_depth--;
     return;
   }
+  wait_for(p, NULL, &p->pending, 0); /* every worker has let go of the previous job */
   p->fn = fn;
   p->ctx = ctx;
   p->n_tasks = n_tasks;
   p->chunk = chunk;
   atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+  atomic_store_explicit(&p->done, 0, memory_order_relaxed);
   atomic_store_explicit(&p->pending, p->n_workers, memory_order_relaxed);
   bump_generation(p); /* publishes the job (seq_cst) */
 
   tl_depth++;
   run_job(p, 0);
   tl_depth--;
-
-  /* Wait for the workers: spin (bounded), then sleep. */
-  if (atomic_load_explicit(&p->pending, memory_order_acquire) != 0) {
-    unsigned spin = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
-    int done = 0;
-    if (spin) {
-      unsigned long long t0 = now_ns();
-      for (unsigned i = 1;; i++) {
-        CPU_RELAX();
-        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) {
-          done = 1;
-          break;
-        }
-        if ((i & 63) == 0 && now_ns() - t0 > spin) break;
-      }
-    }
-    if (!done) {
-      pthread_mutex_lock(&p->mu);
-      atomic_store(&p->caller_sleeping, 1);
-      while (atomic_load(&p->pending) != 0) pthread_cond_wait(&p->cv_done, &p->mu);
-      atomic_store(&p->caller_sleeping, 0);
-      pthread_mutex_unlock(&p->mu);
-    }
-  }
+  wait_for(p, &p->done, NULL, n_tasks);
   pthread_mutex_unlock(&p->busy);
 }

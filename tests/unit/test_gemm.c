@@ -277,7 +277,7 @@ static void test_small_blocking(kiln_threadpool *pool2) {
   kiln_gemm_blocking saved[KILN_ISA_LEVELS];
   for (int isa = KILN_ISA_SCALAR; isa <= (int)kiln_cpu_isa_max(); isa++) {
     saved[isa] = kiln_gemm_get_blocking(isa);
-    kiln_gemm_blocking b = {1, 8, 1}; /* rounded up to MR, 8, NR */
+    kiln_gemm_blocking b = {1, 8, 1, 1 + (int)(rnd() % 2)}; /* rounded up to MR, 8, NR */
     kiln_gemm_set_blocking(isa, b);
   }
   int bad = 0;
@@ -289,7 +289,8 @@ static void test_small_blocking(kiln_threadpool *pool2) {
   for (int isa = KILN_ISA_SCALAR; isa <= (int)kiln_cpu_isa_max(); isa++) {
     kiln_gemm_set_blocking(isa, saved[isa]);
     kiln_gemm_blocking b = kiln_gemm_get_blocking(isa);
-    CHECK(b.mc == saved[isa].mc && b.kc == saved[isa].kc && b.nc == saved[isa].nc);
+    CHECK(b.mc == saved[isa].mc && b.kc == saved[isa].kc && b.nc == saved[isa].nc &&
+          b.order == saved[isa].order);
   }
 }
 
