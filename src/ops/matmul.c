@@ -241,7 +241,7 @@ static kiln_code gemm_run(kiln_kctx *c) {
   }
   kiln_tensor *y = kiln_out(c, 0, a->dtype, 2, dims);
   if (!y) return KILN_ERR_NOMEM;
-  if (a->dtype == KILN_FLOAT && !ta && m && n && k && (!cc || cc->dtype == KILN_FLOAT)) {
+  if (a->dtype == KILN_FLOAT && m && n && k && (!cc || cc->dtype == KILN_FLOAT)) {
     /* y = beta * C (broadcast), then y = alpha * op(A) op(B) + y in the fast GEMM */
     float *py = y->data;
     if (cc) {
