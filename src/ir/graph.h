@@ -78,6 +78,8 @@ typedef struct kiln_node {
   kiln_attr *attrs;
   const struct kiln_op_schema *schema; /* resolved at load */
   int fallback;            /* runtime: a fused node whose kernel failed runs "original" (atomic) */
+  void *state;             /* runtime: kernel cache (e.g. prepacked weights), set once (atomic) */
+  void (*state_free)(void *state);
 } kiln_node;
 
 typedef struct kiln_value_info {

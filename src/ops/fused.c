@@ -14,6 +14,11 @@
 
 #include "kiln/kiln_op.h"
 #include "ops/fused.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "kernels/gemm.h"
 #include "ops/registry.h"
 #include "plugin/plugin.h"
 
@@ -52,6 +57,24 @@ static float act_apply(act_kind k, float x, float a, float b) {
       return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
   }
   return x;
+}
+
+bool kiln_fused_act(const kiln_node *n, kiln_act *act) {
+  static const struct { const char *name; kiln_act_kind k; float a, b; } map[] = {
+      {"", KILN_ACT_NONE, 0, 0},          {"Relu", KILN_ACT_RELU, 0, 0},
+      {"LeakyRelu", KILN_ACT_LEAKY_RELU, 0.01f, 0}, {"Clip", KILN_ACT_CLIP, -INFINITY, INFINITY},
+      {"Sigmoid", KILN_ACT_SIGMOID, 0, 0}, {"HardSigmoid", KILN_ACT_HARD_SIGMOID, 0.2f, 0.5f},
+      {"HardSwish", KILN_ACT_HARD_SWISH, 0, 0}, {"Tanh", KILN_ACT_TANH, 0, 0},
+      {"Gelu", KILN_ACT_GELU, 0, 0},       {"GeluTanh", KILN_ACT_GELU_TANH, 0, 0}};
+  const char *name = kiln_attr_str(n, "activation", "");
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (!strcmp(map[i].name, name)) {
+      act->kind = map[i].k;
+      act->alpha = kiln_attr_float(n, "act_alpha", map[i].a);
+      act->beta = kiln_attr_float(n, "act_beta", map[i].b);
+      return true;
+    }
+  return false;
 }
 
 kiln_code kiln_fused_epilogue(kiln_kctx *c, kiln_tensor *y, const kiln_tensor *bias,
@@ -117,8 +140,78 @@ static kiln_code fused_conv_run(kiln_kctx *c) {
   return kiln_fused_epilogue(c, c->out[0], NULL, kiln_in(c, 3));
 }
 
+/* Constant weights packed once for the GEMM, kept on the node (src/kernels/gemm.h). */
+typedef struct packed_weights {
+  const void *source;     /* the weight tensor's data the pack was made from */
+  kiln_gemm_packed_b *pb;
+} packed_weights;
+
+static void packed_weights_free(void *p) {
+  packed_weights *w = p;
+  kiln_gemm_packed_b_free(w->pb);
+  free(w);
+}
+
+/* The packed form of B for this node: made on first use and published with a compare-and-swap
+ * (a losing thread frees its own); NULL when B is not the tensor the pack was made from. */
+static const kiln_gemm_packed_b *node_packed_b(kiln_kctx *c, const kiln_tensor *b) {
+  kiln_node *n = (kiln_node *)(uintptr_t)c->node; /* node state is runtime cache */
+  packed_weights *w = __atomic_load_n((packed_weights **)&n->state, __ATOMIC_ACQUIRE);
+  if (!w) {
+    packed_weights *mine = calloc(1, sizeof *mine);
+    if (!mine) return NULL;
+    mine->source = b->data;
+    if (kiln_gemm_pack_b(0, 0, (size_t)b->dims[0], (size_t)b->dims[1], b->data, (size_t)b->dims[1], &mine->pb, NULL)) {
+      free(mine);
+      return NULL;
+    }
+    void *expected = NULL;
+    n->state_free = packed_weights_free;
+    if (__atomic_compare_exchange_n(&n->state, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      w = mine;
+    } else {
+      packed_weights_free(mine);
+      w = expected;
+    }
+  }
+  return w->source == b->data ? w->pb : NULL;
+}
+
+/* FusedMatMul with 2-D float weights: one GEMM over all rows of A with the epilogue (bias,
+ * activation, residual) applied to each tile while it is in registers. */
+static kiln_code fused_matmul_fast(kiln_kctx *c, bool *done) {
+  const kiln_tensor *a = kiln_in(c, 0), *b = kiln_in(c, 1), *bias = kiln_in(c, 2), *res = kiln_in(c, 3);
+  *done = false;
+  kiln_act act;
+  if (!a || !b || a->kind != KILN_KIND_TENSOR || b->kind != KILN_KIND_TENSOR || a->dtype != KILN_FLOAT ||
+      b->dtype != KILN_FLOAT || b->rank != 2 || a->rank < 2 || a->dims[a->rank - 1] != b->dims[0] ||
+      !kiln_fused_act(c->node, &act))
+    return KILN_OK;
+  int64_t k = b->dims[0], n = b->dims[1], m = k ? a->numel / k : 0;
+  if (bias && (bias->dtype != KILN_FLOAT || bias->numel != n)) return KILN_OK;
+  int64_t dims[KILN_MAX_RANK];
+  memcpy(dims, a->dims, sizeof(int64_t) * (size_t)a->rank);
+  dims[a->rank - 1] = n;
+  if (res && (res->dtype != KILN_FLOAT || res->rank != a->rank || memcmp(res->dims, dims, sizeof(int64_t) * (size_t)a->rank)))
+    return KILN_OK;
+  if (!m || !n || !k) return KILN_OK;
+  kiln_tensor *y = kiln_out(c, 0, KILN_FLOAT, a->rank, dims);
+  if (!y) return KILN_ERR_NOMEM;
+  kiln_gemm_ctx g = {kiln_kpool(c), 0};
+  kiln_gemm_epilogue ep = {bias ? bias->data : NULL, act, res ? res->data : NULL, (size_t)n, 0};
+  const kiln_gemm_packed_b *pb = node_packed_b(c, b);
+  kiln_code rc = pb ? kiln_gemm_f32_packed(&g, 0, (size_t)m, 1.0f, a->data, (size_t)k, pb, 0.0f, y->data, (size_t)n, &ep, c->err)
+                    : kiln_gemm_f32(&g, 0, 0, (size_t)m, (size_t)n, (size_t)k, 1.0f, a->data, (size_t)k, b->data,
+                                    (size_t)n, 0.0f, y->data, (size_t)n, &ep, c->err);
+  *done = rc == KILN_OK;
+  return rc;
+}
+
 static kiln_code fused_matmul_run(kiln_kctx *c) {
-  kiln_code rc = run_standard(c, "MatMul", 13, 2);
+  bool done;
+  kiln_code rc = fused_matmul_fast(c, &done);
+  if (rc || done) return rc;
+  rc = run_standard(c, "MatMul", 13, 2);
   if (rc) return rc;
   return kiln_fused_epilogue(c, c->out[0], kiln_in(c, 2), kiln_in(c, 3));
 }

@@ -6,6 +6,11 @@
 
 #define KILN_FUSED_DOMAIN "ai.kiln"
 
+#include "kernels/act.h"
+
+/* The node's activation (attributes activation, act_alpha, act_beta) as a GEMM epilogue
+ * activation; false for an unknown name. */
+bool kiln_fused_act(const kiln_node *n, kiln_act *act);
 /* Whether `name` is an activation the fused kernels apply. */
 bool kiln_fused_activation_known(const char *name);
 /* In place on float y: + bias over the last dim (may be NULL), + residual of y's shape (may be
