@@ -143,6 +143,7 @@ static kiln_code fused_conv_run(kiln_kctx *c) {
 /* Constant weights packed once for the GEMM, kept on the node (src/kernels/gemm.h). */
 typedef struct packed_weights {
   const void *source;     /* the weight tensor's data the pack was made from */
+  int trans;
   kiln_gemm_packed_b *pb;
 } packed_weights;
 
@@ -154,14 +155,16 @@ static void packed_weights_free(void *p) {
 
 /* The packed form of B for this node: made on first use and published with a compare-and-swap
  * (a losing thread frees its own); NULL when B is not the tensor the pack was made from. */
-static const kiln_gemm_packed_b *node_packed_b(kiln_kctx *c, const kiln_tensor *b) {
+static const kiln_gemm_packed_b *node_packed_b(kiln_kctx *c, const kiln_tensor *b, int trans) {
   kiln_node *n = (kiln_node *)(uintptr_t)c->node; /* node state is runtime cache */
   packed_weights *w = __atomic_load_n((packed_weights **)&n->state, __ATOMIC_ACQUIRE);
   if (!w) {
     packed_weights *mine = calloc(1, sizeof *mine);
     if (!mine) return NULL;
     mine->source = b->data;
-    if (kiln_gemm_pack_b(0, 0, (size_t)b->dims[0], (size_t)b->dims[1], b->data, (size_t)b->dims[1], &mine->pb, NULL)) {
+    mine->trans = trans;
+    size_t kk = (size_t)b->dims[trans ? 1 : 0], nn = (size_t)b->dims[trans ? 0 : 1];
+    if (kiln_gemm_pack_b(0, trans, kk, nn, b->data, (size_t)b->dims[1], &mine->pb, NULL)) {
       free(mine);
       return NULL;
     }
@@ -174,7 +177,7 @@ static const kiln_gemm_packed_b *node_packed_b(kiln_kctx *c, const kiln_tensor *
       w = expected;
     }
   }
-  return w->source == b->data ? w->pb : NULL;
+  return w->source == b->data && w->trans == trans ? w->pb : NULL;
 }
 
 /* FusedMatMul with 2-D float weights: one GEMM over all rows of A with the epilogue (bias,
@@ -199,7 +202,7 @@ static kiln_code fused_matmul_fast(kiln_kctx *c, bool *done) {
   if (!y) return KILN_ERR_NOMEM;
   kiln_gemm_ctx g = {kiln_kpool(c), 0};
   kiln_gemm_epilogue ep = {bias ? bias->data : NULL, act, res ? res->data : NULL, (size_t)n, 0};
-  const kiln_gemm_packed_b *pb = node_packed_b(c, b);
+  const kiln_gemm_packed_b *pb = node_packed_b(c, b, 0);
   kiln_code rc = pb ? kiln_gemm_f32_packed(&g, 0, (size_t)m, 1.0f, a->data, (size_t)k, pb, 0.0f, y->data, (size_t)n, &ep, c->err)
                     : kiln_gemm_f32(&g, 0, 0, (size_t)m, (size_t)n, (size_t)k, 1.0f, a->data, (size_t)k, b->data,
                                     (size_t)n, 0.0f, y->data, (size_t)n, &ep, c->err);
@@ -216,8 +219,42 @@ static kiln_code fused_matmul_run(kiln_kctx *c) {
   return kiln_fused_epilogue(c, c->out[0], kiln_in(c, 2), kiln_in(c, 3));
 }
 
+/* FusedGemm with float A, B and a bias-like C (beta 1, C of N values): alpha * op(A) op(B) in
+ * the GEMM with bias and activation in its epilogue, weights packed once per node. */
+static kiln_code fused_gemm_fast(kiln_kctx *c, bool *done) {
+  const kiln_tensor *a = kiln_in(c, 0), *b = kiln_in(c, 1), *cc = kiln_in(c, 2);
+  *done = false;
+  if (cc && cc->kind == KILN_KIND_NONE) cc = NULL;
+  kiln_act act;
+  if (!a || !b || a->kind != KILN_KIND_TENSOR || b->kind != KILN_KIND_TENSOR || a->dtype != KILN_FLOAT ||
+      b->dtype != KILN_FLOAT || a->rank != 2 || b->rank != 2 || !kiln_fused_act(c->node, &act))
+    return KILN_OK;
+  int ta = kiln_attr_int(c->node, "transA", 0) != 0, tb = kiln_attr_int(c->node, "transB", 0) != 0;
+  float alpha = kiln_attr_float(c->node, "alpha", 1.0f), beta = kiln_attr_float(c->node, "beta", 1.0f);
+  int64_t m = a->dims[ta], k = a->dims[!ta], n = b->dims[!tb];
+  if (b->dims[tb] != k || !m || !n || !k) return KILN_OK;
+  bool vec = cc && cc->kind == KILN_KIND_TENSOR && cc->dtype == KILN_FLOAT && cc->numel == n &&
+             cc->dims[cc->rank - 1] == n;
+  if (cc && (!vec || beta != 1.0f)) return KILN_OK;
+  int64_t dims[2] = {m, n};
+  kiln_tensor *y = kiln_out(c, 0, KILN_FLOAT, 2, dims);
+  if (!y) return KILN_ERR_NOMEM;
+  kiln_gemm_ctx g = {kiln_kpool(c), 0};
+  kiln_gemm_epilogue ep = {cc ? cc->data : NULL, act, NULL, 0, 0};
+  const kiln_gemm_packed_b *pb = node_packed_b(c, b, tb);
+  kiln_code rc = pb ? kiln_gemm_f32_packed(&g, ta, (size_t)m, alpha, a->data, (size_t)a->dims[1], pb, 0.0f, y->data,
+                                           (size_t)n, &ep, c->err)
+                    : kiln_gemm_f32(&g, ta, tb, (size_t)m, (size_t)n, (size_t)k, alpha, a->data, (size_t)a->dims[1],
+                                    b->data, (size_t)b->dims[1], 0.0f, y->data, (size_t)n, &ep, c->err);
+  *done = rc == KILN_OK;
+  return rc;
+}
+
 static kiln_code fused_gemm_run(kiln_kctx *c) {
-  kiln_code rc = run_standard(c, "Gemm", 13, 3);
+  bool done;
+  kiln_code rc = fused_gemm_fast(c, &done);
+  if (rc || done) return rc;
+  rc = run_standard(c, "Gemm", 13, 3);
   if (rc) return rc;
   return kiln_fused_epilogue(c, c->out[0], NULL, NULL);
 }

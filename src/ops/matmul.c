@@ -245,9 +245,15 @@ static kiln_code gemm_run(kiln_kctx *c) {
     /* y = beta * C (broadcast), then y = alpha * op(A) op(B) + y in the fast GEMM */
     float *py = y->data;
     if (cc) {
-      kiln_bcast bc0;
-      kiln_bcast_init(&bc0, 2, dims, cc);
-      for (int64_t i = 0; i < y->numel; i++) py[i] = (float)beta * ((const float *)cc->data)[kiln_bcast_index(&bc0, i)];
+      const float *pc = cc->data;
+      if (cc->numel == n && cc->dims[cc->rank - 1] == n) { /* a row vector: the common bias */
+        for (int64_t i = 0; i < m; i++)
+          for (int64_t j = 0; j < n; j++) py[i * n + j] = (float)beta * pc[j];
+      } else {
+        kiln_bcast bc0;
+        kiln_bcast_init(&bc0, 2, dims, cc);
+        for (int64_t i = 0; i < y->numel; i++) py[i] = (float)beta * pc[kiln_bcast_index(&bc0, i)];
+      }
     }
     kiln_gemm_ctx gctx = {kiln_kpool(c), 0};
     if (kiln_gemm_f32(&gctx, ta, tb, (size_t)m, (size_t)n, (size_t)k, (float)alpha, a->data,
