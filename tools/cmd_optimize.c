@@ -37,6 +37,16 @@ static void print_table(const kiln_session *before, const kiln_session *after) {
   const char *pass;
   size_t n;
   for (size_t i = 0; kiln_session_pass_stat(after, i, &pass, &n) == KILN_OK; i++) printf("%-28s %8zu\n", pass, n);
+  kiln_fusion_info fi;
+  uint64_t saved = 0;
+  size_t nf = 0;
+  for (; kiln_session_fusion_info(after, nf, &fi) == KILN_OK; nf++) {
+    if (nf == 0) printf("\n%-48s %-16s %8s %14s\n", "fused node", "op", "replaced", "interm. bytes");
+    printf("%-48.48s %-16s %8zu %14llu\n", fi.name, fi.op_type, fi.replaced, (unsigned long long)fi.intermediate_bytes);
+    saved += fi.intermediate_bytes;
+  }
+  if (nf) printf("%zu fused nodes; intermediates no longer stored: %.2f MiB (symbolic dims as 1)\n", nf,
+                 (double)saved / 1048576.0);
 }
 
 int cmd_optimize(int argc, char **argv) {

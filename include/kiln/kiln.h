@@ -122,6 +122,10 @@ typedef struct kiln_options {
    * session: a NULL-terminated list of paths, or NULL. The KILN_PLUGINS environment variable
    * (colon-separated paths) adds more. Borrowed only during session creation. */
   const char *const *plugins;
+  /* On its first run, each fused node also runs the chain it replaced and compares outputs
+   * (|fused - original| <= 1e-4 + 1e-3 |original|); a node that disagrees is disabled (runs
+   * its chain from then on). Results: kiln_session_fusion_info. */
+  int verify_fusions;
 } kiln_options;
 
 /* Fill `o` with defaults. */
@@ -183,6 +187,21 @@ kiln_code kiln_session_pass_stat(const kiln_session *s, size_t i, const char **p
  * a run with the same input shapes has completed once (the first run measures). */
 kiln_code kiln_session_memory(const kiln_session *s, size_t *arena_bytes,
                               size_t *intermediate_bytes);
+/* The fused nodes of the optimised graph: name, op type, how many nodes they replaced, and,
+ * when verify_fusions ran them, the largest absolute and relative difference from their
+ * original chain. Returns KILN_ERR_INVALID_ARG past the last fused node. */
+typedef struct kiln_fusion_info {
+  const char *name;      /* borrowed, lives as long as the session */
+  const char *op_type;
+  const char *domain;
+  size_t replaced;       /* nodes in the original chain */
+  int verified;          /* 1 once compared with the original chain */
+  double max_abs, max_rel;
+  int fallen_back;       /* runs its original chain (kernel failed, disagreed or forced) */
+  uint64_t intermediate_bytes; /* bytes of the chain's intermediates it no longer stores, as far
+                                  as static shapes tell (symbolic dims counted as 1) */
+} kiln_fusion_info;
+kiln_code kiln_session_fusion_info(const kiln_session *s, size_t i, kiln_fusion_info *info);
 /* How many fused nodes have fallen back to the chain they replaced (their kernel failed, or
  * KILN_FUSION_FAIL=Op1,Op2 named their op type). Each falls back once and stays so. */
 size_t kiln_session_fallback_count(const kiln_session *s);

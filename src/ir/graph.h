@@ -79,6 +79,8 @@ typedef struct kiln_node {
   const struct kiln_op_schema *schema; /* resolved at load */
   int fallback;            /* runtime: a fused node whose kernel failed runs "original" (atomic) */
   void *state;             /* runtime: kernel cache (e.g. prepacked weights), set once (atomic) */
+  int verified;            /* runtime: verify_fusions compared it with "original" (atomic) */
+  double verify_abs, verify_rel;
   void (*state_free)(void *state);
 } kiln_node;
 

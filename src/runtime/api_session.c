@@ -65,8 +65,8 @@ static kiln_code finish_create(kiln_model *m, const kiln_options *opts, kiln_ses
   s->opts.plugins = NULL;
   const char *const *plugin_paths =
       opts && opts->size >= offsetof(kiln_options, plugins) + sizeof opts->plugins ? opts->plugins : NULL;
-  const char *ff = getenv("KILN_FUSION_FAIL");
-  if (ff && *ff && !(s->force_fail = kiln_strdup(ff))) {
+  const char *ff = getenv("KILN_FUSION_FAIL"), *fs = getenv("KILN_FUSION_SKEW");
+  if ((ff && *ff && !(s->force_fail = kiln_strdup(ff))) || (fs && *fs && !(s->force_skew = kiln_strdup(fs)))) {
     kiln_session_free(s);
     return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   }
@@ -131,6 +131,7 @@ void kiln_session_free(kiln_session *s) {
   free(s->feeds);
   free(s->hist);
   free(s->force_fail);
+  free(s->force_skew);
   kiln_planner_free(s->planner);
   kiln_pool_release(s->pool);
   free(s);
@@ -141,6 +142,37 @@ kiln_code kiln_session_memory(const kiln_session *s, size_t *arena_bytes,
   if (!s) return KILN_ERR_INVALID_ARG;
   kiln_planner_stats(s->planner, arena_bytes, intermediate_bytes, NULL);
   return KILN_OK;
+}
+
+kiln_code kiln_session_fusion_info(const kiln_session *s, size_t i, kiln_fusion_info *info) {
+  if (!s || !info) return KILN_ERR_INVALID_ARG;
+  const kiln_graph *g = s->model->graph;
+  for (size_t k = 0; k < g->n_nodes; k++) {
+    const kiln_node *n = &g->nodes[k];
+    const kiln_attr *orig = kiln_node_attr(n, "original");
+    if (!orig || !orig->g || i-- > 0) continue;
+    info->name = n->name;
+    info->op_type = n->op_type;
+    info->domain = n->domain;
+    info->replaced = orig->g->n_nodes;
+    info->verified = __atomic_load_n(&n->verified, __ATOMIC_ACQUIRE) == 1;
+    info->max_abs = info->verified ? n->verify_abs : 0;
+    info->max_rel = info->verified ? n->verify_rel : 0;
+    info->fallen_back = __atomic_load_n(&n->fallback, __ATOMIC_ACQUIRE);
+    info->intermediate_bytes = 0;
+    const kiln_graph *og = orig->g;
+    for (size_t v = 0; v < og->n_values; v++) {
+      const kiln_type *t = &og->values[v].type;
+      bool is_out = false;
+      for (size_t o = 0; o < og->n_outputs; o++) is_out |= og->outputs[o] == (int)v;
+      if (is_out || og->values[v].producer < 0 || t->kind != KILN_T_TENSOR || t->rank < 0) continue;
+      uint64_t bytes = kiln_dtype_size(t->dtype);
+      for (int d = 0; d < t->rank; d++) bytes *= (uint64_t)(t->dims[d] > 0 ? t->dims[d] : 1);
+      info->intermediate_bytes += bytes;
+    }
+    return KILN_OK;
+  }
+  return KILN_ERR_INVALID_ARG;
 }
 
 size_t kiln_session_fallback_count(const kiln_session *s) {

@@ -1,4 +1,5 @@
 /* The reference executor: nodes in topological order, one fresh tensor per output. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,66 @@ static kiln_code run_original(kiln_frame *f, const kiln_node *n, const kiln_grap
   return KILN_OK;
 }
 
+/* Largest differences of a from b (float tensors; other kinds compare equal or not). */
+static bool outputs_agree(const kiln_tensor *a, const kiln_tensor *b, double *max_abs, double *max_rel) {
+  if (!a || !b || a->kind != b->kind || a->dtype != b->dtype) return false;
+  if (a->kind != KILN_KIND_TENSOR) return true;
+  if (!kiln_same_shape(a, b)) return false;
+  bool ok = true;
+  for (int64_t i = 0; i < a->numel; i++) {
+    double x = kiln_get_f64(a, i), y = kiln_get_f64(b, i);
+    if (x != x && y != y) continue;
+    double d = fabs(x - y);
+    if (d != d) d = INFINITY;
+    if (d > *max_abs) *max_abs = d;
+    if (fabs(y) > 1e-6 && d / fabs(y) > *max_rel) *max_rel = d / fabs(y);
+    if (!(d <= 1e-4 + 1e-3 * fabs(y))) ok = false;
+  }
+  return ok;
+}
+
+/* verify_fusions: the first run of a fused node also runs its original chain; the node keeps
+ * its kernel only when the two agree. The chain's outputs are what the graph uses this time. */
+static kiln_code verify_fused(kiln_frame *f, const kiln_node *n, const kiln_graph *orig, kiln_kctx *c,
+                              kiln_error *err) {
+  kiln_node *mut = (kiln_node *)(uintptr_t)n;
+  kiln_session *s = (kiln_session *)(uintptr_t)f->session;
+  enum { CAP = 64 };
+  kiln_tensor *ref[CAP] = {0};
+  if (n->n_out > CAP) return n->schema->run(c);
+  kiln_code rc = n->schema->run(c);
+  /* Test hook: KILN_FUSION_SKEW=Op makes the kernel's first output wrong, to prove that a
+   * disagreeing fusion is caught and disabled. */
+  if (!rc && s && s->force_skew && in_list(s->force_skew, n->op_type) && c->out[0] &&
+      c->out[0]->kind == KILN_KIND_TENSOR && c->out[0]->numel && kiln_dtype_is_float(c->out[0]->dtype))
+    kiln_set_f64(c->out[0], 0, kiln_get_f64(c->out[0], 0) + 1.0);
+  kiln_error local = {0};
+  kiln_code rc2 = run_original(f, n, orig, c->in, ref, &local);
+  if (rc2) { /* the chain itself fails here: keep the kernel's answer (or its error) */
+    for (size_t i = 0; i < n->n_out; i++) kiln_tensor_free(ref[i]);
+    __atomic_store_n(&mut->verified, 0, __ATOMIC_RELEASE);
+    return rc;
+  }
+  bool agree = rc == KILN_OK;
+  double ma = 0, mr = 0;
+  for (size_t i = 0; agree && i < n->n_out; i++)
+    if (n->out[i] >= 0) agree = outputs_agree(c->out[i], ref[i], &ma, &mr);
+  mut->verify_abs = ma;
+  mut->verify_rel = mr;
+  __atomic_store_n(&mut->verified, 1, __ATOMIC_RELEASE);
+  if (!agree && __atomic_exchange_n(&mut->fallback, 1, __ATOMIC_ACQ_REL) == 0) {
+    if (s) __atomic_add_fetch(&s->n_fallbacks, 1, __ATOMIC_RELAXED);
+    fprintf(stderr, "kiln: fused node '%s' (%s) %s its original chain (max abs %.3g); running the chain from now on\n",
+            n->name, n->op_type, rc ? "failed where" : "disagrees with", ma);
+  }
+  for (size_t i = 0; i < n->n_out; i++) {
+    kiln_tensor_free(c->out[i]);
+    c->out[i] = ref[i];
+  }
+  kiln_error_clear(err);
+  return KILN_OK;
+}
+
 /* A fused node runs its kernel unless it has fallen back; when the kernel fails (or
  * KILN_FUSION_FAIL names its op), it switches to its original chain for good, saying so once. */
 static kiln_code run_fused(kiln_frame *f, const kiln_node *n, const kiln_graph *orig, kiln_kctx *c,
@@ -65,6 +126,9 @@ static kiln_code run_fused(kiln_frame *f, const kiln_node *n, const kiln_graph *
   kiln_session *s = (kiln_session *)(uintptr_t)f->session;
   bool forced = s && s->force_fail && in_list(s->force_fail, n->op_type);
   kiln_code rc = KILN_ERR_RUN;
+  if (!forced && s && s->opts.verify_fusions && !__atomic_load_n(&mut->fallback, __ATOMIC_ACQUIRE) &&
+      __atomic_exchange_n(&mut->verified, 2, __ATOMIC_ACQ_REL) == 0) /* 2: claimed, 1: done */
+    return verify_fused(f, n, orig, c, err);
   if (!forced && !__atomic_load_n(&mut->fallback, __ATOMIC_ACQUIRE)) {
     rc = n->schema->run(c);
     if (rc == KILN_OK) return rc;

@@ -25,6 +25,7 @@ struct kiln_session {
   kiln_op_hist *hist;
   kiln_opt_log opt_log;    /* what the optimizer did at creation */
   char *force_fail;        /* KILN_FUSION_FAIL: fused op types whose kernel is treated as failed */
+  char *force_skew;        /* KILN_FUSION_SKEW: test hook, fused op types whose output is off by 1 */
   kiln_planner *planner;   /* memory plans of the main graph, per input signature */
   kiln_threadpool *pool;   /* shared pool of opts.threads threads; NULL runs single-threaded */
   size_t n_fallbacks;      /* fused nodes that fell back to their original chain (atomic) */

@@ -67,4 +67,15 @@ check(ops == {"FusedGemm": 1}, f"gemm_leaky fused: {ops}")
 ok, text = validate(p)
 check(ok, "gemm + leaky relu validates (activation alpha kept apart from Gemm alpha): " + text)
 
+# verify_fusions (validate --per-fusion): every fusion is compared with its chain; a fused
+# kernel made to disagree (test hook KILN_FUSION_SKEW) is caught, disabled and reported.
+p = save(model([helper.make_node("MatMul", ["x", "Wm"], ["a"]), helper.make_node("Add", ["a", "bm"], ["b"]),
+                helper.make_node("Relu", ["b"], ["y"])], [vi("x", [2, 5, 16])], [vi("y", [2, 5, 8])], [Wm, bm]),
+         "per_fusion")
+rc, text = kiln("validate", p, "--per-fusion")
+check(rc == 0 and "FusedMatMul" in text and " ok" in text, "per-fusion report: " + text)
+rc, text = kiln("validate", p, "--per-fusion", env={"KILN_FUSION_SKEW": "FusedMatMul"})
+check(rc == 1 and "DISAGREES" in text and "disagrees with its original chain" in text,
+      "a disagreeing fusion is disabled and reported: " + text)
+
 finish("test_fuse_conv_matmul")
