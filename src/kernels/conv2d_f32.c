@@ -1,0 +1,321 @@
+/* Fast float32 2-D convolution: depthwise direct kernel, im2col + packed GEMM, fused
+ * epilogue. See conv2d_f32.h. */
+#include "kernels/conv2d_f32.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu.h"
+#include "kernels/gemm.h"
+#include "kernels/gemm_internal.h"
+
+#ifdef KILN_HAVE_X86_KERNELS
+#include <immintrin.h>
+#endif
+
+/* ---- shared pieces ------------------------------------------------------------------------ */
+
+/* Output columns [*ox0, *ox1) whose input column ox * sw + off lies in [0, w). */
+static void col_range(int64_t off, int64_t sw, int64_t w, int64_t ow, int64_t *ox0, int64_t *ox1) {
+  int64_t a = off >= 0 ? 0 : (-off + sw - 1) / sw;
+  int64_t b = w - 1 - off < 0 ? 0 : (w - 1 - off) / sw + 1;
+  if (a > ow) a = ow;
+  if (b > ow) b = ow;
+  if (b < a) b = a;
+  *ox0 = a;
+  *ox1 = b;
+}
+
+/* y[i] += b (+ r[i]) for i < n. */
+static void add_bias_res_c(float *restrict y, int64_t n, float b, const float *r) {
+  if (r)
+    for (int64_t i = 0; i < n; i++) y[i] += b + r[i];
+  else
+    for (int64_t i = 0; i < n; i++) y[i] += b;
+}
+
+#ifdef KILN_HAVE_X86_KERNELS
+#define T512 KILN_TARGET_AVX512
+#define V512 KILN_INLINE T512
+
+T512 static void add_bias_res_avx512(float *y, int64_t n, float b, const float *r) {
+  __m512 vb = _mm512_set1_ps(b);
+  int64_t i = 0;
+  if (r) {
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_add_ps(_mm512_loadu_ps(y + i), vb),
+                                            _mm512_loadu_ps(r + i)));
+  } else {
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), vb));
+  }
+  if (i < n) {
+    __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), vb);
+    if (r) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r + i));
+    _mm512_mask_storeu_ps(y + i, m, v);
+  }
+}
+#endif
+
+static void add_bias_res(int isa, float *y, int64_t n, float b, const float *r) {
+#ifdef KILN_HAVE_X86_KERNELS
+  if (isa >= KILN_ISA_AVX512) {
+    add_bias_res_avx512(y, n, b, r);
+    return;
+  }
+#endif
+  (void)isa;
+  add_bias_res_c(y, n, b, r);
+}
+
+/* ---- depthwise ---------------------------------------------------------------------------- */
+
+typedef struct dw_ctx {
+  const kiln_conv2d_f32_params *p;
+  const float *x, *w, *bias, *res;
+  float *y;
+  const kiln_act *act;
+  int isa;
+} dw_ctx;
+
+/* One output plane, portable C: rows accumulated tap by tap over clamped column ranges. */
+static void dw_plane_c(const kiln_conv2d_f32_params *p, const float *xp, const float *wk, float bv,
+                       const float *rp, float *yp) {
+  for (int64_t oy = 0; oy < p->oh; oy++) {
+    float *restrict yr = yp + oy * p->ow;
+    for (int64_t ox = 0; ox < p->ow; ox++) yr[ox] = bv;
+    for (int64_t ky = 0; ky < p->kh; ky++) {
+      int64_t iy = oy * p->sh - p->pt + ky * p->dh;
+      if (iy < 0 || iy >= p->h) continue;
+      const float *restrict xr = xp + iy * p->w;
+      for (int64_t kx = 0; kx < p->kw; kx++) {
+        float wv = wk[ky * p->kw + kx];
+        int64_t off = kx * p->dw - p->pl, a, b;
+        col_range(off, p->sw, p->w, p->ow, &a, &b);
+        if (p->sw == 1)
+          for (int64_t ox = a; ox < b; ox++) yr[ox] += wv * xr[ox + off];
+        else
+          for (int64_t ox = a; ox < b; ox++) yr[ox] += wv * xr[ox * p->sw + off];
+      }
+    }
+    if (rp)
+      for (int64_t ox = 0; ox < p->ow; ox++) yr[ox] += rp[oy * p->ow + ox];
+  }
+}
+
+#ifdef KILN_HAVE_X86_KERNELS
+/* 16 lanes: xr[s + j] where 0 <= s + j < w, else 0 (never reads outside the row). */
+V512 __m512 dw_load16(const float *xr, int64_t s, int64_t w) {
+  int64_t lo = s < 0 ? -s : 0, hi = w - s < 16 ? w - s : 16;
+  if (lo == 0 && hi == 16) return _mm512_loadu_ps(xr + s);
+  if (hi <= lo) return _mm512_setzero_ps();
+  __mmask16 m = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+  return _mm512_maskz_expandloadu_ps(m, xr + s + lo);
+}
+
+/* Lanes j = 0..15: xr[s + 2j] (0 outside the row). */
+V512 __m512 dw_load16s2(const float *xr, int64_t s, int64_t w) {
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  return _mm512_permutex2var_ps(dw_load16(xr, s, w), ev, dw_load16(xr, s + 16, w));
+}
+
+/* One unit of work: 16 output columns starting at ox of row oy. */
+typedef struct dw_unit {
+  int64_t iy0, sx; /* input row for ky = 0, input column for kx = 0 and lane 0 */
+} dw_unit;
+
+V512 __m512 dw_tap(const kiln_conv2d_f32_params *p, const float *xp, dw_unit u, int64_t ky,
+                   int64_t kx, __m512 wv, __m512 acc) {
+  int64_t iy = u.iy0 + ky * p->dh;
+  if (iy < 0 || iy >= p->h) return acc;
+  const float *xr = xp + iy * p->w;
+  int64_t s = u.sx + kx * p->dw;
+  __m512 v = p->sw == 1 ? dw_load16(xr, s, p->w) : dw_load16s2(xr, s, p->w);
+  return _mm512_fmadd_ps(v, wv, acc);
+}
+
+V512 void dw_store(const kiln_conv2d_f32_params *p, int64_t uidx, int64_t nch, const float *rp,
+                   float *yp, __m512 acc) {
+  int64_t oy = uidx / nch, ox = (uidx % nch) * 16, n = p->ow - ox < 16 ? p->ow - ox : 16;
+  __mmask16 m = (__mmask16)((1u << n) - 1);
+  int64_t o = oy * p->ow + ox;
+  if (rp) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, rp + o));
+  _mm512_mask_storeu_ps(yp + o, m, acc);
+}
+
+V512 dw_unit dw_unit_at(const kiln_conv2d_f32_params *p, int64_t uidx, int64_t nch) {
+  dw_unit u = {(uidx / nch) * p->sh - p->pt, (uidx % nch) * 16 * p->sw - p->pl};
+  return u;
+}
+
+/* One output plane, stride 1 or 2 in x: four 16-column units at a time, each with its own
+ * accumulator, all taps in registers; padding reads as 0 through masked loads. */
+T512 static void dw_plane_avx512(const kiln_conv2d_f32_params *p, const float *xp, const float *wk,
+                                 float bv, const float *rp, float *yp) {
+  int64_t nch = (p->ow + 15) / 16, nu = p->oh * nch, u = 0;
+  __m512 vb = _mm512_set1_ps(bv);
+  for (; u + 4 <= nu; u += 4) {
+    dw_unit u0 = dw_unit_at(p, u, nch), u1 = dw_unit_at(p, u + 1, nch),
+            u2 = dw_unit_at(p, u + 2, nch), u3 = dw_unit_at(p, u + 3, nch);
+    __m512 a0 = vb, a1 = vb, a2 = vb, a3 = vb;
+    for (int64_t ky = 0; ky < p->kh; ky++)
+      for (int64_t kx = 0; kx < p->kw; kx++) {
+        __m512 wv = _mm512_set1_ps(wk[ky * p->kw + kx]);
+        a0 = dw_tap(p, xp, u0, ky, kx, wv, a0);
+        a1 = dw_tap(p, xp, u1, ky, kx, wv, a1);
+        a2 = dw_tap(p, xp, u2, ky, kx, wv, a2);
+        a3 = dw_tap(p, xp, u3, ky, kx, wv, a3);
+      }
+    dw_store(p, u, nch, rp, yp, a0);
+    dw_store(p, u + 1, nch, rp, yp, a1);
+    dw_store(p, u + 2, nch, rp, yp, a2);
+    dw_store(p, u + 3, nch, rp, yp, a3);
+  }
+  for (; u < nu; u++) {
+    dw_unit u0 = dw_unit_at(p, u, nch);
+    __m512 a0 = vb;
+    for (int64_t ky = 0; ky < p->kh; ky++)
+      for (int64_t kx = 0; kx < p->kw; kx++)
+        a0 = dw_tap(p, xp, u0, ky, kx, _mm512_set1_ps(wk[ky * p->kw + kx]), a0);
+    dw_store(p, u, nch, rp, yp, a0);
+  }
+}
+#endif
+
+static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
+  (void)ti;
+  const dw_ctx *d = ctx;
+  const kiln_conv2d_f32_params *p = d->p;
+  int64_t ohw = p->oh * p->ow, mult = p->m / p->c;
+  for (size_t t = begin; t < end; t++) {
+    int64_t nn = (int64_t)t / p->m, mo = (int64_t)t % p->m, ci = mo / mult;
+    const float *xp = d->x + (nn * p->c + ci) * p->h * p->w, *wk = d->w + mo * p->kh * p->kw;
+    const float *rp = d->res ? d->res + (int64_t)t * ohw : NULL;
+    float *yp = d->y + (int64_t)t * ohw, bv = d->bias ? d->bias[mo] : 0.0f;
+#ifdef KILN_HAVE_X86_KERNELS
+    if (d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2))
+      dw_plane_avx512(p, xp, wk, bv, rp, yp);
+    else
+#endif
+      dw_plane_c(p, xp, wk, bv, rp, yp);
+    if (d->act->kind != KILN_ACT_NONE) kiln_f32_act(d->isa, yp, (size_t)ohw, d->act);
+  }
+}
+
+/* ---- im2col + GEMM ------------------------------------------------------------------------ */
+
+typedef struct col_ctx {
+  const kiln_conv2d_f32_params *p;
+  const float *xg; /* first input channel of the group */
+  float *col;      /* [cg * kh * kw, oh * ow] */
+} col_ctx;
+
+static void im2col_task(void *ctx, size_t begin, size_t end, int ti) {
+  (void)ti;
+  const col_ctx *cc = ctx;
+  const kiln_conv2d_f32_params *p = cc->p;
+  int64_t kk = p->kh * p->kw, ohw = p->oh * p->ow;
+  for (size_t r = begin; r < end; r++) {
+    int64_t ci = (int64_t)r / kk, ky = (int64_t)r % kk / p->kw, kx = (int64_t)r % p->kw;
+    const float *xp = cc->xg + ci * p->h * p->w;
+    float *dst = cc->col + (int64_t)r * ohw;
+    int64_t off = kx * p->dw - p->pl, a, b;
+    col_range(off, p->sw, p->w, p->ow, &a, &b);
+    for (int64_t oy = 0; oy < p->oh; oy++) {
+      float *d = dst + oy * p->ow;
+      int64_t iy = oy * p->sh - p->pt + ky * p->dh;
+      if (iy < 0 || iy >= p->h || a == b) {
+        memset(d, 0, sizeof(float) * (size_t)p->ow);
+        continue;
+      }
+      const float *xr = xp + iy * p->w;
+      if (a) memset(d, 0, sizeof(float) * (size_t)a);
+      if (p->sw == 1)
+        memcpy(d + a, xr + a + off, sizeof(float) * (size_t)(b - a));
+      else
+        for (int64_t ox = a; ox < b; ox++) d[ox] = xr[ox * p->sw + off];
+      if (b < p->ow) memset(d + b, 0, sizeof(float) * (size_t)(p->ow - b));
+    }
+  }
+}
+
+typedef struct ep_ctx {
+  float *y;          /* first channel of the block */
+  const float *bias; /* first bias of the block, or NULL */
+  const float *res;  /* residual for the block, or NULL */
+  int64_t n;         /* elements per channel */
+  const kiln_act *act;
+  int isa;
+} ep_ctx;
+
+static void ep_task(void *ctx, size_t begin, size_t end, int ti) {
+  (void)ti;
+  const ep_ctx *e = ctx;
+  for (size_t ch = begin; ch < end; ch++) {
+    float *y = e->y + (int64_t)ch * e->n;
+    add_bias_res(e->isa, y, e->n, e->bias ? e->bias[ch] : 0.0f, e->res ? e->res + (int64_t)ch * e->n : NULL);
+    if (e->act->kind != KILN_ACT_NONE) kiln_f32_act(e->isa, y, (size_t)e->n, e->act);
+  }
+}
+
+/* ---- entry ------------------------------------------------------------------------------- */
+
+kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                          const float *x, const float *w, const kiln_conv2d_f32_epilogue *ep,
+                          float *y) {
+  static const kiln_conv2d_f32_epilogue none = {0};
+  if (!ep) ep = &none;
+  isa = kiln_isa_resolve(isa);
+  if (isa < 0 || !p || p->n < 0 || p->c < 1 || p->h < 0 || p->w < 0 || p->m < 0 ||
+      p->group < 1 || p->c % p->group || p->m % p->group || p->kh < 1 || p->kw < 1 ||
+      p->sh < 1 || p->sw < 1 || p->dh < 1 || p->dw < 1 || p->pt < 0 || p->pl < 0 ||
+      p->oh < 0 || p->ow < 0)
+    return KILN_ERR_INVALID_ARG;
+  int64_t ohw = p->oh * p->ow, cg = p->c / p->group, mg = p->m / p->group;
+  if (!p->n || !p->m || !ohw) return KILN_OK;
+  if (!x || !w || !y) return KILN_ERR_INVALID_ARG;
+
+  if (cg == 1) { /* depthwise, any channel multiplier */
+    dw_ctx d = {p, x, w, ep->bias, ep->residual, y, &ep->act, isa};
+    kiln_parallel_for(pool, (size_t)(p->n * p->m), dw_task, &d, 0);
+    return KILN_OK;
+  }
+
+  int64_t kk = cg * p->kh * p->kw;
+  bool direct = p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
+                p->pl == 0 && p->oh == p->h && p->ow == p->w;
+  float *col = NULL;
+  if (!direct) {
+    col = kiln_malloc(sizeof(float) * (size_t)kk * (size_t)ohw);
+    if (!col) return KILN_ERR_NOMEM;
+  }
+  kiln_gemm_ctx gctx = {pool, isa};
+  kiln_code rc = KILN_OK;
+  for (int64_t nn = 0; nn < p->n && !rc; nn++)
+    for (int64_t gr = 0; gr < p->group && !rc; gr++) {
+      const float *xg = x + (nn * p->c + gr * cg) * p->h * p->w, *b = xg;
+      if (!direct) {
+        col_ctx cc = {p, xg, col};
+        kiln_parallel_for(pool, (size_t)kk, im2col_task, &cc, 0);
+        b = col;
+      }
+      int64_t yoff = (nn * p->m + gr * mg) * ohw;
+      float *yb = y + yoff;
+      const float *res = ep->residual ? ep->residual + yoff : NULL;
+      kiln_gemm_epilogue gep = {0};
+      if (!ep->bias) { /* residual and activation fit the GEMM's own epilogue */
+        gep.act = ep->act;
+        gep.residual = res;
+        gep.ldr = (size_t)ohw;
+      }
+      rc = kiln_gemm_f32(&gctx, 0, 0, (size_t)mg, (size_t)ohw, (size_t)kk, 1.0f, w + gr * mg * kk,
+                         (size_t)kk, b, (size_t)ohw, 0.0f, yb, (size_t)ohw, &gep, NULL);
+      if (!rc && ep->bias) {
+        ep_ctx e = {yb, ep->bias + gr * mg, res, ohw, &ep->act, isa};
+        kiln_parallel_for(pool, (size_t)mg, ep_task, &e, 0);
+      }
+    }
+  free(col);
+  return rc;
+}
