@@ -105,81 +105,82 @@ static void dw_plane_c(const kiln_conv2d_f32_params *p, const float *xp, const f
 }
 
 #ifdef KILN_HAVE_X86_KERNELS
-/* 16 lanes: xr[s + j] where 0 <= s + j < w, else 0 (never reads outside the row). */
-V512 __m512 dw_load16(const float *xr, int64_t s, int64_t w) {
-  int64_t lo = s < 0 ? -s : 0, hi = w - s < 16 ? w - s : 16;
-  if (lo == 0 && hi == 16) return _mm512_loadu_ps(xr + s);
-  if (hi <= lo) return _mm512_setzero_ps();
-  __mmask16 m = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
-  return _mm512_maskz_expandloadu_ps(m, xr + s + lo);
-}
-
-/* Lanes j = 0..15: xr[s + 2j] (0 outside the row). */
-V512 __m512 dw_load16s2(const float *xr, int64_t s, int64_t w) {
+/* 16 lanes xr[s + sw * j] (sw 1 or 2). */
+V512 __m512 dw_in16(const float *xr, int64_t s, int sw) {
+  if (sw == 1) return _mm512_loadu_ps(xr + s);
   const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  return _mm512_permutex2var_ps(dw_load16(xr, s, w), ev, dw_load16(xr, s + 16, w));
+  return _mm512_permutex2var_ps(_mm512_loadu_ps(xr + s), ev, _mm512_loadu_ps(xr + s + 16));
 }
 
-/* One unit of work: 16 output columns starting at ox of row oy. */
-typedef struct dw_unit {
-  int64_t iy0, sx; /* input row for ky = 0, input column for kx = 0 and lane 0 */
-} dw_unit;
-
-V512 __m512 dw_tap(const kiln_conv2d_f32_params *p, const float *xp, dw_unit u, int64_t ky,
-                   int64_t kx, __m512 wv, __m512 acc) {
-  int64_t iy = u.iy0 + ky * p->dh;
-  if (iy < 0 || iy >= p->h) return acc;
-  const float *xr = xp + iy * p->w;
-  int64_t s = u.sx + kx * p->dw;
-  __m512 v = p->sw == 1 ? dw_load16(xr, s, p->w) : dw_load16s2(xr, s, p->w);
-  return _mm512_fmadd_ps(v, wv, acc);
+/* The padded plane for dw_plane_avx512: rows [0, ph) x columns [0, pw) where padded (r, q) is
+ * input (r - pt, q - pl), zero outside. Sizes so that every 16-lane chunk's taps lie inside. */
+static void dw_pad_dims(const kiln_conv2d_f32_params *p, int64_t *ph, int64_t *pw) {
+  int64_t nch = (p->ow + 15) / 16;
+  *ph = (p->oh - 1) * p->sh + (p->kh - 1) * p->dh + 1;
+  *pw = (nch - 1) * 16 * p->sw + (p->kw - 1) * p->dw + 16 * p->sw;
 }
 
-V512 void dw_store(const kiln_conv2d_f32_params *p, int64_t uidx, int64_t nch, const float *rp,
-                   float *yp, __m512 acc) {
-  int64_t oy = uidx / nch, ox = (uidx % nch) * 16, n = p->ow - ox < 16 ? p->ow - ox : 16;
-  __mmask16 m = (__mmask16)((1u << n) - 1);
-  int64_t o = oy * p->ow + ox;
-  if (rp) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, rp + o));
-  _mm512_mask_storeu_ps(yp + o, m, acc);
+/* Writes every element of the padded plane (zeros only where there is no input). */
+static void dw_pad(const kiln_conv2d_f32_params *p, const float *xp, float *pad, int64_t ph,
+                   int64_t pw) {
+  int64_t l = p->pl < pw ? p->pl : pw, n = p->w < pw - l ? p->w : pw - l;
+  for (int64_t r = 0; r < ph; r++) {
+    float *d = pad + r * pw;
+    int64_t iy = r - p->pt;
+    if (iy < 0 || iy >= p->h) {
+      memset(d, 0, sizeof(float) * (size_t)pw);
+      continue;
+    }
+    if (l) memset(d, 0, sizeof(float) * (size_t)l);
+    memcpy(d + l, xp + iy * p->w, sizeof(float) * (size_t)n);
+    if (l + n < pw) memset(d + l + n, 0, sizeof(float) * (size_t)(pw - l - n));
+  }
 }
 
-V512 dw_unit dw_unit_at(const kiln_conv2d_f32_params *p, int64_t uidx, int64_t nch) {
-  dw_unit u = {(uidx / nch) * p->sh - p->pt, (uidx % nch) * 16 * p->sw - p->pl};
-  return u;
-}
-
-/* One output plane, stride 1 or 2 in x: four 16-column units at a time, each with its own
- * accumulator, all taps in registers; padding reads as 0 through masked loads. */
-T512 static void dw_plane_avx512(const kiln_conv2d_f32_params *p, const float *xp, const float *wk,
-                                 float bv, const float *rp, float *yp) {
-  int64_t nch = (p->ow + 15) / 16, nu = p->oh * nch, u = 0;
+/* One output plane, stride 1 or 2 in x, from the padded plane: units of 16 output columns of
+ * one row, four at a time with their own accumulators (across rows when rows are narrow), all
+ * taps in registers with plain loads. */
+T512 static void dw_plane_avx512(const kiln_conv2d_f32_params *p, const float *pad, int64_t pw,
+                                 const float *wk, float bv, const float *rp, float *yp) {
+  int64_t nch = (p->ow + 15) / 16, nu = p->oh * nch, sw = p->sw, u = 0;
   __m512 vb = _mm512_set1_ps(bv);
+#define DW_BASE(uu) (pad + ((uu) / nch) * p->sh * pw + ((uu) % nch) * 16 * sw)
+#define DW_STORE(uu, acc)                                                                  \
+  do {                                                                                     \
+    int64_t oy_ = (uu) / nch, ox_ = ((uu) % nch) * 16, n_ = p->ow - ox_ < 16 ? p->ow - ox_ : 16; \
+    __mmask16 m_ = (__mmask16)((1u << n_) - 1);                                            \
+    __m512 v_ = (acc);                                                                     \
+    if (rp) v_ = _mm512_add_ps(v_, _mm512_maskz_loadu_ps(m_, rp + oy_ * p->ow + ox_));      \
+    _mm512_mask_storeu_ps(yp + oy_ * p->ow + ox_, m_, v_);                                 \
+  } while (0)
   for (; u + 4 <= nu; u += 4) {
-    dw_unit u0 = dw_unit_at(p, u, nch), u1 = dw_unit_at(p, u + 1, nch),
-            u2 = dw_unit_at(p, u + 2, nch), u3 = dw_unit_at(p, u + 3, nch);
+    const float *b0 = DW_BASE(u), *b1 = DW_BASE(u + 1), *b2 = DW_BASE(u + 2), *b3 = DW_BASE(u + 3);
     __m512 a0 = vb, a1 = vb, a2 = vb, a3 = vb;
     for (int64_t ky = 0; ky < p->kh; ky++)
       for (int64_t kx = 0; kx < p->kw; kx++) {
         __m512 wv = _mm512_set1_ps(wk[ky * p->kw + kx]);
-        a0 = dw_tap(p, xp, u0, ky, kx, wv, a0);
-        a1 = dw_tap(p, xp, u1, ky, kx, wv, a1);
-        a2 = dw_tap(p, xp, u2, ky, kx, wv, a2);
-        a3 = dw_tap(p, xp, u3, ky, kx, wv, a3);
+        int64_t o = ky * p->dh * pw + kx * p->dw;
+        a0 = _mm512_fmadd_ps(dw_in16(b0, o, (int)sw), wv, a0);
+        a1 = _mm512_fmadd_ps(dw_in16(b1, o, (int)sw), wv, a1);
+        a2 = _mm512_fmadd_ps(dw_in16(b2, o, (int)sw), wv, a2);
+        a3 = _mm512_fmadd_ps(dw_in16(b3, o, (int)sw), wv, a3);
       }
-    dw_store(p, u, nch, rp, yp, a0);
-    dw_store(p, u + 1, nch, rp, yp, a1);
-    dw_store(p, u + 2, nch, rp, yp, a2);
-    dw_store(p, u + 3, nch, rp, yp, a3);
+    DW_STORE(u, a0);
+    DW_STORE(u + 1, a1);
+    DW_STORE(u + 2, a2);
+    DW_STORE(u + 3, a3);
   }
   for (; u < nu; u++) {
-    dw_unit u0 = dw_unit_at(p, u, nch);
+    const float *b0 = DW_BASE(u);
     __m512 a0 = vb;
     for (int64_t ky = 0; ky < p->kh; ky++)
       for (int64_t kx = 0; kx < p->kw; kx++)
-        a0 = dw_tap(p, xp, u0, ky, kx, _mm512_set1_ps(wk[ky * p->kw + kx]), a0);
-    dw_store(p, u, nch, rp, yp, a0);
+        a0 = _mm512_fmadd_ps(dw_in16(b0, ky * p->dh * pw + kx * p->dw, (int)sw),
+                             _mm512_set1_ps(wk[ky * p->kw + kx]), a0);
+    DW_STORE(u, a0);
   }
+#undef DW_BASE
+#undef DW_STORE
 }
 #endif
 
@@ -188,19 +189,35 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
   const dw_ctx *d = ctx;
   const kiln_conv2d_f32_params *p = d->p;
   int64_t ohw = p->oh * p->ow, mult = p->m / p->c;
+  float *pad = NULL;
+  int64_t ph = 0, pw = 0;
+#ifdef KILN_HAVE_X86_KERNELS
+  if (d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2)) {
+    dw_pad_dims(p, &ph, &pw);
+    pad = kiln_malloc(sizeof(float) * (size_t)(ph * pw)); /* NULL: the portable path */
+  }
+#endif
+  int64_t padded_ci = -1, padded_n = -1;
+  (void)ph, (void)pw, (void)padded_ci, (void)padded_n;
   for (size_t t = begin; t < end; t++) {
     int64_t nn = (int64_t)t / p->m, mo = (int64_t)t % p->m, ci = mo / mult;
     const float *xp = d->x + (nn * p->c + ci) * p->h * p->w, *wk = d->w + mo * p->kh * p->kw;
     const float *rp = d->res ? d->res + (int64_t)t * ohw : NULL;
     float *yp = d->y + (int64_t)t * ohw, bv = d->bias ? d->bias[mo] : 0.0f;
 #ifdef KILN_HAVE_X86_KERNELS
-    if (d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2))
-      dw_plane_avx512(p, xp, wk, bv, rp, yp);
-    else
+    if (pad) {
+      if (ci != padded_ci || nn != padded_n) { /* channel multipliers share one padded plane */
+        dw_pad(p, xp, pad, ph, pw);
+        padded_ci = ci;
+        padded_n = nn;
+      }
+      dw_plane_avx512(p, pad, pw, wk, bv, rp, yp);
+    } else
 #endif
       dw_plane_c(p, xp, wk, bv, rp, yp);
     if (d->act->kind != KILN_ACT_NONE) kiln_f32_act(d->isa, yp, (size_t)ohw, d->act);
   }
+  free(pad);
 }
 
 /* ---- im2col + GEMM ------------------------------------------------------------------------ */

@@ -124,6 +124,10 @@ int main(void) {
       {1, 16, 15, 15, 32, 4, 3, 3, 1, 1, 1, 1, 0},    /* grouped */
       {1, 8, 12, 40, 16, 8, 3, 3, 1, 2, 2, 2, 0},     /* depthwise x2, dilated */
       {1, 6, 7, 70, 6, 6, 3, 3, 3, 1, 1, 1, 0},       /* depthwise stride 3 */
+      {1, 5, 6, 150, 5, 5, 3, 3, 1, 1, 1, 1, 0},      /* depthwise, wide rows (4-chunk path) */
+      {2, 4, 5, 261, 4, 4, 3, 3, 2, 1, 1, 0, 0},      /* depthwise s2, wide, pads at start only */
+      {1, 3, 9, 199, 6, 3, 5, 3, 1, 2, 3, 2, 0},      /* depthwise x2, dilated, wide */
+      {1, 4, 8, 130, 4, 4, 5, 5, 2, 1, 2, 2, 0},      /* depthwise 5x5 s2, wide */
   };
   for (size_t f = 0; f < sizeof fixed / sizeof fixed[0]; f++) {
     const int64_t *v = fixed[f];
