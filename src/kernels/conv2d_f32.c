@@ -226,7 +226,43 @@ typedef struct col_ctx {
   const kiln_conv2d_f32_params *p;
   const float *xg; /* first input channel of the group */
   float *col;      /* [cg * kh * kw, oh * ow] */
+  int isa;
 } col_ctx;
+
+#ifdef KILN_HAVE_X86_KERNELS
+/* One im2col row: d[ox] = src[ox * sw] for ox in [a, b), 0 elsewhere in [0, ow); sw 1 or 2.
+ * Reads src[a * sw .. (b - 1) * sw] only. */
+T512 static void im2col_row_avx512(float *d, const float *src, int64_t a, int64_t b, int64_t ow,
+                                   int sw) {
+  const __m512 z = _mm512_setzero_ps();
+  for (int64_t i = 0; i < a; i += 16) {
+    int64_t n = a - i < 16 ? a - i : 16;
+    _mm512_mask_storeu_ps(d + i, (__mmask16)((1u << n) - 1), z);
+  }
+  if (sw == 1) {
+    int64_t i = a;
+    for (; i + 16 <= b; i += 16) _mm512_storeu_ps(d + i, _mm512_loadu_ps(src + i));
+    if (i < b) {
+      __mmask16 m = (__mmask16)((1u << (b - i)) - 1);
+      _mm512_mask_storeu_ps(d + i, m, _mm512_maskz_loadu_ps(m, src + i));
+    }
+  } else {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (int64_t i = a; i < b; i += 16) {
+      int64_t n = b - i < 16 ? b - i : 16, e = 2 * n - 1; /* elements read: src[2i .. 2i+e) */
+      __mmask16 lo = (__mmask16)(e >= 16 ? 0xffffu : (1u << e) - 1);
+      __mmask16 hi = (__mmask16)(e <= 16 ? 0u : (1u << (e - 16)) - 1);
+      __m512 v0 = _mm512_maskz_loadu_ps(lo, src + 2 * i);
+      __m512 v1 = hi ? _mm512_maskz_loadu_ps(hi, src + 2 * i + 16) : z;
+      _mm512_mask_storeu_ps(d + i, (__mmask16)((1u << n) - 1), _mm512_permutex2var_ps(v0, ev, v1));
+    }
+  }
+  for (int64_t i = b; i < ow; i += 16) {
+    int64_t n = ow - i < 16 ? ow - i : 16;
+    _mm512_mask_storeu_ps(d + i, (__mmask16)((1u << n) - 1), z);
+  }
+}
+#endif
 
 static void im2col_task(void *ctx, size_t begin, size_t end, int ti) {
   (void)ti;
@@ -247,6 +283,12 @@ static void im2col_task(void *ctx, size_t begin, size_t end, int ti) {
         continue;
       }
       const float *xr = xp + iy * p->w;
+#ifdef KILN_HAVE_X86_KERNELS
+      if (cc->isa >= KILN_ISA_AVX512 && p->sw <= 2) {
+        im2col_row_avx512(d, xr + off, a, b, p->ow, (int)p->sw);
+        continue;
+      }
+#endif
       if (a) memset(d, 0, sizeof(float) * (size_t)a);
       if (p->sw == 1)
         memcpy(d + a, xr + a + off, sizeof(float) * (size_t)(b - a));
@@ -313,7 +355,7 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
     for (int64_t gr = 0; gr < p->group && !rc; gr++) {
       const float *xg = x + (nn * p->c + gr * cg) * p->h * p->w, *b = xg;
       if (!direct) {
-        col_ctx cc = {p, xg, col};
+        col_ctx cc = {p, xg, col, isa};
         kiln_parallel_for(pool, (size_t)kk, im2col_task, &cc, 0);
         b = col;
       }
