@@ -225,7 +225,8 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
 typedef struct col_ctx {
   const kiln_conv2d_f32_params *p;
   const float *xg; /* first input channel of the group */
-  float *col;      /* [cg * kh * kw, oh * ow] */
+  float *col;      /* [cg * kh * kw, (oy1 - oy0) * ow] */
+  int64_t oy0, oy1; /* the output rows of this tile */
   int isa;
 } col_ctx;
 
@@ -268,14 +269,14 @@ static void im2col_task(void *ctx, size_t begin, size_t end, int ti) {
   (void)ti;
   const col_ctx *cc = ctx;
   const kiln_conv2d_f32_params *p = cc->p;
-  int64_t kk = p->kh * p->kw, ohw = p->oh * p->ow;
+  int64_t kk = p->kh * p->kw, tn = (cc->oy1 - cc->oy0) * p->ow;
   for (size_t r = begin; r < end; r++) {
     int64_t ci = (int64_t)r / kk, ky = (int64_t)r % kk / p->kw, kx = (int64_t)r % p->kw;
     const float *xp = cc->xg + ci * p->h * p->w;
-    float *dst = cc->col + (int64_t)r * ohw;
+    float *dst = cc->col + (int64_t)r * tn - cc->oy0 * p->ow;
     int64_t off = kx * p->dw - p->pl, a, b;
     col_range(off, p->sw, p->w, p->ow, &a, &b);
-    for (int64_t oy = 0; oy < p->oh; oy++) {
+    for (int64_t oy = cc->oy0; oy < cc->oy1; oy++) {
       float *d = dst + oy * p->ow;
       int64_t iy = oy * p->sh - p->pt + ky * p->dh;
       if (iy < 0 || iy >= p->h || a == b) {
@@ -303,7 +304,8 @@ typedef struct ep_ctx {
   float *y;          /* first channel of the block */
   const float *bias; /* first bias of the block, or NULL */
   const float *res;  /* residual for the block, or NULL */
-  int64_t n;         /* elements per channel */
+  int64_t n;         /* elements per channel in the block */
+  int64_t ld;        /* distance between channels (y and res) */
   const kiln_act *act;
   int isa;
 } ep_ctx;
@@ -312,11 +314,14 @@ static void ep_task(void *ctx, size_t begin, size_t end, int ti) {
   (void)ti;
   const ep_ctx *e = ctx;
   for (size_t ch = begin; ch < end; ch++) {
-    float *y = e->y + (int64_t)ch * e->n;
-    add_bias_res(e->isa, y, e->n, e->bias ? e->bias[ch] : 0.0f, e->res ? e->res + (int64_t)ch * e->n : NULL);
+    float *y = e->y + (int64_t)ch * e->ld;
+    add_bias_res(e->isa, y, e->n, e->bias ? e->bias[ch] : 0.0f, e->res ? e->res + (int64_t)ch * e->ld : NULL);
     if (e->act->kind != KILN_ACT_NONE) kiln_f32_act(e->isa, y, (size_t)e->n, e->act);
   }
 }
+
+/* Floats per im2col tile (1 MiB: within a core's L2). */
+enum { COL_TILE = 256 * 1024 };
 
 /* ---- entry ------------------------------------------------------------------------------- */
 
@@ -344,37 +349,46 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
   int64_t kk = cg * p->kh * p->kw;
   bool direct = p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
                 p->pl == 0 && p->oh == p->h && p->ow == p->w;
+  /* im2col in tiles of whole output rows, about COL_TILE floats, so that the buffer stays in
+   * cache between its writing and the GEMM's reading (the direct path: one tile) */
+  int64_t rows = direct ? p->oh : COL_TILE / (kk * p->ow);
+  if (rows < 1) rows = 1;
+  if (rows > p->oh) rows = p->oh;
   float *col = NULL;
   if (!direct) {
-    col = kiln_malloc(sizeof(float) * (size_t)kk * (size_t)ohw);
+    col = kiln_malloc(sizeof(float) * (size_t)kk * (size_t)(rows * p->ow));
     if (!col) return KILN_ERR_NOMEM;
   }
   kiln_gemm_ctx gctx = {pool, isa};
   kiln_code rc = KILN_OK;
   for (int64_t nn = 0; nn < p->n && !rc; nn++)
-    for (int64_t gr = 0; gr < p->group && !rc; gr++) {
-      const float *xg = x + (nn * p->c + gr * cg) * p->h * p->w, *b = xg;
-      if (!direct) {
-        col_ctx cc = {p, xg, col, isa};
-        kiln_parallel_for(pool, (size_t)kk, im2col_task, &cc, 0);
-        b = col;
+    for (int64_t gr = 0; gr < p->group && !rc; gr++)
+      for (int64_t oy0 = 0; oy0 < p->oh && !rc; oy0 += rows) {
+        int64_t oy1 = oy0 + rows < p->oh ? oy0 + rows : p->oh, tn = (oy1 - oy0) * p->ow;
+        const float *xg = x + (nn * p->c + gr * cg) * p->h * p->w, *b = xg;
+        size_t ldb = (size_t)ohw;
+        if (!direct) {
+          col_ctx cc = {p, xg, col, oy0, oy1, isa};
+          kiln_parallel_for(pool, (size_t)kk, im2col_task, &cc, 0);
+          b = col;
+          ldb = (size_t)tn;
+        }
+        int64_t yoff = (nn * p->m + gr * mg) * ohw + oy0 * p->ow;
+        float *yb = y + yoff;
+        const float *res = ep->residual ? ep->residual + yoff : NULL;
+        kiln_gemm_epilogue gep = {0};
+        if (!ep->bias) { /* residual and activation fit the GEMM's own epilogue */
+          gep.act = ep->act;
+          gep.residual = res;
+          gep.ldr = (size_t)ohw;
+        }
+        rc = kiln_gemm_f32(&gctx, 0, 0, (size_t)mg, (size_t)tn, (size_t)kk, 1.0f, w + gr * mg * kk,
+                           (size_t)kk, b, ldb, 0.0f, yb, (size_t)ohw, &gep, NULL);
+        if (!rc && ep->bias) {
+          ep_ctx e = {yb, ep->bias + gr * mg, res, tn, ohw, &ep->act, isa};
+          kiln_parallel_for(pool, (size_t)mg, ep_task, &e, 0);
+        }
       }
-      int64_t yoff = (nn * p->m + gr * mg) * ohw;
-      float *yb = y + yoff;
-      const float *res = ep->residual ? ep->residual + yoff : NULL;
-      kiln_gemm_epilogue gep = {0};
-      if (!ep->bias) { /* residual and activation fit the GEMM's own epilogue */
-        gep.act = ep->act;
-        gep.residual = res;
-        gep.ldr = (size_t)ohw;
-      }
-      rc = kiln_gemm_f32(&gctx, 0, 0, (size_t)mg, (size_t)ohw, (size_t)kk, 1.0f, w + gr * mg * kk,
-                         (size_t)kk, b, (size_t)ohw, 0.0f, yb, (size_t)ohw, &gep, NULL);
-      if (!rc && ep->bias) {
-        ep_ctx e = {yb, ep->bias + gr * mg, res, ohw, &ep->act, isa};
-        kiln_parallel_for(pool, (size_t)mg, ep_task, &e, 0);
-      }
-    }
   free(col);
   return rc;
 }

@@ -128,6 +128,8 @@ int main(void) {
       {2, 4, 5, 261, 4, 4, 3, 3, 2, 1, 1, 0, 0},      /* depthwise s2, wide, pads at start only */
       {1, 3, 9, 199, 6, 3, 5, 3, 1, 2, 3, 2, 0},      /* depthwise x2, dilated, wide */
       {1, 4, 8, 130, 4, 4, 5, 5, 2, 1, 2, 2, 0},      /* depthwise 5x5 s2, wide */
+      {1, 64, 4, 500, 8, 1, 3, 3, 1, 1, 1, 1, 0},     /* im2col in several row tiles */
+      {2, 128, 5, 1000, 6, 2, 3, 3, 2, 1, 1, 1, 0},   /* tiles, groups, stride 2, batch 2 */
   };
   for (size_t f = 0; f < sizeof fixed / sizeof fixed[0]; f++) {
     const int64_t *v = fixed[f];
