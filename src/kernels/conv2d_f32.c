@@ -320,8 +320,63 @@ static void ep_task(void *ctx, size_t begin, size_t end, int ti) {
   }
 }
 
-/* Floats per im2col tile (1 MiB: within a core's L2). */
-enum { COL_TILE = 256 * 1024 };
+/* Floats per im2col tile (512 KiB: well within a core's L2). */
+enum { COL_TILE = 128 * 1024 };
+
+typedef struct tile_job {
+  const kiln_conv2d_f32_params *p;
+  const float *x, *w;
+  const kiln_conv2d_f32_epilogue *ep;
+  float *y;
+  int64_t kk, cg, mg, rows, ntiles;
+  bool direct;
+  int isa;
+  float *col;        /* col_floats per thread (NULL when direct) */
+  size_t col_floats;
+  kiln_code *rc;     /* per thread */
+} tile_job;
+
+/* Task t = (n, group, tile of output rows): im2col, GEMM, epilogue. Loops inside run on
+ * `pool` (NULL: this thread). */
+static kiln_code run_tile(const tile_job *j, int64_t t, float *col, kiln_threadpool *pool) {
+  const kiln_conv2d_f32_params *p = j->p;
+  const kiln_conv2d_f32_epilogue *ep = j->ep;
+  int64_t tile = t % j->ntiles, gr = t / j->ntiles % p->group, nn = t / j->ntiles / p->group;
+  int64_t ohw = p->oh * p->ow, oy0 = tile * j->rows;
+  int64_t oy1 = oy0 + j->rows < p->oh ? oy0 + j->rows : p->oh, tn = (oy1 - oy0) * p->ow;
+  const float *xg = j->x + (nn * p->c + gr * j->cg) * p->h * p->w, *b = xg + oy0 * p->ow;
+  size_t ldb = (size_t)ohw;
+  if (!j->direct) {
+    col_ctx cc = {p, xg, col, oy0, oy1, j->isa};
+    kiln_parallel_for(pool, (size_t)j->kk, im2col_task, &cc, 0);
+    b = col;
+    ldb = (size_t)tn;
+  }
+  int64_t yoff = (nn * p->m + gr * j->mg) * ohw + oy0 * p->ow;
+  float *yb = j->y + yoff;
+  const float *res = ep->residual ? ep->residual + yoff : NULL;
+  kiln_gemm_epilogue gep = {0};
+  if (!ep->bias) { /* residual and activation fit the GEMM's own epilogue */
+    gep.act = ep->act;
+    gep.residual = res;
+    gep.ldr = (size_t)ohw;
+  }
+  kiln_gemm_ctx gctx = {pool, j->isa};
+  kiln_code rc = kiln_gemm_f32(&gctx, 0, 0, (size_t)j->mg, (size_t)tn, (size_t)j->kk, 1.0f,
+                               j->w + gr * j->mg * j->kk, (size_t)j->kk, b, ldb, 0.0f, yb,
+                               (size_t)ohw, &gep, NULL);
+  if (!rc && ep->bias) {
+    ep_ctx e = {yb, ep->bias + gr * j->mg, res, tn, ohw, &ep->act, j->isa};
+    kiln_parallel_for(pool, (size_t)j->mg, ep_task, &e, 0);
+  }
+  return rc;
+}
+
+static void tile_task(void *ctx, size_t begin, size_t end, int ti) {
+  const tile_job *j = ctx;
+  for (size_t t = begin; t < end; t++)
+    if (!j->rc[ti]) j->rc[ti] = run_tile(j, (int64_t)t, j->col ? j->col + (size_t)ti * j->col_floats : NULL, NULL);
+}
 
 /* ---- entry ------------------------------------------------------------------------------- */
 
@@ -349,46 +404,38 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
   int64_t kk = cg * p->kh * p->kw;
   bool direct = p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
                 p->pl == 0 && p->oh == p->h && p->ow == p->w;
-  /* im2col in tiles of whole output rows, about COL_TILE floats, so that the buffer stays in
-   * cache between its writing and the GEMM's reading (the direct path: one tile) */
-  int64_t rows = direct ? p->oh : COL_TILE / (kk * p->ow);
+  /* Tiles of whole output rows whose im2col block (or input block, direct) is about COL_TILE
+   * floats: it stays in cache between its writing and the GEMM's reading. */
+  int64_t rows = COL_TILE / (kk * p->ow);
   if (rows < 1) rows = 1;
   if (rows > p->oh) rows = p->oh;
+  int64_t ntiles = (p->oh + rows - 1) / rows, tasks = p->n * p->group * ntiles;
+  int nthr = kiln_threadpool_size(pool);
+  /* Enough tiles: each thread takes whole tiles (im2col, GEMM, epilogue on its own, one
+   * barrier in all); else the tiles run in turn with every loop inside on the pool. */
+  bool outer = nthr > 1 && tasks >= 3 * (int64_t)nthr;
+  if (direct && !outer) { /* nothing to keep in cache: one GEMM per (n, group) */
+    rows = p->oh;
+    ntiles = 1;
+    tasks = p->n * p->group;
+  }
+  int nbuf = outer ? nthr : 1;
+  size_t col_floats = direct ? 0 : (size_t)kk * (size_t)(rows * p->ow);
   float *col = NULL;
+  kiln_code rcs[64] = {0};
+  if (nbuf > 64) return KILN_ERR_UNSUPPORTED;
   if (!direct) {
-    col = kiln_malloc(sizeof(float) * (size_t)kk * (size_t)(rows * p->ow));
+    col = kiln_malloc(sizeof(float) * col_floats * (size_t)nbuf);
     if (!col) return KILN_ERR_NOMEM;
   }
-  kiln_gemm_ctx gctx = {pool, isa};
+  tile_job j = {p, x, w, ep, y, kk, cg, mg, rows, ntiles, direct, isa, col, col_floats, rcs};
   kiln_code rc = KILN_OK;
-  for (int64_t nn = 0; nn < p->n && !rc; nn++)
-    for (int64_t gr = 0; gr < p->group && !rc; gr++)
-      for (int64_t oy0 = 0; oy0 < p->oh && !rc; oy0 += rows) {
-        int64_t oy1 = oy0 + rows < p->oh ? oy0 + rows : p->oh, tn = (oy1 - oy0) * p->ow;
-        const float *xg = x + (nn * p->c + gr * cg) * p->h * p->w, *b = xg;
-        size_t ldb = (size_t)ohw;
-        if (!direct) {
-          col_ctx cc = {p, xg, col, oy0, oy1, isa};
-          kiln_parallel_for(pool, (size_t)kk, im2col_task, &cc, 0);
-          b = col;
-          ldb = (size_t)tn;
-        }
-        int64_t yoff = (nn * p->m + gr * mg) * ohw + oy0 * p->ow;
-        float *yb = y + yoff;
-        const float *res = ep->residual ? ep->residual + yoff : NULL;
-        kiln_gemm_epilogue gep = {0};
-        if (!ep->bias) { /* residual and activation fit the GEMM's own epilogue */
-          gep.act = ep->act;
-          gep.residual = res;
-          gep.ldr = (size_t)ohw;
-        }
-        rc = kiln_gemm_f32(&gctx, 0, 0, (size_t)mg, (size_t)tn, (size_t)kk, 1.0f, w + gr * mg * kk,
-                           (size_t)kk, b, ldb, 0.0f, yb, (size_t)ohw, &gep, NULL);
-        if (!rc && ep->bias) {
-          ep_ctx e = {yb, ep->bias + gr * mg, res, tn, ohw, &ep->act, isa};
-          kiln_parallel_for(pool, (size_t)mg, ep_task, &e, 0);
-        }
-      }
+  if (outer) {
+    kiln_parallel_for(pool, (size_t)tasks, tile_task, &j, 1);
+    for (int i = 0; i < nbuf && !rc; i++) rc = rcs[i];
+  } else {
+    for (int64_t t = 0; t < tasks && !rc; t++) rc = run_tile(&j, t, col, pool);
+  }
   free(col);
   return rc;
 }

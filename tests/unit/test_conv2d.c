@@ -130,6 +130,8 @@ int main(void) {
       {1, 4, 8, 130, 4, 4, 5, 5, 2, 1, 2, 2, 0},      /* depthwise 5x5 s2, wide */
       {1, 64, 4, 500, 8, 1, 3, 3, 1, 1, 1, 1, 0},     /* im2col in several row tiles */
       {2, 128, 5, 1000, 6, 2, 3, 3, 2, 1, 1, 1, 0},   /* tiles, groups, stride 2, batch 2 */
+      {2, 64, 40, 300, 8, 1, 1, 1, 1, 1, 0, 0, 0},    /* 1x1 direct in several tiles */
+      {2, 64, 9, 50, 16, 4, 1, 1, 1, 1, 0, 0, 0},     /* grouped 1x1 direct */
   };
   for (size_t f = 0; f < sizeof fixed / sizeof fixed[0]; f++) {
     const int64_t *v = fixed[f];
