@@ -322,6 +322,8 @@ static void ep_task(void *ctx, size_t begin, size_t end, int ti) {
 
 /* Floats per im2col tile (512 KiB: well within a core's L2). */
 enum { COL_TILE = 128 * 1024 };
+/* Output elements from which the bias/residual/activation pass is split over the pool. */
+enum { EP_PAR_MIN = 512 * 1024 };
 
 typedef struct tile_job {
   const kiln_conv2d_f32_params *p;
@@ -367,7 +369,8 @@ static kiln_code run_tile(const tile_job *j, int64_t t, float *col, kiln_threadp
                                (size_t)ohw, &gep, NULL);
   if (!rc && ep->bias) {
     ep_ctx e = {yb, ep->bias + gr * j->mg, res, tn, ohw, &ep->act, j->isa};
-    kiln_parallel_for(pool, (size_t)j->mg, ep_task, &e, 0);
+    /* small blocks: a loop on the pool costs more than it saves */
+    kiln_parallel_for(j->mg * tn >= EP_PAR_MIN ? pool : NULL, (size_t)j->mg, ep_task, &e, 0);
   }
   return rc;
 }
