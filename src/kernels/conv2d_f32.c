@@ -408,8 +408,11 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
   bool direct = p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
                 p->pl == 0 && p->oh == p->h && p->ow == p->w;
   /* Tiles of whole output rows whose im2col block (or input block, direct) is about COL_TILE
-   * floats: it stays in cache between its writing and the GEMM's reading. */
+   * floats: it stays in cache between its writing and the GEMM's reading ... */
   int64_t rows = COL_TILE / (kk * p->ow);
+  /* ... but each tile streams the whole weight block again: at least 4 columns per weight row */
+  int64_t min_rows = (4 * mg + p->ow - 1) / p->ow;
+  if (rows < min_rows) rows = min_rows;
   if (rows < 1) rows = 1;
   if (rows > p->oh) rows = p->oh;
   int64_t ntiles = (p->oh + rows - 1) / rows, tasks = p->n * p->group * ntiles;
