@@ -5,11 +5,17 @@
  *
  * Paths:
  * - depthwise (one input channel per group, any channel multiplier): a direct kernel per
- *   (n, output channel) plane, taps accumulated in registers over runs of output columns,
- *   padding handled by masked loads (AVX-512) or clamped column ranges (portable C);
- * - otherwise per (n, group) a GEMM of the weights with the input itself (1x1, stride 1, no
- *   padding) or with a row-wise im2col buffer (runs of contiguous input copied with memcpy,
- *   padding zero-filled), then bias + residual + activation in one pass per channel.
+ *   (n, output channel) plane. AVX-512, x stride 1 or 2: the input plane is copied into a
+ *   per-thread zero-padded buffer, then 16-column units, four at a time, accumulate every tap
+ *   in registers with plain loads. Otherwise portable C over clamped column ranges.
+ * - otherwise per (n, group, tile of output rows) a GEMM (kiln_gemm_f32) of the weights with
+ *   the input itself (1x1, stride 1, no padding) or with a row-wise im2col block (contiguous
+ *   runs copied, strided ones gathered, padding zero-filled; about 512 KiB so it stays in L2
+ *   until the GEMM reads it, but at least 4 columns per weight row), then bias + residual +
+ *   activation in one pass per channel over the block (without bias, the GEMM's own epilogue
+ *   applies residual and activation). With enough tiles each thread takes whole tiles with its
+ *   own buffer (one barrier per call); else the tiles run in turn with the im2col, GEMM and
+ *   epilogue loops on the pool.
  * Loops run on `pool` (NULL: the calling thread).
  */
 #ifndef KILN_KERNELS_CONV2D_F32_H
