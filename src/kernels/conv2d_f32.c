@@ -324,6 +324,8 @@ static void ep_task(void *ctx, size_t begin, size_t end, int ti) {
 enum { COL_TILE = 128 * 1024 };
 /* Output elements from which the bias/residual/activation pass is split over the pool. */
 enum { EP_PAR_MIN = 512 * 1024 };
+/* Pools up to this size may take whole tiles per thread (per-thread results on the stack). */
+enum { MAX_THREADS = 64 };
 
 typedef struct tile_job {
   const kiln_conv2d_f32_params *p;
@@ -419,7 +421,7 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
   int nthr = kiln_threadpool_size(pool);
   /* Enough tiles: each thread takes whole tiles (im2col, GEMM, epilogue on its own, one
    * barrier in all); else the tiles run in turn with every loop inside on the pool. */
-  bool outer = nthr > 1 && tasks >= 3 * (int64_t)nthr;
+  bool outer = nthr > 1 && nthr <= MAX_THREADS && tasks >= 3 * (int64_t)nthr;
   if (direct && !outer) { /* nothing to keep in cache: one GEMM per (n, group) */
     rows = p->oh;
     ntiles = 1;
@@ -428,8 +430,7 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
   int nbuf = outer ? nthr : 1;
   size_t col_floats = direct ? 0 : (size_t)kk * (size_t)(rows * p->ow);
   float *col = NULL;
-  kiln_code rcs[64] = {0};
-  if (nbuf > 64) return KILN_ERR_UNSUPPORTED;
+  kiln_code rcs[MAX_THREADS] = {0};
   if (!direct) {
     col = kiln_malloc(sizeof(float) * col_floats * (size_t)nbuf);
     if (!col) return KILN_ERR_NOMEM;
