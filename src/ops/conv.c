@@ -17,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/conv2d_f32.h"
 #include "kernels/gemm.h"
+#include "ops/fused.h"
 #include "ops/op.h"
 
 typedef struct conv_geom {
@@ -407,7 +409,46 @@ static const void *as_work(const kiln_tensor *t, kiln_dtype work, void **owned) 
   return buf;
 }
 
+/* float32 2-D Conv through kernels/conv2d_f32 with bias, residual and activation fused.
+ * Returns KILN_ERR_UNSUPPORTED, with the node not failed and no output stored, when that path
+ * does not apply (other types or ranks, a residual of another shape); the caller then takes
+ * the general path, which also reports invalid inputs. */
+kiln_code kiln_conv2d_f32_run(kiln_kctx *c, const kiln_tensor *residual, const kiln_act *act) {
+  const kiln_tensor *x = kiln_in(c, 0), *w = kiln_in(c, 1), *b = kiln_in(c, 2);
+  if (!x || !w || x->kind != KILN_KIND_TENSOR || w->kind != KILN_KIND_TENSOR ||
+      x->dtype != KILN_FLOAT || w->dtype != KILN_FLOAT || x->rank != 4 || w->rank != 4)
+    return KILN_ERR_UNSUPPORTED;
+  if (b && (b->kind != KILN_KIND_TENSOR || b->dtype != KILN_FLOAT))
+    return KILN_ERR_UNSUPPORTED;
+  conv_geom g;
+  kiln_code rc = conv_geometry(c, x, w, false, &g);
+  if (rc) return rc;
+  if (b && b->numel != g.m) return KILN_ERR_UNSUPPORTED;
+  int64_t dims[4] = {g.n, g.m, g.y[0], g.y[1]};
+  if (residual) {
+    if (residual->kind != KILN_KIND_TENSOR || residual->dtype != KILN_FLOAT ||
+        residual->rank != 4 || memcmp(residual->dims, dims, sizeof dims))
+      return KILN_ERR_UNSUPPORTED;
+  }
+  kiln_conv2d_f32_params p = {g.n, g.c, g.x[0], g.x[1], g.m, g.group, g.k[0], g.k[1],
+                              g.stride[0], g.stride[1], g.dil[0], g.dil[1], g.pb[0], g.pb[1],
+                              g.y[0], g.y[1]};
+  kiln_tensor *y = kiln_out(c, 0, KILN_FLOAT, 4, dims);
+  if (!y) return KILN_ERR_NOMEM;
+  kiln_conv2d_f32_epilogue ep = {b ? (const float *)b->data : NULL,
+                                 residual ? (const float *)residual->data : NULL,
+                                 act ? *act : (kiln_act){KILN_ACT_NONE, 0, 0}};
+  rc = kiln_conv2d_f32(kiln_kpool(c), KILN_ISA_AUTO, &p, x->data, w->data, &ep, y->data);
+  if (rc == KILN_ERR_NOMEM) return kiln_kfail(c, "out of memory for the convolution");
+  if (rc) return kiln_kfail(c, "convolution failed (code %d)", (int)rc);
+  return KILN_OK;
+}
+
 static kiln_code conv_float_run(kiln_kctx *c, bool transpose) {
+  if (!transpose) {
+    kiln_code frc = kiln_conv2d_f32_run(c, NULL, NULL);
+    if (frc != KILN_ERR_UNSUPPORTED) return frc;
+  }
   const kiln_tensor *x = kiln_in(c, 0), *w = kiln_in(c, 1), *b = kiln_in(c, 2);
   conv_geom g;
   kiln_code rc = conv_geometry(c, x, w, transpose, &g);

@@ -134,7 +134,34 @@ static kiln_code infer_standard(kiln_ictx *c, const char *name, int opset, size_
 
 static kiln_code fused_conv_infer(kiln_ictx *c) { return infer_standard(c, "Conv", 11, 3); }
 
+/* The node's activation as a kernels/act.h description; false for names it has no form of. */
+static bool node_act(const kiln_kctx *c, kiln_act *out) {
+  static const struct { const char *name; kiln_act_kind k; } map[] = {
+      {"", KILN_ACT_NONE},           {"Relu", KILN_ACT_RELU},
+      {"LeakyRelu", KILN_ACT_LEAKY_RELU}, {"Clip", KILN_ACT_CLIP},
+      {"Sigmoid", KILN_ACT_SIGMOID}, {"HardSigmoid", KILN_ACT_HARD_SIGMOID},
+      {"HardSwish", KILN_ACT_HARD_SWISH}, {"Tanh", KILN_ACT_TANH},
+      {"Gelu", KILN_ACT_GELU},       {"GeluTanh", KILN_ACT_GELU_TANH}};
+  const char *name = kiln_attr_str(c->node, "activation", "");
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (!strcmp(map[i].name, name)) {
+      out->kind = map[i].k;
+      out->alpha = kiln_attr_float(c->node, "act_alpha", 0.01f);
+      out->beta = kiln_attr_float(c->node, "act_beta", 0.0f);
+      return true;
+    }
+  return false;
+}
+
 static kiln_code fused_conv_run(kiln_kctx *c) {
+  /* float32 2-D: bias, residual and activation applied inside the convolution kernel */
+  kiln_act act;
+  if (node_act(c, &act)) {
+    kiln_kctx sc = *c;
+    sc.n_in = c->n_in < 3 ? c->n_in : 3;
+    kiln_code frc = kiln_conv2d_f32_run(&sc, kiln_in(c, 3), &act);
+    if (frc != KILN_ERR_UNSUPPORTED) return frc;
+  }
   kiln_code rc = run_standard(c, "Conv", 11, 3);
   if (rc) return rc;
   return kiln_fused_epilogue(c, c->out[0], NULL, kiln_in(c, 3));

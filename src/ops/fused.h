@@ -2,6 +2,7 @@
 #ifndef KILN_OPS_FUSED_H
 #define KILN_OPS_FUSED_H
 
+#include "kernels/act.h"
 #include "ops/op.h"
 
 #define KILN_FUSED_DOMAIN "ai.kiln"
@@ -17,5 +18,10 @@ bool kiln_fused_activation_known(const char *name);
  * NULL), then the node's `activation` (alpha, beta attributes). */
 kiln_code kiln_fused_epilogue(kiln_kctx *c, kiln_tensor *y, const kiln_tensor *bias,
                               const kiln_tensor *residual);
+
+/* Conv (inputs X, W, [B] of c) for float32 2-D input with the residual (NULL: none) and the
+ * activation (NULL: none) fused into the kernel (src/ops/conv.c). KILN_ERR_UNSUPPORTED, with
+ * nothing stored and the node not failed, when that path does not apply. */
+kiln_code kiln_conv2d_f32_run(kiln_kctx *c, const kiln_tensor *residual, const kiln_act *act);
 
 #endif

@@ -1,0 +1,52 @@
+/* Fast float32 2-D convolution (NCHW), with a fused epilogue.
+ *
+ *   y[n, m, oy, ox] = act(sum x[n, c, iy, ix] * w[m, c', ky, kx] + bias[m] + residual[n, m, oy, ox])
+ *   iy = oy * sh + ky * dh - pt,  ix = ox * sw + kx * dw - pl  (outside the input: 0)
+ *
+ * Paths:
+ * - depthwise (one input channel per group, any channel multiplier): a direct kernel per
+ *   (n, output channel) plane. AVX-512, x stride 1 or 2: the input plane is copied into a
+ *   per-thread zero-padded buffer, then 16-column units, four at a time, accumulate every tap
+ *   in registers with plain loads. Otherwise portable C over clamped column ranges.
+ * - otherwise per (n, group, tile of output rows) a GEMM (kiln_gemm_f32) of the weights with
+ *   the input itself (1x1, stride 1, no padding) or with a row-wise im2col block (contiguous
+ *   runs copied, strided ones gathered, padding zero-filled; about 512 KiB so it stays in L2
+ *   until the GEMM reads it, but at least 4 columns per weight row), then bias + residual +
+ *   activation in one pass per channel over the block (without bias, the GEMM's own epilogue
+ *   applies residual and activation). With enough tiles each thread takes whole tiles with its
+ *   own buffer (one barrier per call); else the tiles run in turn with the im2col, GEMM and
+ *   epilogue loops on the pool.
+ * Loops run on `pool` (NULL: the calling thread).
+ */
+#ifndef KILN_KERNELS_CONV2D_F32_H
+#define KILN_KERNELS_CONV2D_F32_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+#include "kernels/act.h"
+#include "runtime/threadpool.h"
+
+typedef struct kiln_conv2d_f32_params {
+  int64_t n, c, h, w;         /* input [n, c, h, w] */
+  int64_t m, group;           /* output channels; groups (c and m divisible by it) */
+  int64_t kh, kw;             /* kernel; weights are [m, c / group, kh, kw] */
+  int64_t sh, sw, dh, dw;     /* strides and dilations (>= 1) */
+  int64_t pt, pl;             /* padding at the top and left (bottom/right follow from oh/ow) */
+  int64_t oh, ow;             /* output [n, m, oh, ow] */
+} kiln_conv2d_f32_params;
+
+typedef struct kiln_conv2d_f32_epilogue {
+  const float *bias;     /* m values, or NULL */
+  const float *residual; /* shaped like y, or NULL; added before the activation */
+  kiln_act act;          /* KILN_ACT_NONE: none */
+} kiln_conv2d_f32_epilogue;
+
+/* Writes every element of y (which must not overlap x, w, bias or residual).
+ * ep may be NULL. Returns KILN_ERR_INVALID_ARG for inconsistent parameters, KILN_ERR_NOMEM
+ * when scratch cannot be allocated. `isa`: KILN_ISA_AUTO or a level to force (tests). */
+kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                          const float *x, const float *w, const kiln_conv2d_f32_epilogue *ep,
+                          float *y);
+
+#endif

@@ -1,0 +1,194 @@
+/* kiln_conv2d_f32 against a direct 7-loop reference with double accumulation (the Conv
+ * definition): random shapes with groups, depthwise (channel multiplier 1 and more), strides,
+ * dilations, asymmetric pads, 1x1, odd sizes, batch > 1; fused bias, residual and activation;
+ * 1 and 2 threads; every ISA level this CPU has. (Conv and FusedConv nodes reach this kernel
+ * through src/ops/conv.c; the conformance and real-model tests cover that hook.) */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/act.h"
+#include "kernels/conv2d_f32.h"
+#include "kernels/cpu.h"
+#include "runtime/threadpool.h"
+#include "testutil.h"
+
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+static uint32_t rnd(void) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return (uint32_t)(g_rng >> 11);
+}
+static float frand(void) { return (float)((double)rnd() / 2147483648.0 - 1.0); }
+static int64_t rint_in(int64_t lo, int64_t hi) { return lo + (int64_t)(rnd() % (uint32_t)(hi - lo + 1)); }
+
+static void reference(const kiln_conv2d_f32_params *p, const float *x, const float *w,
+                      const kiln_conv2d_f32_epilogue *ep, float *y) {
+  int64_t cg = p->c / p->group, mg = p->m / p->group;
+  for (int64_t n = 0; n < p->n; n++)
+    for (int64_t m = 0; m < p->m; m++) {
+      int64_t gr = m / mg;
+      for (int64_t oy = 0; oy < p->oh; oy++)
+        for (int64_t ox = 0; ox < p->ow; ox++) {
+          double s = ep->bias ? ep->bias[m] : 0.0;
+          for (int64_t ci = 0; ci < cg; ci++)
+            for (int64_t ky = 0; ky < p->kh; ky++)
+              for (int64_t kx = 0; kx < p->kw; kx++) {
+                int64_t iy = oy * p->sh + ky * p->dh - p->pt, ix = ox * p->sw + kx * p->dw - p->pl;
+                if (iy < 0 || iy >= p->h || ix < 0 || ix >= p->w) continue;
+                s += (double)x[((n * p->c + gr * cg + ci) * p->h + iy) * p->w + ix] *
+                     w[((m * cg + ci) * p->kh + ky) * p->kw + kx];
+              }
+          int64_t o = ((n * p->m + m) * p->oh + oy) * p->ow + ox;
+          if (ep->residual) s += ep->residual[o];
+          y[o] = kiln_act_ref((float)s, &ep->act);
+        }
+    }
+}
+
+static int check_one(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p, int with_bias,
+                     int with_res, kiln_act act) {
+  int64_t xn = p->n * p->c * p->h * p->w, wn = p->m * (p->c / p->group) * p->kh * p->kw;
+  int64_t yn = p->n * p->m * p->oh * p->ow;
+  float *x = malloc(sizeof(float) * (size_t)(xn + 1)), *w = malloc(sizeof(float) * (size_t)(wn + 1));
+  float *b = malloc(sizeof(float) * (size_t)(p->m + 1)), *r = malloc(sizeof(float) * (size_t)(yn + 1));
+  float *y = malloc(sizeof(float) * (size_t)(yn + 1)), *ref = malloc(sizeof(float) * (size_t)(yn + 1));
+  for (int64_t i = 0; i < xn; i++) x[i] = frand();
+  for (int64_t i = 0; i < wn; i++) w[i] = frand();
+  for (int64_t i = 0; i < p->m; i++) b[i] = frand();
+  for (int64_t i = 0; i < yn; i++) r[i] = frand(), y[i] = NAN;
+  kiln_conv2d_f32_epilogue ep = {with_bias ? b : NULL, with_res ? r : NULL, act};
+  reference(p, x, w, &ep, ref);
+  kiln_code rc = kiln_conv2d_f32(pool, isa, p, x, w, &ep, y);
+  CHECK_MSG(rc == KILN_OK, "rc %d", (int)rc);
+  int bad = 0;
+  double kk = (double)(p->c / p->group * p->kh * p->kw);
+  for (int64_t i = 0; !rc && i < yn && bad < 3; i++) {
+    double tol = 1e-5 * (kk + 4);
+    if (!(fabs((double)y[i] - ref[i]) <= tol)) {
+      bad++;
+      CHECK_MSG(0, "isa %d n%lld c%lld %lldx%lld m%lld g%lld k%lldx%lld s%lld,%lld d%lld,%lld p%lld,%lld o%lldx%lld bias %d res %d act %d: y[%lld] = %g, want %g",
+                isa, (long long)p->n, (long long)p->c, (long long)p->h, (long long)p->w,
+                (long long)p->m, (long long)p->group, (long long)p->kh, (long long)p->kw,
+                (long long)p->sh, (long long)p->sw, (long long)p->dh, (long long)p->dw,
+                (long long)p->pt, (long long)p->pl, (long long)p->oh, (long long)p->ow, with_bias,
+                with_res, (int)act.kind, (long long)i, y[i], ref[i]);
+    }
+  }
+  free(x);
+  free(w);
+  free(b);
+  free(r);
+  free(y);
+  free(ref);
+  return bad;
+}
+
+/* Fills the output size from pads at the end (pb, pr); false when the kernel does not fit. */
+static int finish(kiln_conv2d_f32_params *p, int64_t pb, int64_t pr) {
+  int64_t ekh = (p->kh - 1) * p->dh + 1, ekw = (p->kw - 1) * p->dw + 1;
+  int64_t sh = p->h + p->pt + pb, sw = p->w + p->pl + pr;
+  if (sh < ekh || sw < ekw) return 0;
+  p->oh = (sh - ekh) / p->sh + 1;
+  p->ow = (sw - ekw) / p->sw + 1;
+  return 1;
+}
+
+static kiln_act random_act(void) {
+  kiln_act a = {KILN_ACT_NONE, 0, 0};
+  switch (rnd() % 5) {
+    case 1: a.kind = KILN_ACT_RELU; break;
+    case 2: a.kind = KILN_ACT_CLIP; a.alpha = 0.0f; a.beta = 6.0f; break;
+    case 3: a.kind = KILN_ACT_LEAKY_RELU; a.alpha = 0.1f; break;
+    case 4: a.kind = KILN_ACT_HARD_SWISH; break;
+    default: break;
+  }
+  return a;
+}
+
+int main(void) {
+  kiln_threadpool *pools[2] = {NULL, kiln_threadpool_create(2)};
+  int isas[3] = {KILN_ISA_SCALAR, KILN_ISA_AVX2, KILN_ISA_AVX512};
+  /* fixed layers of the target networks (shrunk where large) */
+  static const int64_t fixed[][13] = {
+      /* n  c   h   w   m  group kh kw s  d  p  pe  */
+      {1, 16, 20, 20, 16, 1, 3, 3, 1, 1, 1, 1, 0},    /* ResNet 3x3 */
+      {1, 3, 37, 37, 8, 1, 7, 7, 2, 1, 3, 3, 0},      /* stem 7x7/2 */
+      {2, 32, 17, 19, 32, 32, 3, 3, 1, 1, 1, 1, 0},   /* depthwise s1 */
+      {1, 24, 33, 35, 24, 24, 3, 3, 2, 1, 1, 1, 0},   /* depthwise s2 */
+      {1, 40, 9, 9, 40, 40, 5, 5, 1, 1, 2, 2, 0},     /* depthwise 5x5 */
+      {2, 24, 13, 11, 16, 1, 1, 1, 1, 1, 0, 0, 0},    /* 1x1 */
+      {1, 32, 14, 14, 48, 1, 1, 1, 2, 1, 0, 0, 0},    /* 1x1 stride 2 (downsample) */
+      {1, 16, 15, 15, 32, 4, 3, 3, 1, 1, 1, 1, 0},    /* grouped */
+      {1, 8, 12, 40, 16, 8, 3, 3, 1, 2, 2, 2, 0},     /* depthwise x2, dilated */
+      {1, 6, 7, 70, 6, 6, 3, 3, 3, 1, 1, 1, 0},       /* depthwise stride 3 */
+      {1, 5, 6, 150, 5, 5, 3, 3, 1, 1, 1, 1, 0},      /* depthwise, wide rows (4-chunk path) */
+      {2, 4, 5, 261, 4, 4, 3, 3, 2, 1, 1, 0, 0},      /* depthwise s2, wide, pads at start only */
+      {1, 3, 9, 199, 6, 3, 5, 3, 1, 2, 3, 2, 0},      /* depthwise x2, dilated, wide */
+      {1, 4, 8, 130, 4, 4, 5, 5, 2, 1, 2, 2, 0},      /* depthwise 5x5 s2, wide */
+      {1, 64, 4, 500, 8, 1, 3, 3, 1, 1, 1, 1, 0},     /* im2col in several row tiles */
+      {2, 128, 5, 1000, 6, 2, 3, 3, 2, 1, 1, 1, 0},   /* tiles, groups, stride 2, batch 2 */
+      {2, 64, 40, 300, 8, 1, 1, 1, 1, 1, 0, 0, 0},    /* 1x1 direct in several tiles */
+      {2, 64, 9, 50, 16, 4, 1, 1, 1, 1, 0, 0, 0},     /* grouped 1x1 direct */
+  };
+  for (size_t f = 0; f < sizeof fixed / sizeof fixed[0]; f++) {
+    const int64_t *v = fixed[f];
+    kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[8],
+                                v[9], v[9], v[10], v[10], 0, 0};
+    finish(&p, v[11], v[11]);
+    for (int i = 0; i < 3; i++) {
+      if (kiln_isa_resolve(isas[i]) < 0) continue;
+      for (int t = 0; t < 2; t++) {
+        kiln_act none = {KILN_ACT_NONE, 0, 0}, relu = {KILN_ACT_RELU, 0, 0};
+        check_one(pools[t], isas[i], &p, 0, 0, none);
+        check_one(pools[t], isas[i], &p, 1, 1, relu);
+        check_one(pools[t], isas[i], &p, 0, 1, relu);
+      }
+    }
+  }
+  for (int it = 0; it < 400; it++) {
+    kiln_conv2d_f32_params p;
+    memset(&p, 0, sizeof p);
+    int kind = (int)(rnd() % 4); /* 0 general, 1 depthwise, 2 grouped, 3 1x1 */
+    p.n = rint_in(1, 2);
+    p.group = 1;
+    int64_t cg = rint_in(1, 9), mg = rint_in(1, 9);
+    if (kind == 1) {
+      p.group = rint_in(1, 12);
+      cg = 1;
+      mg = rnd() % 3 ? 1 : rint_in(1, 3);
+    } else if (kind == 2) {
+      p.group = rint_in(2, 4);
+    }
+    p.c = cg * p.group;
+    p.m = mg * p.group;
+    p.h = rint_in(1, 23);
+    p.w = rint_in(1, 41);
+    p.kh = kind == 3 ? 1 : rint_in(1, 5);
+    p.kw = kind == 3 ? 1 : rint_in(1, 5);
+    p.sh = rint_in(1, 3);
+    p.sw = rint_in(1, 3);
+    p.dh = rnd() % 4 ? 1 : rint_in(2, 3);
+    p.dw = rnd() % 4 ? 1 : rint_in(2, 3);
+    int64_t pb = 0, pr = 0;
+    if (kind != 3 || rnd() % 2) {
+      p.pt = rint_in(0, 3);
+      p.pl = rint_in(0, 3);
+      pb = rint_in(0, 3);
+      pr = rint_in(0, 3);
+    }
+    if (kind == 3 && rnd() % 2) p.sh = p.sw = 1;
+    if (!finish(&p, pb, pr)) continue;
+    int isa = isas[rnd() % 3];
+    if (kiln_isa_resolve(isa) < 0) isa = KILN_ISA_AUTO;
+    check_one(pools[rnd() % 2], isa, &p, (int)(rnd() % 2), (int)(rnd() % 2), random_act());
+  }
+  /* bad parameters */
+  kiln_conv2d_f32_params bad = {1, 3, 4, 4, 4, 2, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4};
+  float dummy[64] = {0};
+  CHECK(kiln_conv2d_f32(NULL, KILN_ISA_AUTO, &bad, dummy, dummy, NULL, dummy) == KILN_ERR_INVALID_ARG);
+  kiln_threadpool_free(pools[1]);
+  return kt_finish("test_conv2d");
+}
