@@ -49,7 +49,7 @@ void kiln_gemm_set_blocking(int isa, kiln_gemm_blocking b) {
   const kiln_gemm_isa_ops *ops = kiln_gemm_ops_for(isa);
   kiln_gemm_blocking *g = &g_blocking[isa];
   if (b.mc) g->mc = round_up(b.mc, ops->mr);
-  if (b.kc) g->kc = round_up(b.kc, 8);
+  if (b.kc) g->kc = b.kc;
   if (b.nc) g->nc = round_up(b.nc, ops->nr);
   if (b.order) g->order = b.order;
 }
