@@ -290,17 +290,21 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
           alda = kc;
         }
         if (j->a_outer) {
-          /* A strip (L1) against every B panel of the block (L2) */
-          for (size_t ir = 0; ir < mc; ir += MR) {
-            size_t row = ic + ir;
+          /* A strip (L1) against every B panel of the block (L2). The rows are spread evenly
+           * over the strips (128 = 18 x 6 + 4 x 5, not 21 x 6 + 2): a short strip would
+           * stream the B panels from L2 for little work. */
+          size_t n_strips = div_up(mc, MR), base = mc / n_strips, extra = mc % n_strips;
+          for (size_t s = 0, ir = 0; s < n_strips; s++) {
+            size_t mr = base + (s < extra), row = ic + ir;
             for (size_t jr = 0; jr < ncb; jr += NR) {
               size_t nr = min_sz(NR, ncb - jr), col = jc + jr, bld;
               const float *bp = b_panel(j, bbuf, col, jr, pc, kc, nr, &bld);
               t.bias = bias ? bias + col : NULL;
               t.res = res ? res + row * t.ldr + col : NULL;
-              ops->ukernel(min_sz(MR, mc - ir), nr, kc, ablk + ir * alda, alda, bp, bld,
-                           j->C + row * j->ldc + col, j->ldc, &t);
+              ops->ukernel(mr, nr, kc, ablk + ir * alda, alda, bp, bld, j->C + row * j->ldc + col,
+                           j->ldc, &t);
             }
+            ir += mr;
           }
         } else {
           /* B panel (L1) against every A strip of the block (L2) */
