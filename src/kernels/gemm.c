@@ -270,6 +270,10 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
   float *bbuf = ws, *abuf = ws + (j->pb || j->direct_b ? 0 : j->kc * j->nc); /* as sized below */
   const float *bias = j->tile.bias, *res = j->tile.res;
   kiln_gemm_tile t = j->tile;
+  /* B stays in L1 between kernel calls only when one panel is reused by consecutive A strips
+   * (B panel outer) and fits (at most 32 KiB, and packed: rows of the caller's matrix may
+   * collide in the cache). */
+  t.pf_b = j->a_outer || j->direct_b || KC * NR * sizeof(float) > 32768;
   for (size_t jc = n0; jc < n1; jc += NC) {
     size_t ncb = min_sz(NC, n1 - jc);
     for (size_t pc = 0; pc < K; pc += KC) {
