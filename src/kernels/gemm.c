@@ -529,8 +529,10 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
   j.direct_b = !pb && !trans_b &&
                (M <= DIRECT_B_MAX_M ||
                 (j.blk.order == 2 && (ldb * sizeof(float)) % 4096 != 0)); /* streamed B only */
-  /* Transposed A is packed; so is A whose rows are 4 KiB apart (L1 set conflicts). */
-  j.pack_a = trans_a || (lda * sizeof(float)) % 4096 == 0;
+  /* Transposed A is packed. So is A whose rows are 4 KiB apart when strips are streamed past
+   * an L1-resident B panel (order 1); with the A strip held in L1 (order 2) the copy costs
+   * more than the set conflicts of its few rows. */
+  j.pack_a = trans_a || (j.blk.order != 2 && (lda * sizeof(float)) % 4096 == 0);
   j.a_outer = j.blk.order == 2;
   int n_threads = kiln_threadpool_size(pool);
   plan_grid(&j, n_threads);
