@@ -401,4 +401,7 @@ const kiln_gemm_isa_ops kiln_gemm_ops_avx2 = {
     gemv_n_avx2,   gemv_t_avx2,           epilogue_row_avx2, act_avx2,
 };
 
+#else
+/* not x86: nothing here (ISO C wants a declaration in every translation unit) */
+typedef int kiln_gemm_avx2_unused;
 #endif

@@ -429,4 +429,7 @@ const kiln_gemm_isa_ops kiln_gemm_ops_avx512 = {
     gemv_n_avx512,         gemv_t_avx512,           epilogue_row_avx512, act_avx512,
 };
 
+#else
+/* not x86: nothing here (ISO C wants a declaration in every translation unit) */
+typedef int kiln_gemm_avx512_unused;
 #endif
