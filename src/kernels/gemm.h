@@ -60,7 +60,8 @@ kiln_code kiln_gemm_f32(const kiln_gemm_ctx *ctx, int trans_a, int trans_b, size
                         const kiln_gemm_epilogue *ep, kiln_error *err);
 
 /* Pack op(B) (K x N, see above) for the ISA level `isa` (KILN_ISA_AUTO: kiln_cpu_isa()). The
- * handle does not refer to B afterwards. Free with kiln_gemm_packed_b_free. */
+ * handle does not refer to B afterwards and is read-only: several threads may use it at once.
+ * Free with kiln_gemm_packed_b_free. */
 kiln_code kiln_gemm_pack_b(int isa, int trans_b, size_t K, size_t N, const float *B, size_t ldb,
                            kiln_gemm_packed_b **out, kiln_error *err);
 void kiln_gemm_packed_b_free(kiln_gemm_packed_b *pb);
@@ -82,7 +83,7 @@ kiln_code kiln_gemm_f32_packed(const kiln_gemm_ctx *ctx, int trans_a, size_t M, 
  * Setting is not thread-safe with running GEMMs. */
 typedef struct kiln_gemm_blocking {
   size_t mc, kc, nc;
-  int order; /* loop order in a block: 0 auto, 1 B panel outside A strips, 2 A strip outside */
+  int order; /* loop order in a block: 1 B panel outside A strips, 2 A strip outside */
 } kiln_gemm_blocking;
 kiln_gemm_blocking kiln_gemm_get_blocking(int isa);
 void kiln_gemm_set_blocking(int isa, kiln_gemm_blocking b);
