@@ -5,7 +5,7 @@
  *   gemm_bench [--threads N] [--reps R] [--isa scalar|avx2|avx512] [--shape MxNxK]...
  *              [--mc X --kc X --nc X] [--peak] [--dispatch] [--no-gemm] [--trans-b]
  *              [--only kiln,kiln-prepacked,openblas,onednn,fma-peak] [--clock wall|thread]
- *              [--best] [--sample-ms X] [--cfg MC,KC,NC,ORDER]...
+ *              [--best] [--sample-ms X] [--cfg MC,KC,NC,ORDER]... [--epilogue ACT]
  * GEMM columns are medians over repeats (--best: the fastest sample).
  *
  * Also: the achievable FMA peak (a register-only FMA loop) and the thread-pool dispatch
@@ -195,9 +195,15 @@ typedef struct shape {
 /* "fma-peak" is the register-only FMA loop run in the same rotation, for the same number of
  * flops as one sample, so a GEMM's fraction of peak is taken under the same conditions (on a
  * shared machine, a busy sibling hyperthread lowers both). */
-enum { IMPL_KILN, IMPL_KILN_PACKED, IMPL_OPENBLAS, IMPL_DNNL, IMPL_PEAK, IMPL_COUNT };
+enum { IMPL_KILN, IMPL_KILN_PACKED, IMPL_OPENBLAS, IMPL_DNNL, IMPL_PEAK, IMPL_UNFUSED, IMPL_COUNT };
 static const char *impl_names[IMPL_COUNT] = {"kiln", "kiln-prepacked", "openblas", "onednn",
-                                             "fma-peak"};
+                                             "fma-peak", "kiln-unfused"};
+
+/* --epilogue ACT: the kiln runs add a per-column bias and the activation, fused; the
+ * "kiln-unfused" run does the prepacked GEMM and then a separate bias + activation pass. */
+static kiln_gemm_epilogue g_ep;
+static const kiln_gemm_epilogue *g_epp;
+static float *g_bias;
 
 /* --cfg MC,KC,NC,ORDER: extra kiln-prepacked runs with other blocking, in the same rotation. */
 #define MAX_CFG 8
@@ -232,10 +238,20 @@ static int run_impl(bench_ctx *b, int impl) {
   switch (impl) {
     case IMPL_KILN:
       return kiln_gemm_f32(&b->kctx, 0, b->trans_b, M, N, K, 1.0f, b->A, K, b->B, ldb, 0.0f, b->C, N,
-                           NULL, NULL) == KILN_OK;
+                           g_epp, NULL) == KILN_OK;
     case IMPL_KILN_PACKED:
-      return kiln_gemm_f32_packed(&b->kctx, 0, M, 1.0f, b->A, K, b->pb, 0.0f, b->C, N, NULL, NULL) ==
+      return kiln_gemm_f32_packed(&b->kctx, 0, M, 1.0f, b->A, K, b->pb, 0.0f, b->C, N, g_epp, NULL) ==
              KILN_OK;
+    case IMPL_UNFUSED: {
+      int ok = kiln_gemm_f32_packed(&b->kctx, 0, M, 1.0f, b->A, K, b->pb, 0.0f, b->C, N, NULL, NULL) ==
+               KILN_OK;
+      for (size_t i = 0; i < M; i++) {
+        float *row = b->C + i * N;
+        for (size_t j = 0; j < N; j++) row[j] += g_bias[j];
+        kiln_f32_act(b->kctx.isa, row, N, &g_ep.act);
+      }
+      return ok;
+    }
 #ifdef HAVE_OPENBLAS
     case IMPL_OPENBLAS:
       cblas_sgemm(CblasRowMajor, CblasNoTrans, b->trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N,
@@ -270,6 +286,7 @@ static int impl_available(int impl) {
   if (impl == IMPL_DNNL) return 0;
 #endif
   if (impl == IMPL_PEAK) return kiln_cpu_isa_max() >= KILN_ISA_AVX512;
+  if (impl == IMPL_UNFUSED) return g_epp != NULL;
   (void)impl;
   return 1;
 }
@@ -331,7 +348,7 @@ static void bench_shape(shape s, int trans_b, int threads, kiln_threadpool *pool
     if (!use[impl]) continue;
     memset(b.C, 0, s.M * s.N * sizeof(float));
     run_impl(&b, impl);
-    err[impl] = impl == IMPL_PEAK ? 0 : spot_check(&b);
+    err[impl] = impl == IMPL_PEAK || g_epp ? 0 : spot_check(&b);
     run_impl(&b, impl);
   }
   for (int r = 0; r < reps; r++) {
@@ -378,7 +395,7 @@ int main(int argc, char **argv) {
   kiln_gemm_blocking blk = {0, 0, 0, 0};
   shape shapes[32];
   int n_shapes = 0;
-  int use[N_IMPL] = {1, 1, 1, 1, 1};
+  int use[N_IMPL] = {1, 1, 1, 1, 1, 1};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
     if (!strcmp(a, "--threads")) threads = atoi(v), i++;
@@ -416,6 +433,13 @@ int main(int argc, char **argv) {
         use[IMPL_COUNT + g_n_cfg++] = 1;
       }
       i++;
+    } else if (!strcmp(a, "--epilogue")) {
+      for (int k = 0; k < KILN_ACT_COUNT; k++)
+        if (!strcmp(v, kiln_act_name((kiln_act_kind)k))) g_ep.act.kind = (kiln_act_kind)k;
+      g_ep.act.alpha = 0.1f;
+      g_ep.act.beta = 1.0f;
+      g_epp = &g_ep;
+      i++;
     } else if (!strcmp(a, "--best")) g_best = 1;
     else if (!strcmp(a, "--sample-ms")) g_sample_ms = atof(v), i++;
     else if (!strcmp(a, "--peak")) do_peak = 1;
@@ -425,6 +449,13 @@ int main(int argc, char **argv) {
     else return fprintf(stderr, "unknown option %s\n", a), 2;
   }
   for (int k = 0; k < IMPL_COUNT; k++) use[k] &= impl_available(k);
+  if (g_epp) { /* bias sized for the widest shape */
+    size_t maxn = 1;
+    for (int i2 = 0; i2 < n_shapes; i2++) maxn = shapes[i2].N > maxn ? shapes[i2].N : maxn;
+    if (!n_shapes) maxn = 4096;
+    g_bias = alloc_rand(maxn, 7);
+    g_ep.bias = g_bias;
+  }
   if (!n_shapes) {
     static const shape def[] = {{1024, 1024, 1024}, {128, 768, 768}, {128, 3072, 768},
                                 {1, 1000, 2048},    {3136, 64, 576}};

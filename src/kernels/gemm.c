@@ -49,7 +49,7 @@ void kiln_gemm_set_blocking(int isa, kiln_gemm_blocking b) {
   const kiln_gemm_isa_ops *ops = kiln_gemm_ops_for(isa);
   kiln_gemm_blocking *g = &g_blocking[isa];
   if (b.mc) g->mc = round_up(b.mc, ops->mr);
-  if (b.kc) g->kc = round_up(b.kc, 8);
+  if (b.kc) g->kc = b.kc;
   if (b.nc) g->nc = round_up(b.nc, ops->nr);
   if (b.order) g->order = b.order;
 }
@@ -270,6 +270,10 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
   float *bbuf = ws, *abuf = ws + (j->pb || j->direct_b ? 0 : j->kc * j->nc); /* as sized below */
   const float *bias = j->tile.bias, *res = j->tile.res;
   kiln_gemm_tile t = j->tile;
+  /* B stays in L1 between kernel calls only when one panel is reused by consecutive A strips
+   * (B panel outer) and fits (at most 32 KiB, and packed: rows of the caller's matrix may
+   * collide in the cache). */
+  t.pf_b = j->a_outer || j->direct_b || KC * NR * sizeof(float) > 32768;
   for (size_t jc = n0; jc < n1; jc += NC) {
     size_t ncb = min_sz(NC, n1 - jc);
     for (size_t pc = 0; pc < K; pc += KC) {
@@ -290,17 +294,21 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
           alda = kc;
         }
         if (j->a_outer) {
-          /* A strip (L1) against every B panel of the block (L2) */
-          for (size_t ir = 0; ir < mc; ir += MR) {
-            size_t row = ic + ir;
+          /* A strip (L1) against every B panel of the block (L2). The rows are spread evenly
+           * over the strips (128 = 18 x 6 + 4 x 5, not 21 x 6 + 2): a short strip would
+           * stream the B panels from L2 for little work. */
+          size_t n_strips = div_up(mc, MR), base = mc / n_strips, extra = mc % n_strips;
+          for (size_t s = 0, ir = 0; s < n_strips; s++) {
+            size_t mr = base + (s < extra), row = ic + ir;
             for (size_t jr = 0; jr < ncb; jr += NR) {
               size_t nr = min_sz(NR, ncb - jr), col = jc + jr, bld;
               const float *bp = b_panel(j, bbuf, col, jr, pc, kc, nr, &bld);
               t.bias = bias ? bias + col : NULL;
               t.res = res ? res + row * t.ldr + col : NULL;
-              ops->ukernel(min_sz(MR, mc - ir), nr, kc, ablk + ir * alda, alda, bp, bld,
-                           j->C + row * j->ldc + col, j->ldc, &t);
+              ops->ukernel(mr, nr, kc, ablk + ir * alda, alda, bp, bld, j->C + row * j->ldc + col,
+                           j->ldc, &t);
             }
+            ir += mr;
           }
         } else {
           /* B panel (L1) against every A strip of the block (L2) */
@@ -521,8 +529,10 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
   j.direct_b = !pb && !trans_b &&
                (M <= DIRECT_B_MAX_M ||
                 (j.blk.order == 2 && (ldb * sizeof(float)) % 4096 != 0)); /* streamed B only */
-  /* Transposed A is packed; so is A whose rows are 4 KiB apart (L1 set conflicts). */
-  j.pack_a = trans_a || (lda * sizeof(float)) % 4096 == 0;
+  /* Transposed A is packed. So is A whose rows are 4 KiB apart when strips are streamed past
+   * an L1-resident B panel (order 1); with the A strip held in L1 (order 2) the copy costs
+   * more than the set conflicts of its few rows. */
+  j.pack_a = trans_a || (j.blk.order != 2 && (lda * sizeof(float)) % 4096 == 0);
   j.a_outer = j.blk.order == 2;
   int n_threads = kiln_threadpool_size(pool);
   plan_grid(&j, n_threads);

@@ -8,14 +8,20 @@
  *   op(B) is K x N: B is K x N (ldb >= N), or with trans_b B is N x K (ldb >= K);
  *   C is M x N (ldc >= N); bias has N entries (one per column); residual is M x N (ldr >= N).
  * When beta == 0, C is not read (it may hold NaN). K == 0 or alpha == 0 gives beta * C plus
- * the epilogue. C must not overlap A, B, bias; residual may be C itself.
+ * the epilogue (A and B are not read). C must not overlap A, B, bias or residual (to add C
+ * itself, use beta = 1).
  *
- * Implementation: B is packed into panels of NR columns (zero-padded), the A block is read in
- * place (or transposed into a buffer when trans_a), register-tiled micro-kernels
- * (f32_gemm_6x64__avx512, f32_gemm_6x16__avx2, f32_gemm_4x16__scalar) run over L1/L2-sized
- * blocks, and the epilogue is applied to each C tile while it is in registers / L1. Work is
- * split over M and N blocks across a kiln_threadpool. M == 1 and N == 1 take a
- * matrix-vector path. Constant B (weights) can be packed once with kiln_gemm_pack_b.
+ * Implementation: register-tiled micro-kernels (f32_gemm_6x64__avx512, f32_gemm_6x16__avx2,
+ * f32_gemm_4x16__scalar) run over blocks sized for L1/L2: K is cut into equal blocks of up to
+ * KC rows, a 6-row strip of A stays in L1 while it meets every B panel of an L2-sized block
+ * (AVX-512; AVX2 keeps the B panel in L1 instead), and B panels that stream from L2 are
+ * prefetched. B is packed into zero-padded panels of NR columns unless it can be read in place
+ * (not transposed, rows not 4 KiB apart); A is read in place unless transposed or 4 KiB-aliased.
+ * Constant B (weights) is packed once with kiln_gemm_pack_b. The epilogue is applied to each
+ * C tile at its last K block, from registers (plain stores, bias, residual, relu/leaky/clip)
+ * and then over the tile's rows in L1 (the other activations). Work is split into M x N blocks
+ * (N first) over a kiln_threadpool; the result does not depend on the thread count. M == 1
+ * and N == 1 take matrix-vector paths (bandwidth bound).
  */
 #ifndef KILN_KERNELS_GEMM_H
 #define KILN_KERNELS_GEMM_H
@@ -31,7 +37,7 @@
 typedef struct kiln_gemm_epilogue {
   const float *bias;      /* N values added to each row, or NULL */
   kiln_act act;           /* applied after bias (and residual unless residual_after_act) */
-  const float *residual;  /* M x N matrix added element-wise, or NULL */
+  const float *residual;  /* M x N matrix added element-wise, or NULL; must not overlap C */
   size_t ldr;             /* residual row stride (>= N) */
   int residual_after_act; /* 0: act(x + residual); 1: act(x) + residual */
 } kiln_gemm_epilogue;
@@ -54,7 +60,8 @@ kiln_code kiln_gemm_f32(const kiln_gemm_ctx *ctx, int trans_a, int trans_b, size
                         const kiln_gemm_epilogue *ep, kiln_error *err);
 
 /* Pack op(B) (K x N, see above) for the ISA level `isa` (KILN_ISA_AUTO: kiln_cpu_isa()). The
- * handle does not refer to B afterwards. Free with kiln_gemm_packed_b_free. */
+ * handle does not refer to B afterwards and is read-only: several threads may use it at once.
+ * Free with kiln_gemm_packed_b_free. */
 kiln_code kiln_gemm_pack_b(int isa, int trans_b, size_t K, size_t N, const float *B, size_t ldb,
                            kiln_gemm_packed_b **out, kiln_error *err);
 void kiln_gemm_packed_b_free(kiln_gemm_packed_b *pb);
@@ -71,10 +78,12 @@ kiln_code kiln_gemm_f32_packed(const kiln_gemm_ctx *ctx, int trans_a, size_t M, 
                                kiln_error *err);
 
 /* Block sizes in use for an ISA level (for benchmarks and tuning); 0 leaves one unchanged.
- * Setting is not thread-safe with running GEMMs; KC must stay a multiple of 8. */
+ * mc: rows per A block (rounded up to MR); kc: the cap on a K block; nc: the N block at that
+ * K block (rounded up to NR; smaller K blocks get a wider N block with the same KC x NC).
+ * Setting is not thread-safe with running GEMMs. */
 typedef struct kiln_gemm_blocking {
   size_t mc, kc, nc;
-  int order; /* loop order in a block: 0 auto, 1 B panel outside A strips, 2 A strip outside */
+  int order; /* loop order in a block: 1 B panel outside A strips, 2 A strip outside */
 } kiln_gemm_blocking;
 kiln_gemm_blocking kiln_gemm_get_blocking(int isa);
 void kiln_gemm_set_blocking(int isa, kiln_gemm_blocking b);

@@ -265,13 +265,11 @@ static const ukr_fn ukr256_table[2][6][2] = {
     {UKR_ROW(1, 1), UKR_ROW(2, 1), UKR_ROW(3, 1), UKR_ROW(4, 1), UKR_ROW(5, 1), UKR_ROW(6, 1)}};
 #undef UKR_ROW
 
-/* B panels that cannot stay in L1 (over 32 KiB, or rows of the caller's matrix) are
- * prefetched ahead of use. */
+/* When B does not stay in L1 between calls (t->pf_b), the kernel prefetches it ahead of use. */
 static void f32_gemm_6x16__avx2(size_t mr, size_t nc, size_t kc, const float *a, size_t lda,
                                 const float *b, size_t ldb, float *c, size_t ldc,
                                 const kiln_gemm_tile *t) {
-  int pf = kc * (ldb > 16 ? 64 : ldb) > 8192;
-  ukr256_table[pf][mr - 1][(nc + 7) / 8 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
+  ukr256_table[t->pf_b != 0][mr - 1][(nc + 7) / 8 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
 }
 
 /* ---- matrix-vector ------------------------------------------------------------------- */
@@ -403,4 +401,7 @@ const kiln_gemm_isa_ops kiln_gemm_ops_avx2 = {
     gemv_n_avx2,   gemv_t_avx2,           epilogue_row_avx2, act_avx2,
 };
 
+#else
+/* not x86: nothing here (ISO C wants a declaration in every translation unit) */
+typedef int kiln_gemm_avx2_unused;
 #endif

@@ -286,13 +286,12 @@ static const ukr_fn ukr512_table[2][6][4] = {
     {UKR_ROW(1, 1), UKR_ROW(2, 1), UKR_ROW(3, 1), UKR_ROW(4, 1), UKR_ROW(5, 1), UKR_ROW(6, 1)}};
 #undef UKR_ROW
 
-/* B panels of more than 32 KiB (KC > 128 at 64 wide, or rows of the caller's matrix) do not
- * stay in L1 across calls: those calls prefetch B ahead of use; smaller ones go without. */
+/* When B does not stay in L1 between calls (t->pf_b), the kernel prefetches it ahead of use;
+ * an L1-resident B panel goes without (the prefetches would only cost load slots). */
 static void f32_gemm_6x64__avx512(size_t mr, size_t nc, size_t kc, const float *a, size_t lda,
                                   const float *b, size_t ldb, float *c, size_t ldc,
                                   const kiln_gemm_tile *t) {
-  int pf = kc * (ldb > 64 ? 64 : ldb) > 8192;
-  ukr512_table[pf][mr - 1][(nc + 15) / 16 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
+  ukr512_table[t->pf_b != 0][mr - 1][(nc + 15) / 16 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
 }
 
 /* ---- matrix-vector ------------------------------------------------------------------- */
@@ -430,4 +429,7 @@ const kiln_gemm_isa_ops kiln_gemm_ops_avx512 = {
     gemv_n_avx512,         gemv_t_avx512,           epilogue_row_avx512, act_avx512,
 };
 
+#else
+/* not x86: nothing here (ISO C wants a declaration in every translation unit) */
+typedef int kiln_gemm_avx512_unused;
 #endif

@@ -392,7 +392,29 @@ static void test_act(void) {
   }
 }
 
-int main(void) {
+/* KILN_ISA lowers the level (never raises it); an unknown value is ignored. The variable is
+ * read once per process, so each setting runs in a child: this binary with --print-isa. */
+static void test_isa_env(const char *self) {
+  static const char *names[] = {"scalar", "avx2", "avx512", "bogus"};
+  kiln_isa max = kiln_cpu_isa_max();
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    char cmd[1024], out[256];
+    snprintf(cmd, sizeof cmd, "KILN_ISA=%s '%s' --print-isa", names[i], self);
+    int rc = kt_run(cmd, out, sizeof out);
+    kiln_isa want = max;
+    kiln_isa parsed;
+    if (kiln_isa_parse(names[i], &parsed) == 0 && parsed < max) want = parsed;
+    CHECK_MSG(rc == 0 && strncmp(out, kiln_isa_name(want), strlen(kiln_isa_name(want))) == 0,
+              "KILN_ISA=%s gave '%s' (rc %d), want %s", names[i], out, rc, kiln_isa_name(want));
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--print-isa")) {
+    printf("%s\n", kiln_isa_name(kiln_cpu_isa()));
+    return 0;
+  }
+  test_isa_env(argv[0]);
   char desc[256];
   kiln_cpu_describe(desc, sizeof desc);
   printf("cpu: %s\n", desc);
