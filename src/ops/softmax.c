@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "ops/op.h"
+#include "runtime/threadpool.h"
 
 typedef enum smkind { SM_SOFTMAX, SM_LOGSOFTMAX, SM_HARDMAX } smkind;
 
@@ -27,6 +28,86 @@ static inline void st(kiln_tensor *t, int64_t i, double v) {
 }
 
 static int64_t default_axis(int opset) { return opset < 13 ? 1 : -1; }
+
+/* The session's pool is used from PAR_MIN values; a task is at least PAR_TASK values (whole
+ * lines). Each line is computed by one task in a fixed order: results do not depend on the
+ * thread count. */
+enum { PAR_MIN = 1 << 15, PAR_TASK = 1 << 14 };
+
+typedef struct sm_job {
+  const kiln_tensor *x;
+  kiln_tensor *y;
+  smkind k;
+  int64_t len, inner;
+} sm_job;
+
+/* Lines [begin, end): line t is (o, in) = (t / inner, t % inner). */
+static void sm_task(void *ctx, size_t begin, size_t end, int thread) {
+  const sm_job *jb = ctx;
+  const kiln_tensor *x = jb->x;
+  kiln_tensor *y = jb->y;
+  int64_t len = jb->len, inner = jb->inner;
+  (void)thread;
+  for (int64_t t = (int64_t)begin; t < (int64_t)end; t++) {
+    int64_t o = t / inner, in = t % inner;
+    int64_t base = o * len * inner + in;
+    /* First maximum: Hardmax's pick, and the shift that keeps exp() in range. */
+    double mx = ld(x, base);
+    int64_t arg = 0;
+    for (int64_t j = 1; j < len; j++) {
+      double v = ld(x, base + j * inner);
+      if (v > mx) {
+        mx = v;
+        arg = j;
+      }
+    }
+    if (jb->k == SM_HARDMAX) {
+      st(y, base + arg * inner, 1.0);
+      continue;
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < len; j++) sum += exp(ld(x, base + j * inner) - mx);
+    if (jb->k == SM_SOFTMAX) {
+      for (int64_t j = 0; j < len; j++) {
+        int64_t i = base + j * inner;
+        st(y, i, exp(ld(x, i) - mx) / sum);
+      }
+    } else {
+      double lse = log(sum);
+      for (int64_t j = 0; j < len; j++) {
+        int64_t i = base + j * inner;
+        st(y, i, ld(x, i) - mx - lse);
+      }
+    }
+  }
+}
+
+/* Softmax of contiguous float rows: max, then exp(x - max) stored with its sum (kept in double
+ * lanes), then one scale by 1 / sum. NaN anywhere in a row gives a row of NaN, as above. */
+static void sm_float_task(void *ctx, size_t begin, size_t end, int thread) {
+  const sm_job *jb = ctx;
+  int64_t len = jb->len;
+  (void)thread;
+  for (int64_t t = (int64_t)begin; t < (int64_t)end; t++) {
+    const float *xr = (const float *)jb->x->data + t * len;
+    float *yr = (float *)jb->y->data + t * len;
+    float mx = xr[0];
+    for (int64_t j = 1; j < len; j++) mx = xr[j] > mx ? xr[j] : mx;
+    double sum = 0;
+    for (int64_t j0 = 0; j0 < len; j0 += 256) { /* float partial sums per block of 256 */
+      int64_t j1 = j0 + 256 < len ? j0 + 256 : len;
+      float part = 0;
+      for (int64_t j = j0; j < j1; j++) {
+        float e = expf(xr[j] - mx);
+        yr[j] = e;
+        part += e;
+      }
+      sum += part;
+    }
+    float inv = (float)(1.0 / sum);
+    for (int64_t j = 0; j < len; j++) yr[j] *= inv;
+  }
+}
 
 static kiln_code softmax_run(kiln_kctx *c, smkind k) {
   const kiln_tensor *x = c->in[0];
@@ -51,39 +132,14 @@ static kiln_code softmax_run(kiln_kctx *c, smkind k) {
   if (!y) return c->err->code;
   if (y->numel == 0 || len == 0) return KILN_OK;
 
-  for (int64_t o = 0; o < outer; o++) {
-    for (int64_t in = 0; in < inner; in++) {
-      int64_t base = o * len * inner + in;
-      /* First maximum: Hardmax's pick, and the shift that keeps exp() in range. */
-      double mx = ld(x, base);
-      int64_t arg = 0;
-      for (int64_t j = 1; j < len; j++) {
-        double v = ld(x, base + j * inner);
-        if (v > mx) {
-          mx = v;
-          arg = j;
-        }
-      }
-      if (k == SM_HARDMAX) {
-        st(y, base + arg * inner, 1.0);
-        continue;
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < len; j++) sum += exp(ld(x, base + j * inner) - mx);
-      if (k == SM_SOFTMAX) {
-        for (int64_t j = 0; j < len; j++) {
-          int64_t i = base + j * inner;
-          st(y, i, exp(ld(x, i) - mx) / sum);
-        }
-      } else {
-        double lse = log(sum);
-        for (int64_t j = 0; j < len; j++) {
-          int64_t i = base + j * inner;
-          st(y, i, ld(x, i) - mx - lse);
-        }
-      }
-    }
-  }
+  sm_job j = {x, y, k, len, inner};
+  int64_t lines = outer * inner;
+  kiln_threadpool *pool = y->numel >= PAR_MIN ? kiln_kpool(c) : NULL;
+  size_t chunk = len >= PAR_TASK ? 1 : (size_t)(PAR_TASK / len);
+  if (x->dtype == KILN_FLOAT && inner == 1 && k == SM_SOFTMAX)
+    kiln_parallel_for(pool, (size_t)lines, sm_float_task, &j, chunk);
+  else
+    kiln_parallel_for(pool, (size_t)lines, sm_task, &j, chunk);
   return KILN_OK;
 }
 
