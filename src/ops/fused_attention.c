@@ -430,9 +430,6 @@ static void attend_task(void *ctx, size_t begin, size_t end, int thread) {
   }
 }
 
-/* Packed K and V of a group of batch elements stay under this many floats (256 MiB). */
-#define PACK_BUDGET ((int64_t)1 << 26)
-
 static kiln_code attention_run(kiln_kctx *c) {
   attn_plan p;
   kiln_tensor *y = NULL;
@@ -452,8 +449,9 @@ static kiln_code attention_run(kiln_kctx *c) {
   double work = (double)nbatch * (double)p.sq * (double)p.sk * (double)(p.d + p.dv);
   kiln_threadpool *pool = work >= 1 << 17 ? kiln_kpool(c) : NULL;
   size_t nthr = (size_t)kiln_threadpool_size(pool);
-  int64_t slot = p.nkb * BK * (p.d + p.dvp), group = slot > 0 && PACK_BUDGET / slot > 1 ? PACK_BUDGET / slot : 1;
-  if (group > nbatch) group = nbatch;
+  /* Batch elements go in groups of one per thread: the group's packed K and V are still in
+   * cache when its query tiles read them. */
+  int64_t group = (int64_t)nthr < nbatch ? (int64_t)nthr : nbatch;
   attn_bufs w;
   memset(&w, 0, sizeof w);
   size_t *slots = malloc(2 * (size_t)group * sizeof *slots);
