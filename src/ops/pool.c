@@ -240,6 +240,56 @@ static void pool_task(void *ctx, size_t begin, size_t end, int thread) {
   }
 }
 
+/* Float NCHW planes with two spatial dims, MaxPool (without indices) or AveragePool: the
+ * windows read straight from the float input. The same taps in the same order as pool_task
+ * (AveragePool sums in double, MaxPool keeps the first valid tap unless a later one is
+ * greater), so the values are those of the general path. */
+static void pool2d_float_task(void *ctx, size_t begin, size_t end, int thread) {
+  const pool_job *jb = ctx;
+  const pool_geom *g = jb->g;
+  int64_t H = g->x[0], W = g->x[1], OH = g->y[0], OW = g->y[1];
+  int64_t kh = g->k[0], kw = g->k[1], sh = g->stride[0], sw = g->stride[1], dh = g->dil[0], dw = g->dil[1];
+  (void)thread;
+  for (int64_t pl = (int64_t)begin; pl < (int64_t)end; pl++) {
+    const float *xp = (const float *)jb->x->data + pl * H * W;
+    float *yp = (float *)jb->y->data + pl * OH * OW;
+    for (int64_t oh = 0; oh < OH; oh++) {
+      int64_t h0 = oh * sh - g->pb[0];
+      for (int64_t ow = 0; ow < OW; ow++) {
+        int64_t w0 = ow * sw - g->pb[1];
+        if (jb->kind == POOL_MAX) {
+          float m = -INFINITY;
+          bool any = false;
+          for (int64_t a = 0; a < kh; a++) {
+            int64_t h = h0 + a * dh;
+            if (h < 0 || h >= H) continue;
+            const float *row = xp + h * W;
+            for (int64_t b = 0; b < kw; b++) {
+              int64_t w = w0 + b * dw;
+              if (w < 0 || w >= W) continue;
+              if (row[w] > m || !any) m = row[w];
+              any = true;
+            }
+          }
+          yp[oh * OW + ow] = m;
+        } else {
+          double acc = 0, dv = jb->div[oh * OW + ow];
+          for (int64_t a = 0; a < kh; a++) {
+            int64_t h = h0 + a * dh;
+            if (h < 0 || h >= H) continue;
+            const float *row = xp + h * W;
+            for (int64_t b = 0; b < kw; b++) {
+              int64_t w = w0 + b * dw;
+              if (w >= 0 && w < W) acc += row[w];
+            }
+          }
+          yp[oh * OW + ow] = (float)(dv > 0 ? acc / dv : NAN);
+        }
+      }
+    }
+  }
+}
+
 static kiln_code pool_run(kiln_kctx *c, int kind) {
   const kiln_tensor *x = kiln_in(c, 0);
   if (!x || x->kind != KILN_KIND_TENSOR || x->rank < 3)
@@ -277,7 +327,9 @@ static kiln_code pool_run(kiln_kctx *c, int kind) {
   } else {
     if (kind == POOL_AVG) avg_divisors(&g, kiln_attr_int(c->node, "count_include_pad", 0) != 0, j.div);
     int64_t per = g.xsize + g.ysize * g.ksize;
-    kiln_parallel_for(pool, (size_t)planes, pool_task, &j, per >= PAR_TASK ? 1 : (size_t)(PAR_TASK / (per ? per : 1)));
+    bool fast = x->dtype == KILN_FLOAT && g.nsp == 2 && kind != POOL_LP && !ind;
+    kiln_parallel_for(pool, (size_t)planes, fast ? pool2d_float_task : pool_task, &j,
+                      per >= PAR_TASK ? 1 : (size_t)(PAR_TASK / (per ? per : 1)));
   }
   free(j.map);
   free(j.arg);
@@ -307,9 +359,14 @@ static void gpool_task(void *ctx, size_t begin, size_t end, int thread) {
   (void)thread;
   for (int64_t pl = (int64_t)begin; pl < (int64_t)end; pl++) {
     double acc = j->kind == POOL_MAX ? -INFINITY : 0;
-    if (x->dtype == KILN_FLOAT && j->kind == POOL_AVG) { /* float fast path, the same sums */
+    if (x->dtype == KILN_FLOAT && j->kind == POOL_AVG) { /* float fast path: 8 double lanes */
       const float *xp = (const float *)x->data + pl * n;
-      for (int64_t i = 0; i < n; i++) acc += xp[i];
+      double lane[8] = {0};
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) lane[l] += xp[i + l];
+      for (; i < n; i++) lane[0] += xp[i];
+      for (int l = 0; l < 8; l++) acc += lane[l];
     } else {
       for (int64_t i = 0; i < n; i++) {
         double v = x->dtype == KILN_FLOAT ? ((const float *)x->data)[pl * n + i] : kiln_get_f64(x, pl * n + i);
