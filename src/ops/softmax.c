@@ -6,6 +6,8 @@
  * old form is simply inner = 1 with len the product of the trailing dims.
  */
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "ops/op.h"
 #include "runtime/threadpool.h"
@@ -82,8 +84,38 @@ static void sm_task(void *ctx, size_t begin, size_t end, int thread) {
   }
 }
 
-/* Softmax of contiguous float rows: max, then exp(x - max) stored with its sum (kept in double
- * lanes), then one scale by 1 / sum. NaN anywhere in a row gives a row of NaN, as above. */
+/* exp(x) for x <= 0 (scores minus their row max), vectorisable: Cody-Waite reduction
+ * x = n ln2 + r, a degree-6 polynomial (relative error about 2e-7) and 2^n built in the
+ * exponent bits; x < -87 (and -inf) gives 0, NaN stays NaN. */
+static inline float exp_le0(float x) {
+  float xc = x < -87.0f ? -87.0f : x;
+  const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+  float t = xc * 1.44269504088896341f + shifter;
+  float n = t - shifter;
+  float r = xc - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187045e-06f;
+  float p = 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  uint32_t tb, sb;
+  memcpy(&tb, &t, 4);
+  sb = (tb - 0x4B400000u + 127u) << 23; /* low bits of t hold n; n + 127 is the exponent */
+  float sc;
+  memcpy(&sc, &sb, 4);
+  float y = p * sc;
+  return x < -87.0f ? 0.0f : y;
+}
+
+enum { SM_LANES = 8, SM_BLOCK = 256 };
+
+/* Softmax of contiguous float rows: the max (8 lanes), then exp(x - max) stored with its sum
+ * (8 float lanes per block of 256, blocks summed in double), then one scale by 1 / sum. A row
+ * whose max is not finite, or that holds a NaN, gives NaN everywhere, as the general path
+ * does. */
 static void sm_float_task(void *ctx, size_t begin, size_t end, int thread) {
   const sm_job *jb = ctx;
   int64_t len = jb->len;
@@ -91,21 +123,40 @@ static void sm_float_task(void *ctx, size_t begin, size_t end, int thread) {
   for (int64_t t = (int64_t)begin; t < (int64_t)end; t++) {
     const float *xr = (const float *)jb->x->data + t * len;
     float *yr = (float *)jb->y->data + t * len;
-    float mx = xr[0];
-    for (int64_t j = 1; j < len; j++) mx = xr[j] > mx ? xr[j] : mx;
-    double sum = 0;
-    for (int64_t j0 = 0; j0 < len; j0 += 256) { /* float partial sums per block of 256 */
-      int64_t j1 = j0 + 256 < len ? j0 + 256 : len;
-      float part = 0;
-      for (int64_t j = j0; j < j1; j++) {
-        float e = expf(xr[j] - mx);
-        yr[j] = e;
-        part += e;
+    float lm[SM_LANES];
+    int nan = 0;
+    int64_t j = 0;
+    for (int l = 0; l < SM_LANES; l++) lm[l] = -INFINITY;
+    for (; j + SM_LANES <= len; j += SM_LANES)
+      for (int l = 0; l < SM_LANES; l++) {
+        float v = xr[j + l];
+        nan |= v != v;
+        lm[l] = v > lm[l] ? v : lm[l];
       }
-      sum += part;
+    for (; j < len; j++) {
+      nan |= xr[j] != xr[j];
+      lm[0] = xr[j] > lm[0] ? xr[j] : lm[0];
+    }
+    float mx = lm[0];
+    for (int l = 1; l < SM_LANES; l++) mx = lm[l] > mx ? lm[l] : mx;
+    if (nan || !isfinite(mx)) { /* NaN, +inf (inf - inf) or all -inf (0 / 0) */
+      for (j = 0; j < len; j++) yr[j] = NAN;
+      continue;
+    }
+    double sum = 0;
+    for (int64_t j0 = 0; j0 < len; j0 += SM_BLOCK) {
+      int64_t n = len - j0 < SM_BLOCK ? len - j0 : SM_BLOCK, i = 0;
+      float *yb = yr + j0;
+      const float *xb = xr + j0;
+      for (i = 0; i < n; i++) yb[i] = exp_le0(xb[i] - mx);
+      float ls[SM_LANES] = {0};
+      for (i = 0; i + SM_LANES <= n; i += SM_LANES)
+        for (int l = 0; l < SM_LANES; l++) ls[l] += yb[i + l];
+      for (; i < n; i++) ls[0] += yb[i];
+      for (int l = 0; l < SM_LANES; l++) sum += ls[l];
     }
     float inv = (float)(1.0 / sum);
-    for (int64_t j = 0; j < len; j++) yr[j] *= inv;
+    for (j = 0; j < len; j++) yr[j] *= inv;
   }
 }
 
