@@ -12,6 +12,12 @@
 #include "ops/op.h"
 #include "runtime/threadpool.h"
 
+/* Let GCC if-convert, and so vectorise, the float path's selects (max, exp's range checks):
+ * kiln never reads FP exception flags nor errno. Values are unchanged. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
+#endif
+
 typedef enum smkind { SM_SOFTMAX, SM_LOGSOFTMAX, SM_HARDMAX } smkind;
 
 static inline double ld(const kiln_tensor *t, int64_t i) {
@@ -124,22 +130,14 @@ static void sm_float_task(void *ctx, size_t begin, size_t end, int thread) {
     const float *xr = (const float *)jb->x->data + t * len;
     float *yr = (float *)jb->y->data + t * len;
     float lm[SM_LANES];
-    int nan = 0;
     int64_t j = 0;
     for (int l = 0; l < SM_LANES; l++) lm[l] = -INFINITY;
-    for (; j + SM_LANES <= len; j += SM_LANES)
-      for (int l = 0; l < SM_LANES; l++) {
-        float v = xr[j + l];
-        nan |= v != v;
-        lm[l] = v > lm[l] ? v : lm[l];
-      }
-    for (; j < len; j++) {
-      nan |= xr[j] != xr[j];
-      lm[0] = xr[j] > lm[0] ? xr[j] : lm[0];
-    }
+    for (; j + SM_LANES <= len; j += SM_LANES) /* NaN is skipped here, caught by the sum */
+      for (int l = 0; l < SM_LANES; l++) lm[l] = xr[j + l] > lm[l] ? xr[j + l] : lm[l];
+    for (; j < len; j++) lm[0] = xr[j] > lm[0] ? xr[j] : lm[0];
     float mx = lm[0];
     for (int l = 1; l < SM_LANES; l++) mx = lm[l] > mx ? lm[l] : mx;
-    if (nan || !isfinite(mx)) { /* NaN, +inf (inf - inf) or all -inf (0 / 0) */
+    if (!isfinite(mx)) { /* +inf (inf - inf) or all -inf / NaN (0 / 0) */
       for (j = 0; j < len; j++) yr[j] = NAN;
       continue;
     }
@@ -155,7 +153,7 @@ static void sm_float_task(void *ctx, size_t begin, size_t end, int thread) {
       for (; i < n; i++) ls[0] += yb[i];
       for (int l = 0; l < SM_LANES; l++) sum += ls[l];
     }
-    float inv = (float)(1.0 / sum);
+    float inv = (float)(1.0 / sum); /* NaN when the row holds a NaN (exp_le0 keeps it) */
     for (j = 0; j < len; j++) yr[j] *= inv;
   }
 }
