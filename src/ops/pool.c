@@ -244,6 +244,14 @@ static void pool_task(void *ctx, size_t begin, size_t end, int thread) {
  * windows read straight from the float input. The same taps in the same order as pool_task
  * (AveragePool sums in double, MaxPool keeps the first valid tap unless a later one is
  * greater), so the values are those of the general path. */
+/* Taps t in [*lo, *hi) of a window starting at p0 with dilation d that land in [0, n). */
+static void tap_range(int64_t p0, int64_t d, int64_t k, int64_t n, int64_t *lo, int64_t *hi) {
+  *lo = p0 < 0 ? (-p0 + d - 1) / d : 0;
+  *hi = n - p0 <= 0 ? 0 : (n - p0 + d - 1) / d;
+  if (*hi > k) *hi = k;
+  if (*lo > *hi) *lo = *hi;
+}
+
 static void pool2d_float_task(void *ctx, size_t begin, size_t end, int thread) {
   const pool_job *jb = ctx;
   const pool_geom *g = jb->g;
@@ -254,34 +262,23 @@ static void pool2d_float_task(void *ctx, size_t begin, size_t end, int thread) {
     const float *xp = (const float *)jb->x->data + pl * H * W;
     float *yp = (float *)jb->y->data + pl * OH * OW;
     for (int64_t oh = 0; oh < OH; oh++) {
-      int64_t h0 = oh * sh - g->pb[0];
+      int64_t h0 = oh * sh - g->pb[0], a0, a1;
+      tap_range(h0, dh, kh, H, &a0, &a1);
       for (int64_t ow = 0; ow < OW; ow++) {
-        int64_t w0 = ow * sw - g->pb[1];
-        if (jb->kind == POOL_MAX) {
-          float m = -INFINITY;
-          bool any = false;
-          for (int64_t a = 0; a < kh; a++) {
-            int64_t h = h0 + a * dh;
-            if (h < 0 || h >= H) continue;
-            const float *row = xp + h * W;
-            for (int64_t b = 0; b < kw; b++) {
-              int64_t w = w0 + b * dw;
-              if (w < 0 || w >= W) continue;
-              if (row[w] > m || !any) m = row[w];
-              any = true;
-            }
+        int64_t w0 = ow * sw - g->pb[1], b0, b1;
+        tap_range(w0, dw, kw, W, &b0, &b1);
+        if (jb->kind == POOL_MAX) { /* the first valid tap (a0, b0), then any greater one */
+          float m = a0 < a1 && b0 < b1 ? xp[(h0 + a0 * dh) * W + w0 + b0 * dw] : -INFINITY;
+          for (int64_t a = a0; a < a1; a++) {
+            const float *row = xp + (h0 + a * dh) * W;
+            for (int64_t b = b0; b < b1; b++) m = row[w0 + b * dw] > m ? row[w0 + b * dw] : m;
           }
           yp[oh * OW + ow] = m;
         } else {
           double acc = 0, dv = jb->div[oh * OW + ow];
-          for (int64_t a = 0; a < kh; a++) {
-            int64_t h = h0 + a * dh;
-            if (h < 0 || h >= H) continue;
-            const float *row = xp + h * W;
-            for (int64_t b = 0; b < kw; b++) {
-              int64_t w = w0 + b * dw;
-              if (w >= 0 && w < W) acc += row[w];
-            }
+          for (int64_t a = a0; a < a1; a++) {
+            const float *row = xp + (h0 + a * dh) * W;
+            for (int64_t b = b0; b < b1; b++) acc += row[w0 + b * dw];
           }
           yp[oh * OW + ow] = (float)(dv > 0 ? acc / dv : NAN);
         }
