@@ -264,13 +264,17 @@ typedef struct attn_bufs {
   size_t kpn, vpn, qn, sn, accn; /* floats per slot / per thread */
 } attn_bufs;
 
+/* n floats rounded up to whole 64-byte lines, plus one line of padding */
+static size_t pad_line(size_t n) { return (n + 15) / 16 * 16 + 16; }
+
 static bool bufs_alloc(attn_bufs *w, const attn_plan *p, size_t nslot, size_t nthr) {
   memset(w, 0, sizeof *w);
   w->kpn = (size_t)p->nkb * BK * (size_t)p->d;
   w->vpn = (size_t)p->nkb * BK * (size_t)p->dvp;
-  w->qn = (size_t)QB * (size_t)(p->d ? p->d : 1);
-  w->sn = (size_t)QB * BK;
-  w->accn = (size_t)QB * (size_t)(p->dvp ? p->dvp : 1);
+  /* per-thread pieces padded so that no two threads write one cache line */
+  w->qn = pad_line((size_t)QB * (size_t)(p->d ? p->d : 1));
+  w->sn = pad_line((size_t)QB * BK);
+  w->accn = pad_line((size_t)QB * (size_t)(p->dvp ? p->dvp : 1));
   w->kp = calloc(w->kpn * nslot + 1, sizeof(float));
   w->vp = calloc(w->vpn * nslot + 1, sizeof(float));
   w->q = calloc(w->qn * nthr, sizeof(float));

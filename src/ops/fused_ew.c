@@ -276,7 +276,7 @@ static kiln_code fused_ew_run(kiln_kctx *c) {
    * the last. Threads take groups of PAR_BLKS blocks; every element is computed the same way
    * whichever thread runs it, so the output does not depend on the thread count. */
   kiln_threadpool *pool = total >= PAR_MIN ? kiln_kpool(c) : NULL;
-  size_t nthr = (size_t)kiln_threadpool_size(pool), per = (ni + nops) * BLK;
+  size_t nthr = (size_t)kiln_threadpool_size(pool), per = (ni + nops) * BLK + 16; /* + a line apart */
   float *mem = malloc(nthr * per * sizeof *mem);
   if (!mem) return kiln_kfail(c, "out of memory");
   for (size_t t = 0; t < nthr; t++)

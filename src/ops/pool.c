@@ -189,8 +189,8 @@ static void pool_task(void *ctx, size_t begin, size_t end, int thread) {
   double p = jb->p;
   const int64_t *map = jb->map;
   const double *div = jb->div;
-  int64_t *arg = jb->arg + (size_t)thread * (size_t)g.ysize;
-  double *xv = jb->xv + (size_t)thread * (size_t)g.xsize, *acc = jb->acc + (size_t)thread * (size_t)g.ysize;
+  int64_t *arg = jb->arg + (size_t)thread * (size_t)(g.ysize + 8);
+  double *xv = jb->xv + (size_t)thread * (size_t)(g.xsize + 8), *acc = jb->acc + (size_t)thread * (size_t)(g.ysize + 8);
   for (int64_t pl = (int64_t)begin; pl < (int64_t)end; pl++) {
     load_plane(jb->x, pl * g.xsize, g.xsize, xv);
     for (int64_t j = 0; j < g.ysize; j++) {
@@ -314,9 +314,10 @@ static kiln_code pool_run(kiln_kctx *c, int kind) {
   kiln_threadpool *pool = planes > 1 && planes * (g.xsize + g.ysize * g.ksize) >= PAR_MIN ? kiln_kpool(c) : NULL;
   size_t nthr = (size_t)kiln_threadpool_size(pool);
   pool_job j = {x, y, ind, &g, kind, p, storage, build_map(&g), NULL, NULL, NULL, NULL};
-  j.arg = kiln_malloc(sizeof(int64_t) * (size_t)g.ysize * nthr);
-  j.xv = kiln_malloc(sizeof(double) * (size_t)g.xsize * nthr);
-  j.acc = kiln_malloc(sizeof(double) * (size_t)g.ysize * nthr);
+  /* per thread: ysize + 8 and xsize + 8 values, so that threads never share a cache line */
+  j.arg = kiln_malloc(sizeof(int64_t) * (size_t)(g.ysize + 8) * nthr);
+  j.xv = kiln_malloc(sizeof(double) * (size_t)(g.xsize + 8) * nthr);
+  j.acc = kiln_malloc(sizeof(double) * (size_t)(g.ysize + 8) * nthr);
   j.div = kiln_malloc(sizeof(double) * (size_t)g.ysize);
   kiln_code rc = KILN_OK;
   if (!j.map || !j.arg || !j.xv || !j.acc || !j.div) {
