@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "ops/fused.h"
+#include "runtime/threadpool.h"
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #endif
@@ -246,7 +247,8 @@ static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
 }
 
 /* Work buffers, allocated once per run. Padding (key columns past Sk, value columns past Dv)
- * is zeroed at allocation and never written, so the tiles may read it freely. */
+ * is zeroed at allocation and never written, so the tiles may read it freely. A thread runs
+ * attend() on an attn_work made of one packed slot (kp, vp) and its own q, s, acc. */
 typedef struct attn_work {
   float *kp;   /* nkb panels of D x BK */
   float *vp;   /* nkb*BK rows of dvp */
@@ -255,18 +257,33 @@ typedef struct attn_work {
   float *acc;  /* QB x dvp */
 } attn_work;
 
-static bool work_alloc(attn_work *w, const attn_plan *p) {
-  size_t kp = (size_t)p->nkb * BK * (size_t)p->d, vp = (size_t)p->nkb * BK * (size_t)p->dvp;
+/* All buffers of one run: nslot packed K/V slots (one per batch element of a group) and
+ * per-thread tiles for nthr threads. */
+typedef struct attn_bufs {
+  float *kp, *vp, *q, *s, *acc;
+  size_t kpn, vpn, qn, sn, accn; /* floats per slot / per thread */
+} attn_bufs;
+
+/* n floats rounded up to whole 64-byte lines, plus one line of padding */
+static size_t pad_line(size_t n) { return (n + 15) / 16 * 16 + 16; }
+
+static bool bufs_alloc(attn_bufs *w, const attn_plan *p, size_t nslot, size_t nthr) {
   memset(w, 0, sizeof *w);
-  w->kp = calloc(kp ? kp : 1, sizeof(float));
-  w->vp = calloc(vp ? vp : 1, sizeof(float));
-  w->q = calloc((size_t)QB * (size_t)(p->d ? p->d : 1), sizeof(float));
-  w->s = calloc((size_t)QB * BK, sizeof(float));
-  w->acc = calloc((size_t)QB * (size_t)(p->dvp ? p->dvp : 1), sizeof(float));
+  w->kpn = (size_t)p->nkb * BK * (size_t)p->d;
+  w->vpn = (size_t)p->nkb * BK * (size_t)p->dvp;
+  /* per-thread pieces padded so that no two threads write one cache line */
+  w->qn = pad_line((size_t)QB * (size_t)(p->d ? p->d : 1));
+  w->sn = pad_line((size_t)QB * BK);
+  w->accn = pad_line((size_t)QB * (size_t)(p->dvp ? p->dvp : 1));
+  w->kp = calloc(w->kpn * nslot + 1, sizeof(float));
+  w->vp = calloc(w->vpn * nslot + 1, sizeof(float));
+  w->q = calloc(w->qn * nthr, sizeof(float));
+  w->s = calloc(w->sn * nthr, sizeof(float));
+  w->acc = calloc(w->accn * nthr, sizeof(float));
   return w->kp && w->vp && w->q && w->s && w->acc;
 }
 
-static void work_free(attn_work *w) {
+static void bufs_free(attn_bufs *w) {
   free(w->kp);
   free(w->vp);
   free(w->q);
@@ -357,6 +374,66 @@ static void apply_cond(const attn_plan *p, float *s, const uint8_t *crow, int64_
 #undef AT_FMA
 #endif
 
+/* Element offsets of batch element b in each operand: q, k, v, mask, cond, y. */
+static void batch_offsets(const attn_plan *p, int64_t b, int64_t *off) {
+  memset(off, 0, 6 * sizeof *off);
+  for (int i = p->nb - 1; i >= 0; i--) {
+    int64_t x = b % p->bdims[i];
+    b /= p->bdims[i];
+    off[0] += x * p->qbs[i];
+    off[1] += x * p->kbs[i];
+    off[2] += x * p->vbs[i];
+    if (p->has_mask) off[3] += x * p->mbs[i];
+    if (p->has_cond) off[4] += x * p->cbs[i];
+    off[5] += x * p->obs[i];
+  }
+}
+
+typedef void (*attend_fn)(const attn_plan *, attn_work *, const float *, const float *, const uint8_t *, float *,
+                          int64_t, int64_t);
+
+/* One group of batch elements [b0, b0 + nbat) of a run. Slot g holds batch b0 + g's packed K
+ * and V, or reuses slot kslot[g] / vslot[g] of an earlier element with the same K or V. */
+typedef struct attn_job {
+  const attn_plan *p;
+  attn_bufs *w;
+  attend_fn attend;
+  const float *qd, *kd, *vd, *md;
+  const uint8_t *cd;
+  float *yd;
+  int64_t b0, nbat, nqt, qt; /* query tiles of qt rows per batch element */
+  size_t *kslot, *vslot;
+} attn_job;
+
+static void pack_task(void *ctx, size_t begin, size_t end, int thread) {
+  const attn_job *j = ctx;
+  (void)thread;
+  for (size_t g = begin; g < end; g++) {
+    int64_t off[6];
+    batch_offsets(j->p, j->b0 + (int64_t)g, off);
+    if (j->kslot[g] == g) pack_k(j->p, j->kd + off[1], j->w->kp + g * j->w->kpn);
+    if (j->vslot[g] == g) pack_v(j->p, j->vd + off[2], j->w->vp + g * j->w->vpn);
+  }
+}
+
+/* Task t: batch element t / nqt of the group, query rows of tile t % nqt. Each row is computed
+ * by one task with the same instructions whatever the thread count. */
+static void attend_task(void *ctx, size_t begin, size_t end, int thread) {
+  const attn_job *j = ctx;
+  const attn_plan *p = j->p;
+  attn_bufs *b = j->w;
+  size_t th = (size_t)thread;
+  for (size_t t = begin; t < end; t++) {
+    size_t g = t / (size_t)j->nqt;
+    int64_t i0 = (int64_t)(t % (size_t)j->nqt) * j->qt, i1 = i0 + j->qt < p->sq ? i0 + j->qt : p->sq, off[6];
+    batch_offsets(p, j->b0 + (int64_t)g, off);
+    attn_work w = {b->kp + j->kslot[g] * b->kpn, b->vp + j->vslot[g] * b->vpn, b->q + th * b->qn,
+                   b->s + th * b->sn, b->acc + th * b->accn};
+    j->attend(p, &w, j->qd + off[0], j->md ? j->md + off[3] : NULL, j->cd ? j->cd + off[4] : NULL, j->yd + off[5],
+              i0, i1);
+  }
+}
+
 static kiln_code attention_run(kiln_kctx *c) {
   attn_plan p;
   kiln_tensor *y = NULL;
@@ -370,44 +447,51 @@ static kiln_code attention_run(kiln_kctx *c) {
   }
   /* The packed K and V hold nkb*BK x max(D, dvp) floats: refuse sizes that overflow. */
   if (p.nkb > INT64_MAX / BK / (p.d + p.dvp + 1)) return kiln_kfail(c, "attention too large");
-  attn_work w;
-  if (!work_alloc(&w, &p)) {
-    work_free(&w);
+  int64_t nbatch = 1;
+  for (int i = 0; i < p.nb; i++) nbatch *= p.bdims[i];
+  /* Threads split (batch element, tile of query rows); small problems run inline. */
+  double work = (double)nbatch * (double)p.sq * (double)p.sk * (double)(p.d + p.dv);
+  kiln_threadpool *pool = work >= 1 << 17 ? kiln_kpool(c) : NULL;
+  size_t nthr = (size_t)kiln_threadpool_size(pool);
+  /* Batch elements go in groups of one per thread: the group's packed K and V are still in
+   * cache when its query tiles read them. */
+  int64_t group = (int64_t)nthr < nbatch ? (int64_t)nthr : nbatch;
+  attn_bufs w;
+  memset(&w, 0, sizeof w);
+  size_t *slots = malloc(2 * (size_t)group * sizeof *slots);
+  if (!slots || !bufs_alloc(&w, &p, (size_t)group, nthr)) {
+    free(slots);
+    bufs_free(&w);
     return kiln_kfail(c, "out of memory for attention work buffers");
   }
-  const float *qd = kiln_in(c, 0)->data, *kd = kiln_in(c, 1)->data, *vd = kiln_in(c, 2)->data;
-  const float *md = p.has_mask ? kiln_in(c, 3)->data : NULL;
-  const uint8_t *cd = p.has_cond ? kiln_in(c, 4)->data : NULL;
-  int64_t nbatch = 1, idx[MAXR] = {0};
-  for (int i = 0; i < p.nb; i++) nbatch *= p.bdims[i];
-  int64_t last_k = -1, last_v = -1;
-  void (*attend)(const attn_plan *, attn_work *, const float *, const float *, const uint8_t *, float *) = attend_v4;
+  attend_fn attend = attend_v4;
 #ifdef AT_HAVE_AVX2
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("KILN_ATTENTION_PORTABLE"))
     attend = attend_avx2;
 #endif
-  for (int64_t b = 0; b < nbatch; b++) {
-    int64_t qo = 0, ko = 0, vo = 0, mo = 0, co = 0, yo = 0;
-    for (int i = 0; i < p.nb; i++) {
-      qo += idx[i] * p.qbs[i];
-      ko += idx[i] * p.kbs[i];
-      vo += idx[i] * p.vbs[i];
-      if (p.has_mask) mo += idx[i] * p.mbs[i];
-      if (p.has_cond) co += idx[i] * p.cbs[i];
-      yo += idx[i] * p.obs[i];
+  /* query tiles: 8 microkernel tiles, or fewer when there are few batch elements to share */
+  int64_t qt = QB * 8;
+  while (qt > QB && nbatch * ((p.sq + qt - 1) / qt) < 4 * (int64_t)nthr) qt /= 2;
+  attn_job j = {&p, &w, attend, kiln_in(c, 0)->data, kiln_in(c, 1)->data, kiln_in(c, 2)->data,
+                p.has_mask ? kiln_in(c, 3)->data : NULL, p.has_cond ? kiln_in(c, 4)->data : NULL,
+                y->data, 0, 0, (p.sq + qt - 1) / qt, qt, slots, slots + group};
+  for (int64_t b0 = 0; b0 < nbatch; b0 += group) {
+    j.b0 = b0;
+    j.nbat = nbatch - b0 < group ? nbatch - b0 : group;
+    /* K or V broadcast over a batch axis (shared heads) is packed once per run of equal ones */
+    int64_t prev[6] = {0};
+    for (int64_t g = 0; g < j.nbat; g++) {
+      int64_t off[6];
+      batch_offsets(&p, b0 + g, off);
+      j.kslot[g] = g && off[1] == prev[1] ? j.kslot[g - 1] : (size_t)g;
+      j.vslot[g] = g && off[2] == prev[2] ? j.vslot[g - 1] : (size_t)g;
+      memcpy(prev, off, sizeof prev);
     }
-    /* K or V broadcast over a batch axis (shared heads) is packed once. */
-    if (ko != last_k) pack_k(&p, kd + ko, w.kp);
-    if (vo != last_v) pack_v(&p, vd + vo, w.vp);
-    last_k = ko;
-    last_v = vo;
-    attend(&p, &w, qd + qo, md ? md + mo : NULL, cd ? cd + co : NULL, (float *)y->data + yo);
-    for (int i = p.nb - 1; i >= 0; i--) {
-      if (++idx[i] < p.bdims[i]) break;
-      idx[i] = 0;
-    }
+    kiln_parallel_for(pool, (size_t)j.nbat, pack_task, &j, 1);
+    kiln_parallel_for(pool, (size_t)(j.nbat * j.nqt), attend_task, &j, 1);
   }
-  work_free(&w);
+  free(slots);
+  bufs_free(&w);
   return KILN_OK;
 }
 

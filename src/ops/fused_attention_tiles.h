@@ -147,15 +147,16 @@ AT_TARGET static float AT_FN(exp_sum)(float *x, int64_t n, float m) {
   return total;
 }
 
-/* One batch element: Q rows through all key blocks with the online softmax. */
+/* One batch element, query rows [i_begin, i_end) (i_begin a multiple of QB): Q rows through all
+ * key blocks with the online softmax. */
 AT_TARGET static void AT_FN(attend)(const attn_plan *p, attn_work *w, const float *q, const float *m,
-                                    const uint8_t *cd, float *y) {
+                                    const uint8_t *cd, float *y, int64_t i_begin, int64_t i_end) {
   int64_t qsr = p->q.stride[p->q.rank - 2], qsd = p->q.stride[p->q.rank - 1];
   int64_t msq = p->has_mask ? p->m.stride[p->m.rank - 2] : 0;
   int64_t csq = p->has_cond ? p->c.stride[p->c.rank - 2] : 0;
   int64_t ysr = p->o.stride[p->o.rank - 2], ysc = p->o.stride[p->o.rank - 1];
-  for (int64_t i0 = 0; i0 < p->sq; i0 += QB) {
-    int64_t nr = p->sq - i0 < QB ? p->sq - i0 : QB;
+  for (int64_t i0 = i_begin; i0 < i_end; i0 += QB) {
+    int64_t nr = i_end - i0 < QB ? i_end - i0 : QB;
     float mx[QB], l[QB];
     for (int64_t r = 0; r < QB; r++) {
       for (int64_t d = 0; d < p->d; d++) w->q[r * p->d + d] = r < nr ? p->scale * q[(i0 + r) * qsr + d * qsd] : 0.0f;

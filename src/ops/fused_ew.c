@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "ops/fused.h"
+#include "runtime/threadpool.h"
 
 /* The loops below select between computed values (clamps, NaN checks, piecewise formulas).
  * GCC only if-converts, and so vectorises, those when FP operations may be speculated; kiln
@@ -23,7 +24,9 @@
 #pragma GCC optimize("no-trapping-math", "no-math-errno")
 #endif
 
-enum { BLK = 512, MAX_PROG = 64 };
+/* BLK elements per block; the pool is used from PAR_MIN output elements, in tasks of PAR_BLKS
+ * blocks (16K elements: far above the ~1 us a task costs to hand out) */
+enum { BLK = 512, MAX_PROG = 64, PAR_BLKS = 32, PAR_MIN = 1 << 15 };
 
 static const char *const op_names[KILN_EW_END] = {
     [KILN_EW_ADD] = "Add", [KILN_EW_SUB] = "Sub", [KILN_EW_MUL] = "Mul", [KILN_EW_DIV] = "Div",
@@ -206,6 +209,35 @@ static const float *load(const ew_in *m, int64_t i0, int len, float *buf) {
   return buf;
 }
 
+typedef struct ew_job {
+  const ew_in *in;
+  const int64_t *prog;
+  const float *params;
+  size_t ni, nops;
+  int64_t total;
+  float *out, *mem;
+  size_t per; /* floats of scratch per thread */
+} ew_job;
+
+/* Tasks are groups of PAR_BLKS blocks of BLK elements. */
+static void ew_task(void *ctx, size_t begin, size_t end, int thread) {
+  const ew_job *j = ctx;
+  const float *ops[2 * MAX_PROG];
+  float *mem = j->mem + (size_t)thread * j->per;
+  int64_t stop = (int64_t)end * PAR_BLKS * BLK < j->total ? (int64_t)end * PAR_BLKS * BLK : j->total;
+  for (int64_t i0 = (int64_t)begin * PAR_BLKS * BLK; i0 < stop; i0 += BLK) {
+    int len = stop - i0 < BLK ? (int)(stop - i0) : BLK;
+    for (size_t i = 0; i < j->ni; i++) ops[i] = load(&j->in[i], i0, len, mem + i * BLK);
+    for (size_t k = 0; k < j->nops; k++) {
+      float *o = k + 1 == j->nops ? j->out + i0 : mem + (j->ni + k) * BLK;
+      const int64_t *ins = &j->prog[3 * k];
+      run_op((int)ins[0], o, ops[ins[1]], ins[2] >= 0 ? ops[ins[2]] : NULL, len, j->params[2 * k],
+             j->params[2 * k + 1]);
+      ops[j->ni + k] = o;
+    }
+  }
+}
+
 static kiln_code fused_ew_run(kiln_kctx *c) {
   size_t np, nf;
   const int64_t *prog = kiln_attr_ints(c->node, "program", &np);
@@ -240,25 +272,20 @@ static kiln_code fused_ew_run(kiln_kctx *c) {
     if (!map_input(c->in[i], rank, dims, total, &in[i]))
       return kiln_kunsup(c, "input %zu's broadcast is not one run of the output's dims", i);
   if (total == 0) return KILN_OK;
-  /* buffers: one per input that is not read in place, one per instruction but the last */
-  float *mem = malloc((ni + nops) * BLK * sizeof *mem);
+  /* buffers, per thread: one per input that is not read in place, one per instruction but
+   * the last. Threads take groups of PAR_BLKS blocks; every element is computed the same way
+   * whichever thread runs it, so the output does not depend on the thread count. */
+  kiln_threadpool *pool = total >= PAR_MIN ? kiln_kpool(c) : NULL;
+  size_t nthr = (size_t)kiln_threadpool_size(pool), per = (ni + nops) * BLK + 16; /* + a line apart */
+  float *mem = malloc(nthr * per * sizeof *mem);
   if (!mem) return kiln_kfail(c, "out of memory");
-  for (size_t i = 0; i < ni; i++)
-    if (!in[i].full && in[i].n == 1)
-      for (int k = 0; k < BLK; k++) mem[i * BLK + k] = in[i].p[0];
-  const float *ops[2 * MAX_PROG];
-  float *out = y->data;
-  for (int64_t i0 = 0; i0 < total; i0 += BLK) {
-    int len = total - i0 < BLK ? (int)(total - i0) : BLK;
-    for (size_t i = 0; i < ni; i++) ops[i] = load(&in[i], i0, len, mem + i * BLK);
-    for (size_t k = 0; k < nops; k++) {
-      float *o = k + 1 == nops ? out + i0 : mem + (ni + k) * BLK;
-      const int64_t *ins = &prog[3 * k];
-      run_op((int)ins[0], o, ops[ins[1]], ins[2] >= 0 ? ops[ins[2]] : NULL, len, params[2 * k],
-             params[2 * k + 1]);
-      ops[ni + k] = o;
-    }
-  }
+  for (size_t t = 0; t < nthr; t++)
+    for (size_t i = 0; i < ni; i++)
+      if (!in[i].full && in[i].n == 1)
+        for (int k = 0; k < BLK; k++) mem[t * per + i * BLK + k] = in[i].p[0];
+  ew_job j = {in, prog, params, ni, nops, total, y->data, mem, per};
+  int64_t nblk = (total + BLK - 1) / BLK;
+  kiln_parallel_for(pool, (size_t)((nblk + PAR_BLKS - 1) / PAR_BLKS), ew_task, &j, 1);
   free(mem);
   return KILN_OK;
 }

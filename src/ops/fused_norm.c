@@ -23,8 +23,19 @@
 
 #include "ops/fused.h"
 #include "ops/fused_norm_math.h"
+#include "runtime/threadpool.h"
 
 enum { LANES = 8, BLOCK = 512 };
+
+/* The session's pool is used from PAR_MIN values of output; a task is at least PAR_TASK values
+ * (whole rows), far above the ~1 us a task costs to hand out. A row is always computed by one
+ * task, in the same order, so results do not depend on the thread count. */
+enum { PAR_MIN = 1 << 15, PAR_TASK = 1 << 14 };
+
+static kiln_threadpool *pool_for(kiln_kctx *c, int64_t work) { return work >= PAR_MIN ? kiln_kpool(c) : NULL; }
+
+/* Rows per task for rows of n values. */
+static size_t rows_chunk(int64_t n) { return n >= PAR_TASK ? 1 : (size_t)(PAR_TASK / (n ? n : 1)); }
 
 /* mean and 1 / sqrt(var + eps) of x[0..n). Float lanes inside a block of BLOCK values (the
  * compiler vectorises them), double across blocks so long rows keep their precision. */
@@ -139,6 +150,38 @@ static bool addend_map(const kiln_tensor *t, int rank, const int64_t *dims, int 
   return rowmap_init(map, rank - k, dims, lead, t->dims, st);
 }
 
+typedef struct ln_job {
+  float *ps, *py;
+  const float *pa, *pb, *gamma, *beta;
+  const rowmap *ma, *mb;
+  int64_t n, sa, sb;
+  float eps;
+  bool skip, same;
+} ln_job;
+
+static void ln_task(void *ctx, size_t begin, size_t end, int thread) {
+  const ln_job *j = ctx;
+  int64_t n = j->n;
+  (void)thread;
+  for (int64_t r = (int64_t)begin; r < (int64_t)end; r++) {
+    float mean, inv;
+    if (!j->skip) {
+      row_stats(j->pa + r * n, n, j->eps, &mean, &inv);
+      row_norm(j->py + r * n, j->pa + r * n, n, mean, inv, j->gamma, j->beta);
+      continue;
+    }
+    const float *ra = j->pa + (j->same ? r * n : row_offset(j->ma, r));
+    const float *rb = j->pb + (j->same ? r * n : row_offset(j->mb, r));
+    float *sum = j->ps ? j->ps + r * n : j->py + r * n;
+    if (j->sa && j->sb)
+      for (int64_t i = 0; i < n; i++) sum[i] = ra[i] + rb[i];
+    else
+      for (int64_t i = 0; i < n; i++) sum[i] = ra[i * j->sa] + rb[i * j->sb];
+    row_stats(sum, n, j->eps, &mean, &inv);
+    row_norm(j->py + r * n, sum, n, mean, inv, j->gamma, j->beta);
+  }
+}
+
 static kiln_code layernorm_common(kiln_kctx *c, bool skip) {
   const kiln_tensor *a = c->in[0], *b = skip ? c->in[1] : NULL;
   if (!is_float(a) || (skip && !is_float(b))) return kiln_kunsup(c, "float32 inputs only");
@@ -159,31 +202,13 @@ static kiln_code layernorm_common(kiln_kctx *c, bool skip) {
   kiln_tensor *y = kiln_out(c, 0, KILN_FLOAT, rank, dims);
   kiln_tensor *s = y && skip && kiln_out_used(c, 1) ? kiln_out(c, 1, KILN_FLOAT, rank, dims) : NULL;
   if (!y || (skip && kiln_out_used(c, 1) && !s)) return c->err->code ? c->err->code : KILN_ERR_NOMEM;
-  float *py = y->data, *ps = s ? s->data : NULL;
-  const float *pa = a->data, *pb = b ? b->data : NULL;
-  if (!skip) {
-    for (int64_t r = 0; r < rows; r++) {
-      float mean, inv;
-      row_stats(pa + r * n, n, eps, &mean, &inv);
-      row_norm(py + r * n, pa + r * n, n, mean, inv, gamma, beta);
-    }
-    return KILN_OK;
-  }
   rowmap ma, mb;
-  int64_t sa, sb;
-  if (!addend_map(a, rank, dims, k, n, &ma, &sa) || !addend_map(b, rank, dims, k, n, &mb, &sb))
+  int64_t sa = 1, sb = 1;
+  if (skip && (!addend_map(a, rank, dims, k, n, &ma, &sa) || !addend_map(b, rank, dims, k, n, &mb, &sb)))
     return kiln_kunsup(c, "an addend broadcasts over part of the normalised dims");
-  bool same = kiln_same_shape(a, b) && sa && sb;
-  for (int64_t r = 0; r < rows; r++) {
-    const float *ra = pa + (same ? r * n : row_offset(&ma, r)), *rb = pb + (same ? r * n : row_offset(&mb, r));
-    float *sum = ps ? ps + r * n : py + r * n, mean, inv;
-    if (sa && sb)
-      for (int64_t j = 0; j < n; j++) sum[j] = ra[j] + rb[j];
-    else
-      for (int64_t j = 0; j < n; j++) sum[j] = ra[j * sa] + rb[j * sb];
-    row_stats(sum, n, eps, &mean, &inv);
-    row_norm(py + r * n, sum, n, mean, inv, gamma, beta);
-  }
+  ln_job j = {s ? s->data : NULL, y->data, a->data, b ? b->data : NULL, gamma, beta, &ma, &mb,
+              n, sa, sb, eps, skip, skip && kiln_same_shape(a, b) && sa && sb};
+  kiln_parallel_for(pool_for(c, rows * n), (size_t)rows, ln_task, &j, rows_chunk(n));
   return KILN_OK;
 }
 
@@ -211,6 +236,36 @@ static bool gelu_tanh_attr(kiln_kctx *c, bool *tanh_form) {
   return *tanh_form || !strcmp(a, "none");
 }
 
+typedef struct gelu_job {
+  const float *px, *pb;
+  float *py;
+  int64_t n, cols; /* cols: values per task (a row of the last dim with a bias) */
+  bool th;
+} gelu_job;
+
+static void gelu_task(void *ctx, size_t begin, size_t end, int thread) {
+  const gelu_job *j = ctx;
+  (void)thread;
+  if (!j->pb) {
+    int64_t i0 = (int64_t)begin * PAR_TASK, i1 = (int64_t)end * PAR_TASK < j->n ? (int64_t)end * PAR_TASK : j->n;
+    const float *px = j->px;
+    float *py = j->py;
+    if (!j->th)
+      for (int64_t i = i0; i < i1; i++) py[i] = kn_gelu(px[i]);
+    else
+      for (int64_t i = i0; i < i1; i++) py[i] = kn_gelu_tanh(px[i]);
+    return;
+  }
+  for (int64_t r = (int64_t)begin; r < (int64_t)end; r++) {
+    const float *xr = j->px + r * j->cols, *pb = j->pb;
+    float *yr = j->py + r * j->cols;
+    if (j->th)
+      for (int64_t i = 0; i < j->cols; i++) yr[i] = kn_gelu_tanh(xr[i] + pb[i]);
+    else
+      for (int64_t i = 0; i < j->cols; i++) yr[i] = kn_gelu(xr[i] + pb[i]);
+  }
+}
+
 static kiln_code gelu_common(kiln_kctx *c, bool bias) {
   const kiln_tensor *x = c->in[0], *b = bias ? c->in[1] : NULL;
   bool th;
@@ -221,22 +276,12 @@ static kiln_code gelu_common(kiln_kctx *c, bool bias) {
     return kiln_kunsup(c, "the bias must hold one value per position of the last dim");
   kiln_tensor *y = kiln_out(c, 0, KILN_FLOAT, x->rank, x->dims);
   if (!y) return c->err->code ? c->err->code : KILN_ERR_NOMEM;
-  const float *px = x->data, *pb = b ? b->data : NULL;
-  float *py = y->data;
   int64_t n = x->numel;
-  if (!bias && !th)
-    for (int64_t i = 0; i < n; i++) py[i] = kn_gelu(px[i]);
-  else if (!bias)
-    for (int64_t i = 0; i < n; i++) py[i] = kn_gelu_tanh(px[i]);
-  else
-    for (int64_t r = 0; cols && r < n / cols; r++) {
-      const float *xr = px + r * cols;
-      float *yr = py + r * cols;
-      if (th)
-        for (int64_t j = 0; j < cols; j++) yr[j] = kn_gelu_tanh(xr[j] + pb[j]);
-      else
-        for (int64_t j = 0; j < cols; j++) yr[j] = kn_gelu(xr[j] + pb[j]);
-    }
+  if (n == 0) return KILN_OK;
+  gelu_job j = {x->data, b ? b->data : NULL, y->data, n, bias ? cols : n, th};
+  /* tasks: rows of the last dim with a bias, else blocks of PAR_TASK values */
+  int64_t ntask = bias ? (cols ? n / cols : 0) : (n + PAR_TASK - 1) / PAR_TASK;
+  kiln_parallel_for(pool_for(c, n), (size_t)ntask, gelu_task, &j, bias ? rows_chunk(cols) : 1);
   return KILN_OK;
 }
 
@@ -289,6 +334,45 @@ static kiln_code pos_view(kiln_kctx *c, const kiln_tensor *pos, int64_t d, int *
   return KILN_OK;
 }
 
+typedef struct emb_job {
+  const kiln_tensor *ids, *pids;
+  const rowmap *mi, *mp;
+  const float *pw, *pp, *gamma, *beta;
+  float *py, *ps;
+  int64_t v, d, np;
+  float eps;
+  bool relu, ln;
+} emb_job;
+
+static void emb_task(void *ctx, size_t begin, size_t end, int thread) {
+  const emb_job *j = ctx;
+  int64_t d = j->d;
+  (void)thread;
+  for (int64_t r = (int64_t)begin; r < (int64_t)end; r++) {
+    int64_t id = id_at(j->ids, row_offset(j->mi, r)); /* checked in range by the caller */
+    const float *wr = j->pw + (id < 0 ? id + j->v : id) * d, *pr;
+    if (j->pids) {
+      int64_t p = id_at(j->pids, row_offset(j->mp, r));
+      pr = j->pp + (p < 0 ? p + j->np : p) * d;
+    } else {
+      pr = j->pp + row_offset(j->mp, r);
+    }
+    float *x = j->ps ? j->ps + r * d : j->py + r * d;
+    if (j->relu) /* Relu keeps NaN, like the standard kernel */
+      for (int64_t i = 0; i < d; i++) {
+        float t = wr[i] + pr[i];
+        x[i] = kn_sel(t > 0 || t != t, t, 0.0f);
+      }
+    else
+      for (int64_t i = 0; i < d; i++) x[i] = wr[i] + pr[i];
+    if (j->ln) {
+      float mean, inv;
+      row_stats(x, d, j->eps, &mean, &inv);
+      row_norm(j->py + r * d, x, d, mean, inv, j->gamma, j->beta);
+    }
+  }
+}
+
 static kiln_code embedding_run(kiln_kctx *c) {
   const kiln_tensor *ids = c->in[E_IDS], *word = c->in[E_WORD], *pos = c->in[E_POS];
   const kiln_tensor *pids = kiln_in(c, E_POS_IDS);
@@ -316,33 +400,18 @@ static kiln_code embedding_run(kiln_kctx *c) {
   kiln_tensor *s = y && ln && kiln_out_used(c, 1) ? kiln_out(c, 1, KILN_FLOAT, lrank + 1, dims) : NULL;
   if (!y || (ln && kiln_out_used(c, 1) && !s)) return c->err->code ? c->err->code : KILN_ERR_NOMEM;
   int64_t rows = d ? y->numel / d : 0, np = pids ? pos->dims[0] : 0;
-  const float *pw = word->data, *pp = pos->data;
-  float *py = y->data, *ps = s ? s->data : NULL;
+  /* ids are checked first, so that the rows can then run on any thread */
   for (int64_t r = 0; r < rows; r++) {
     int64_t id = id_at(ids, row_offset(&mi, r));
     if (id < -v || id >= v) return kiln_kfail(c, "token id %lld is out of range [%lld, %lld)", (long long)id, (long long)-v, (long long)v);
-    const float *wr = pw + (id < 0 ? id + v : id) * d, *pr;
     if (pids) {
       int64_t p = id_at(pids, row_offset(&mp, r));
       if (p < -np || p >= np) return kiln_kfail(c, "position id %lld is out of range", (long long)p);
-      pr = pp + (p < 0 ? p + np : p) * d;
-    } else {
-      pr = pp + row_offset(&mp, r);
-    }
-    float *x = ps ? ps + r * d : py + r * d;
-    if (relu) /* Relu keeps NaN, like the standard kernel */
-      for (int64_t j = 0; j < d; j++) {
-        float t = wr[j] + pr[j];
-        x[j] = kn_sel(t > 0 || t != t, t, 0.0f);
-      }
-    else
-      for (int64_t j = 0; j < d; j++) x[j] = wr[j] + pr[j];
-    if (ln) {
-      float mean, inv;
-      row_stats(x, d, eps, &mean, &inv);
-      row_norm(py + r * d, x, d, mean, inv, gamma, beta);
     }
   }
+  emb_job j = {ids, pids, &mi, &mp, word->data, pos->data, gamma, beta, y->data, s ? s->data : NULL,
+               v, d, np, eps, relu, ln};
+  kiln_parallel_for(pool_for(c, rows * d), (size_t)rows, emb_task, &j, rows_chunk(d));
   return KILN_OK;
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "runtime/threadpool.h"
 
 typedef struct pool_geom {
   int nsp;                          /* spatial dims */
@@ -166,40 +167,32 @@ static double lp_p(const kiln_node *nd) {
   return a->kind == KILN_ATTR_FLOAT ? (double)a->f : (double)a->i;
 }
 
-static kiln_code pool_run(kiln_kctx *c, int kind) {
-  const kiln_tensor *x = kiln_in(c, 0);
-  if (!x || x->kind != KILN_KIND_TENSOR || x->rank < 3)
-    return kiln_kfail(c, "X must be a tensor of rank >= 3 (N, C, spatial)");
-  if (!poolable(x->dtype, kind == POOL_MAX))
-    return kiln_kunsup(c, "unsupported element type %s", kiln_dtype_name(x->dtype));
-  pool_geom g;
-  char msg[256];
-  g.nsp = x->rank - 2;
-  memcpy(g.x, x->dims + 2, sizeof(int64_t) * (size_t)g.nsp);
-  if (!pool_geometry(c->node, &g, false, msg, sizeof msg)) return kiln_kfail(c, "%s", msg);
-  double p = kind == POOL_LP ? lp_p(c->node) : 0;
-  if (kind == POOL_LP && !(p > 0)) return kiln_kfail(c, "p must be positive");
-  int64_t storage = kiln_attr_int(c->node, "storage_order", 0);
-  if (storage != 0 && storage != 1) return kiln_kfail(c, "storage_order must be 0 or 1");
-  int64_t dims[KILN_MAX_RANK] = {x->dims[0], x->dims[1]};
-  memcpy(dims + 2, g.y, sizeof(int64_t) * (size_t)g.nsp);
-  kiln_tensor *y = kiln_out(c, 0, x->dtype, x->rank, dims), *ind = NULL;
-  if (!y) return KILN_ERR_NOMEM;
-  if (kind == POOL_MAX && kiln_out_used(c, 1) && !(ind = kiln_out(c, 1, KILN_INT64, x->rank, dims)))
-    return KILN_ERR_NOMEM;
-  int64_t planes = x->dims[0] * x->dims[1];
-  int64_t *map = build_map(&g), *arg = kiln_malloc(sizeof(int64_t) * (size_t)g.ysize);
-  double *xv = kiln_malloc(sizeof(double) * (size_t)g.xsize);
-  double *acc = kiln_malloc(sizeof(double) * (size_t)g.ysize);
-  double *div = kiln_malloc(sizeof(double) * (size_t)g.ysize);
-  kiln_code rc = KILN_OK;
-  if (!map || !arg || !xv || !acc || !div) {
-    rc = kiln_kfail(c, "out of memory");
-    goto done;
-  }
-  if (kind == POOL_AVG) avg_divisors(&g, kiln_attr_int(c->node, "count_include_pad", 0) != 0, div);
-  for (int64_t pl = 0; pl < planes; pl++) {
-    load_plane(x, pl * g.xsize, g.xsize, xv);
+/* The session's pool is used from PAR_MIN values of work; a task is whole planes, at least
+ * PAR_TASK values of work. */
+enum { PAR_MIN = 1 << 15, PAR_TASK = 1 << 14 };
+
+typedef struct pool_job {
+  const kiln_tensor *x;
+  kiln_tensor *y, *ind;
+  const pool_geom *g;
+  int kind;
+  double p;
+  int64_t storage;
+  int64_t *map, *arg; /* arg, xv, acc: per thread */
+  double *xv, *acc, *div;
+} pool_job;
+
+static void pool_task(void *ctx, size_t begin, size_t end, int thread) {
+  const pool_job *jb = ctx;
+  const pool_geom g = *jb->g;
+  int kind = jb->kind;
+  double p = jb->p;
+  const int64_t *map = jb->map;
+  const double *div = jb->div;
+  int64_t *arg = jb->arg + (size_t)thread * (size_t)(g.ysize + 8);
+  double *xv = jb->xv + (size_t)thread * (size_t)(g.xsize + 8), *acc = jb->acc + (size_t)thread * (size_t)(g.ysize + 8);
+  for (int64_t pl = (int64_t)begin; pl < (int64_t)end; pl++) {
+    load_plane(jb->x, pl * g.xsize, g.xsize, xv);
     for (int64_t j = 0; j < g.ysize; j++) {
       acc[j] = kind == POOL_MAX ? -INFINITY : 0;
       arg[j] = -1;
@@ -226,10 +219,10 @@ static kiln_code pool_run(kiln_kctx *c, int kind) {
       if (kind == POOL_AVG) acc[j] = div[j] > 0 ? acc[j] / div[j] : NAN;
       if (kind == POOL_LP) acc[j] = p == 2 ? sqrt(acc[j]) : pow(acc[j], 1 / p);
     }
-    store_plane(y, pl * g.ysize, g.ysize, acc);
-    for (int64_t j = 0; ind && j < g.ysize; j++) {
+    store_plane(jb->y, pl * g.ysize, g.ysize, acc);
+    for (int64_t j = 0; jb->ind && j < g.ysize; j++) {
       int64_t o = arg[j] < 0 ? 0 : arg[j], idx = o;
-      if (storage == 1) { /* column-major position within the plane */
+      if (jb->storage == 1) { /* column-major position within the plane */
         idx = 0;
         int64_t mul = 1;
         int64_t coord[KILN_MAX_RANK];
@@ -242,21 +235,155 @@ static kiln_code pool_run(kiln_kctx *c, int kind) {
           mul *= g.x[d];
         }
       }
-      ((int64_t *)ind->data)[pl * g.ysize + j] = pl * g.xsize + idx;
+      ((int64_t *)jb->ind->data)[pl * g.ysize + j] = pl * g.xsize + idx;
     }
   }
-done:
-  free(map);
-  free(arg);
-  free(xv);
-  free(acc);
-  free(div);
+}
+
+/* Float NCHW planes with two spatial dims, MaxPool (without indices) or AveragePool: the
+ * windows read straight from the float input. The same taps in the same order as pool_task
+ * (AveragePool sums in double, MaxPool keeps the first valid tap unless a later one is
+ * greater), so the values are those of the general path. */
+/* Taps t in [*lo, *hi) of a window starting at p0 with dilation d that land in [0, n). */
+static void tap_range(int64_t p0, int64_t d, int64_t k, int64_t n, int64_t *lo, int64_t *hi) {
+  *lo = p0 < 0 ? (-p0 + d - 1) / d : 0;
+  *hi = n - p0 <= 0 ? 0 : (n - p0 + d - 1) / d;
+  if (*hi > k) *hi = k;
+  if (*lo > *hi) *lo = *hi;
+}
+
+static void pool2d_float_task(void *ctx, size_t begin, size_t end, int thread) {
+  const pool_job *jb = ctx;
+  const pool_geom *g = jb->g;
+  int64_t H = g->x[0], W = g->x[1], OH = g->y[0], OW = g->y[1];
+  int64_t kh = g->k[0], kw = g->k[1], sh = g->stride[0], sw = g->stride[1], dh = g->dil[0], dw = g->dil[1];
+  (void)thread;
+  for (int64_t pl = (int64_t)begin; pl < (int64_t)end; pl++) {
+    const float *xp = (const float *)jb->x->data + pl * H * W;
+    float *yp = (float *)jb->y->data + pl * OH * OW;
+    for (int64_t oh = 0; oh < OH; oh++) {
+      int64_t h0 = oh * sh - g->pb[0], a0, a1;
+      tap_range(h0, dh, kh, H, &a0, &a1);
+      for (int64_t ow = 0; ow < OW; ow++) {
+        int64_t w0 = ow * sw - g->pb[1], b0, b1;
+        tap_range(w0, dw, kw, W, &b0, &b1);
+        if (jb->kind == POOL_MAX) { /* the first valid tap (a0, b0), then any greater one */
+          float m = a0 < a1 && b0 < b1 ? xp[(h0 + a0 * dh) * W + w0 + b0 * dw] : -INFINITY;
+          for (int64_t a = a0; a < a1; a++) {
+            const float *row = xp + (h0 + a * dh) * W;
+            for (int64_t b = b0; b < b1; b++) m = row[w0 + b * dw] > m ? row[w0 + b * dw] : m;
+          }
+          yp[oh * OW + ow] = m;
+        } else {
+          double acc = 0, dv = jb->div[oh * OW + ow];
+          for (int64_t a = a0; a < a1; a++) {
+            const float *row = xp + (h0 + a * dh) * W;
+            for (int64_t b = b0; b < b1; b++) acc += row[w0 + b * dw];
+          }
+          yp[oh * OW + ow] = (float)(dv > 0 ? acc / dv : NAN);
+        }
+      }
+    }
+  }
+}
+
+static kiln_code pool_run(kiln_kctx *c, int kind) {
+  const kiln_tensor *x = kiln_in(c, 0);
+  if (!x || x->kind != KILN_KIND_TENSOR || x->rank < 3)
+    return kiln_kfail(c, "X must be a tensor of rank >= 3 (N, C, spatial)");
+  if (!poolable(x->dtype, kind == POOL_MAX))
+    return kiln_kunsup(c, "unsupported element type %s", kiln_dtype_name(x->dtype));
+  pool_geom g;
+  char msg[256];
+  g.nsp = x->rank - 2;
+  memcpy(g.x, x->dims + 2, sizeof(int64_t) * (size_t)g.nsp);
+  if (!pool_geometry(c->node, &g, false, msg, sizeof msg)) return kiln_kfail(c, "%s", msg);
+  double p = kind == POOL_LP ? lp_p(c->node) : 0;
+  if (kind == POOL_LP && !(p > 0)) return kiln_kfail(c, "p must be positive");
+  int64_t storage = kiln_attr_int(c->node, "storage_order", 0);
+  if (storage != 0 && storage != 1) return kiln_kfail(c, "storage_order must be 0 or 1");
+  int64_t dims[KILN_MAX_RANK] = {x->dims[0], x->dims[1]};
+  memcpy(dims + 2, g.y, sizeof(int64_t) * (size_t)g.nsp);
+  kiln_tensor *y = kiln_out(c, 0, x->dtype, x->rank, dims), *ind = NULL;
+  if (!y) return KILN_ERR_NOMEM;
+  if (kind == POOL_MAX && kiln_out_used(c, 1) && !(ind = kiln_out(c, 1, KILN_INT64, x->rank, dims)))
+    return KILN_ERR_NOMEM;
+  int64_t planes = x->dims[0] * x->dims[1];
+  /* (n, c) planes are independent: threads take whole planes, each with its own buffers, so
+   * the output does not depend on the thread count */
+  kiln_threadpool *pool = planes > 1 && planes * (g.xsize + g.ysize * g.ksize) >= PAR_MIN ? kiln_kpool(c) : NULL;
+  size_t nthr = (size_t)kiln_threadpool_size(pool);
+  pool_job j = {x, y, ind, &g, kind, p, storage, build_map(&g), NULL, NULL, NULL, NULL};
+  /* per thread: ysize + 8 and xsize + 8 values, so that threads never share a cache line */
+  j.arg = kiln_malloc(sizeof(int64_t) * (size_t)(g.ysize + 8) * nthr);
+  j.xv = kiln_malloc(sizeof(double) * (size_t)(g.xsize + 8) * nthr);
+  j.acc = kiln_malloc(sizeof(double) * (size_t)(g.ysize + 8) * nthr);
+  j.div = kiln_malloc(sizeof(double) * (size_t)g.ysize);
+  kiln_code rc = KILN_OK;
+  if (!j.map || !j.arg || !j.xv || !j.acc || !j.div) {
+    rc = kiln_kfail(c, "out of memory");
+  } else {
+    if (kind == POOL_AVG) avg_divisors(&g, kiln_attr_int(c->node, "count_include_pad", 0) != 0, j.div);
+    int64_t per = g.xsize + g.ysize * g.ksize;
+    bool fast = x->dtype == KILN_FLOAT && g.nsp == 2 && kind != POOL_LP && !ind;
+    kiln_parallel_for(pool, (size_t)planes, fast ? pool2d_float_task : pool_task, &j,
+                      per >= PAR_TASK ? 1 : (size_t)(PAR_TASK / (per ? per : 1)));
+  }
+  free(j.map);
+  free(j.arg);
+  free(j.xv);
+  free(j.acc);
+  free(j.div);
   return rc;
 }
 
 static kiln_code maxpool_run(kiln_kctx *c) { return pool_run(c, POOL_MAX); }
 static kiln_code avgpool_run(kiln_kctx *c) { return pool_run(c, POOL_AVG); }
 static kiln_code lppool_run(kiln_kctx *c) { return pool_run(c, POOL_LP); }
+
+typedef struct gpool_job {
+  const kiln_tensor *x;
+  kiln_tensor *y;
+  int kind;
+  double p;
+  int64_t n; /* values per plane */
+} gpool_job;
+
+/* Planes [begin, end): each reduced in order by one task. */
+static void gpool_task(void *ctx, size_t begin, size_t end, int thread) {
+  const gpool_job *j = ctx;
+  const kiln_tensor *x = j->x;
+  int64_t n = j->n;
+  (void)thread;
+  for (int64_t pl = (int64_t)begin; pl < (int64_t)end; pl++) {
+    double acc = j->kind == POOL_MAX ? -INFINITY : 0;
+    if (x->dtype == KILN_FLOAT && j->kind == POOL_AVG) { /* float fast path: 8 double lanes */
+      const float *xp = (const float *)x->data + pl * n;
+      double lane[8] = {0};
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) lane[l] += xp[i + l];
+      for (; i < n; i++) lane[0] += xp[i];
+      for (int l = 0; l < 8; l++) acc += lane[l];
+    } else {
+      for (int64_t i = 0; i < n; i++) {
+        double v = x->dtype == KILN_FLOAT ? ((const float *)x->data)[pl * n + i] : kiln_get_f64(x, pl * n + i);
+        if (j->kind == POOL_MAX)
+          acc = v > acc || i == 0 ? v : acc;
+        else if (j->kind == POOL_AVG)
+          acc += v;
+        else
+          acc += pow(fabs(v), j->p);
+      }
+    }
+    if (j->kind == POOL_AVG) acc = n ? acc / (double)n : NAN;
+    if (j->kind == POOL_LP) acc = pow(acc, 1 / j->p);
+    if (x->dtype == KILN_FLOAT)
+      ((float *)j->y->data)[pl] = (float)acc;
+    else
+      kiln_set_f64(j->y, pl, acc);
+  }
+}
 
 static kiln_code global_run(kiln_kctx *c, int kind) {
   const kiln_tensor *x = kiln_in(c, 0);
@@ -271,22 +398,9 @@ static kiln_code global_run(kiln_kctx *c, int kind) {
   kiln_tensor *y = kiln_out(c, 0, x->dtype, x->rank, dims);
   if (!y) return KILN_ERR_NOMEM;
   int64_t planes = x->dims[0] * x->dims[1], n = planes ? x->numel / planes : 0;
-  for (int64_t pl = 0; pl < planes; pl++) {
-    double acc = kind == POOL_MAX ? -INFINITY : 0;
-    for (int64_t i = 0; i < n; i++) {
-      double v = x->dtype == KILN_FLOAT ? ((const float *)x->data)[pl * n + i]
-                                        : kiln_get_f64(x, pl * n + i);
-      if (kind == POOL_MAX)
-        acc = v > acc || i == 0 ? v : acc;
-      else if (kind == POOL_AVG)
-        acc += v;
-      else
-        acc += pow(fabs(v), p);
-    }
-    if (kind == POOL_AVG) acc = n ? acc / (double)n : NAN;
-    if (kind == POOL_LP) acc = pow(acc, 1 / p);
-    kiln_set_f64(y, pl, acc);
-  }
+  gpool_job j = {x, y, kind, p, n};
+  kiln_threadpool *pool = planes > 1 && x->numel >= PAR_MIN ? kiln_kpool(c) : NULL;
+  kiln_parallel_for(pool, (size_t)planes, gpool_task, &j, n >= PAR_TASK ? 1 : (size_t)(PAR_TASK / (n ? n : 1)));
   return KILN_OK;
 }
 

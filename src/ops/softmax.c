@@ -6,8 +6,17 @@
  * old form is simply inner = 1 with len the product of the trailing dims.
  */
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "ops/op.h"
+#include "runtime/threadpool.h"
+
+/* Let GCC if-convert, and so vectorise, the float path's selects (max, exp's range checks):
+ * kiln never reads FP exception flags nor errno. Values are unchanged. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
+#endif
 
 typedef enum smkind { SM_SOFTMAX, SM_LOGSOFTMAX, SM_HARDMAX } smkind;
 
@@ -27,6 +36,127 @@ static inline void st(kiln_tensor *t, int64_t i, double v) {
 }
 
 static int64_t default_axis(int opset) { return opset < 13 ? 1 : -1; }
+
+/* The session's pool is used from PAR_MIN values; a task is at least PAR_TASK values (whole
+ * lines). Each line is computed by one task in a fixed order: results do not depend on the
+ * thread count. */
+enum { PAR_MIN = 1 << 15, PAR_TASK = 1 << 14 };
+
+typedef struct sm_job {
+  const kiln_tensor *x;
+  kiln_tensor *y;
+  smkind k;
+  int64_t len, inner;
+} sm_job;
+
+/* Lines [begin, end): line t is (o, in) = (t / inner, t % inner). */
+static void sm_task(void *ctx, size_t begin, size_t end, int thread) {
+  const sm_job *jb = ctx;
+  const kiln_tensor *x = jb->x;
+  kiln_tensor *y = jb->y;
+  int64_t len = jb->len, inner = jb->inner;
+  (void)thread;
+  for (int64_t t = (int64_t)begin; t < (int64_t)end; t++) {
+    int64_t o = t / inner, in = t % inner;
+    int64_t base = o * len * inner + in;
+    /* First maximum: Hardmax's pick, and the shift that keeps exp() in range. */
+    double mx = ld(x, base);
+    int64_t arg = 0;
+    for (int64_t j = 1; j < len; j++) {
+      double v = ld(x, base + j * inner);
+      if (v > mx) {
+        mx = v;
+        arg = j;
+      }
+    }
+    if (jb->k == SM_HARDMAX) {
+      st(y, base + arg * inner, 1.0);
+      continue;
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < len; j++) sum += exp(ld(x, base + j * inner) - mx);
+    if (jb->k == SM_SOFTMAX) {
+      for (int64_t j = 0; j < len; j++) {
+        int64_t i = base + j * inner;
+        st(y, i, exp(ld(x, i) - mx) / sum);
+      }
+    } else {
+      double lse = log(sum);
+      for (int64_t j = 0; j < len; j++) {
+        int64_t i = base + j * inner;
+        st(y, i, ld(x, i) - mx - lse);
+      }
+    }
+  }
+}
+
+/* exp(x) for x <= 0 (scores minus their row max), vectorisable: Cody-Waite reduction
+ * x = n ln2 + r, a degree-6 polynomial (relative error about 2e-7) and 2^n built in the
+ * exponent bits; x < -87 (and -inf) gives 0, NaN stays NaN. */
+static inline float exp_le0(float x) {
+  float xc = x < -87.0f ? -87.0f : x;
+  const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+  float t = xc * 1.44269504088896341f + shifter;
+  float n = t - shifter;
+  float r = xc - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187045e-06f;
+  float p = 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  uint32_t tb, sb;
+  memcpy(&tb, &t, 4);
+  sb = (tb - 0x4B400000u + 127u) << 23; /* low bits of t hold n; n + 127 is the exponent */
+  float sc;
+  memcpy(&sc, &sb, 4);
+  float y = p * sc;
+  return x < -87.0f ? 0.0f : y;
+}
+
+enum { SM_LANES = 8, SM_BLOCK = 256 };
+
+/* Softmax of contiguous float rows: the max (8 lanes), then exp(x - max) stored with its sum
+ * (8 float lanes per block of 256, blocks summed in double), then one scale by 1 / sum. A row
+ * whose max is not finite, or that holds a NaN, gives NaN everywhere, as the general path
+ * does. */
+static void sm_float_task(void *ctx, size_t begin, size_t end, int thread) {
+  const sm_job *jb = ctx;
+  int64_t len = jb->len;
+  (void)thread;
+  for (int64_t t = (int64_t)begin; t < (int64_t)end; t++) {
+    const float *xr = (const float *)jb->x->data + t * len;
+    float *yr = (float *)jb->y->data + t * len;
+    float lm[SM_LANES];
+    int64_t j = 0;
+    for (int l = 0; l < SM_LANES; l++) lm[l] = -INFINITY;
+    for (; j + SM_LANES <= len; j += SM_LANES) /* NaN is skipped here, caught by the sum */
+      for (int l = 0; l < SM_LANES; l++) lm[l] = xr[j + l] > lm[l] ? xr[j + l] : lm[l];
+    for (; j < len; j++) lm[0] = xr[j] > lm[0] ? xr[j] : lm[0];
+    float mx = lm[0];
+    for (int l = 1; l < SM_LANES; l++) mx = lm[l] > mx ? lm[l] : mx;
+    if (!isfinite(mx)) { /* +inf (inf - inf) or all -inf / NaN (0 / 0) */
+      for (j = 0; j < len; j++) yr[j] = NAN;
+      continue;
+    }
+    double sum = 0;
+    for (int64_t j0 = 0; j0 < len; j0 += SM_BLOCK) {
+      int64_t n = len - j0 < SM_BLOCK ? len - j0 : SM_BLOCK, i = 0;
+      float *yb = yr + j0;
+      const float *xb = xr + j0;
+      for (i = 0; i < n; i++) yb[i] = exp_le0(xb[i] - mx);
+      float ls[SM_LANES] = {0};
+      for (i = 0; i + SM_LANES <= n; i += SM_LANES)
+        for (int l = 0; l < SM_LANES; l++) ls[l] += yb[i + l];
+      for (; i < n; i++) ls[0] += yb[i];
+      for (int l = 0; l < SM_LANES; l++) sum += ls[l];
+    }
+    float inv = (float)(1.0 / sum); /* NaN when the row holds a NaN (exp_le0 keeps it) */
+    for (j = 0; j < len; j++) yr[j] *= inv;
+  }
+}
 
 static kiln_code softmax_run(kiln_kctx *c, smkind k) {
   const kiln_tensor *x = c->in[0];
@@ -51,39 +181,14 @@ static kiln_code softmax_run(kiln_kctx *c, smkind k) {
   if (!y) return c->err->code;
   if (y->numel == 0 || len == 0) return KILN_OK;
 
-  for (int64_t o = 0; o < outer; o++) {
-    for (int64_t in = 0; in < inner; in++) {
-      int64_t base = o * len * inner + in;
-      /* First maximum: Hardmax's pick, and the shift that keeps exp() in range. */
-      double mx = ld(x, base);
-      int64_t arg = 0;
-      for (int64_t j = 1; j < len; j++) {
-        double v = ld(x, base + j * inner);
-        if (v > mx) {
-          mx = v;
-          arg = j;
-        }
-      }
-      if (k == SM_HARDMAX) {
-        st(y, base + arg * inner, 1.0);
-        continue;
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < len; j++) sum += exp(ld(x, base + j * inner) - mx);
-      if (k == SM_SOFTMAX) {
-        for (int64_t j = 0; j < len; j++) {
-          int64_t i = base + j * inner;
-          st(y, i, exp(ld(x, i) - mx) / sum);
-        }
-      } else {
-        double lse = log(sum);
-        for (int64_t j = 0; j < len; j++) {
-          int64_t i = base + j * inner;
-          st(y, i, ld(x, i) - mx - lse);
-        }
-      }
-    }
-  }
+  sm_job j = {x, y, k, len, inner};
+  int64_t lines = outer * inner;
+  kiln_threadpool *pool = y->numel >= PAR_MIN ? kiln_kpool(c) : NULL;
+  size_t chunk = len >= PAR_TASK ? 1 : (size_t)(PAR_TASK / len);
+  if (x->dtype == KILN_FLOAT && inner == 1 && k == SM_SOFTMAX)
+    kiln_parallel_for(pool, (size_t)lines, sm_float_task, &j, chunk);
+  else
+    kiln_parallel_for(pool, (size_t)lines, sm_task, &j, chunk);
   return KILN_OK;
 }
 
