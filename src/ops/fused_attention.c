@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu.h"
 #include "ops/fused.h"
 #include "runtime/threadpool.h"
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -48,7 +49,7 @@
 
 /* BK keys per block, QB query rows per tile (the tiles are written for 4), value rows padded to
  * a multiple of DVPAD floats (the widest tile) */
-enum { BK = 64, QB = 4, DVPAD = 16, MAXR = KILN_MAX_RANK };
+enum { BK = 64, QB = 4, DVPAD = 32, MAXR = KILN_MAX_RANK };
 
 /* ---- vectorisable exp for x <= 0 (scores minus their running max) ---- */
 
@@ -372,6 +373,17 @@ static void apply_cond(const attn_plan *p, float *s, const uint8_t *crow, int64_
 #undef AT_VW
 #undef AT_TARGET
 #undef AT_FMA
+/* and 512-bit AVX-512: 32 keys / 32 value columns per microkernel step (BK and DVPAD are
+ * multiples of it) */
+#define AT_FN(name) name##_avx512
+#define AT_VW 16
+#define AT_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma")))
+#define AT_FMA(acc, a, b) ((acc) = _mm512_fmadd_ps((a), (b), (acc)))
+#include "ops/fused_attention_tiles.h"
+#undef AT_FN
+#undef AT_VW
+#undef AT_TARGET
+#undef AT_FMA
 #endif
 
 /* Element offsets of batch element b in each operand: q, k, v, mask, cond, y. */
@@ -468,6 +480,7 @@ static kiln_code attention_run(kiln_kctx *c) {
 #ifdef AT_HAVE_AVX2
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("KILN_ATTENTION_PORTABLE"))
     attend = attend_avx2;
+  if (kiln_cpu_isa() >= KILN_ISA_AVX512 && !getenv("KILN_ATTENTION_PORTABLE")) attend = attend_avx512;
 #endif
   /* query tiles: 8 microkernel tiles, or fewer when there are few batch elements to share */
   int64_t qt = QB * 8;
