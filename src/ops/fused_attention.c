@@ -47,9 +47,10 @@
 #include <immintrin.h>
 #endif
 
-/* BK keys per block, QB query rows per tile (the tiles are written for 4), value rows padded to
- * a multiple of DVPAD floats (the widest tile) */
-enum { BK = 64, QB = 4, DVPAD = 32, MAXR = KILN_MAX_RANK };
+/* BK keys per block, QB the most query rows per tile (an instance uses AT_QB <= QB: 4 with
+ * 16 vector registers, 8 with AVX-512's 32), value rows padded to a multiple of DVPAD floats
+ * (the widest tile) */
+enum { BK = 128, QB = 8, DVPAD = 32, MAXR = KILN_MAX_RANK };
 
 /* ---- vectorisable exp for x <= 0 (scores minus their running max) ---- */
 
@@ -357,31 +358,37 @@ static void apply_cond(const attn_plan *p, float *s, const uint8_t *crow, int64_
  * on x86-64, 256-bit AVX2+FMA chosen at run time when the CPU has it. */
 #define AT_FN(name) name##_v4
 #define AT_VW 4
+#define AT_QB 4
 #define AT_TARGET
 #include "ops/fused_attention_tiles.h"
 #undef AT_FN
 #undef AT_VW
+#undef AT_QB
 #undef AT_TARGET
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define AT_HAVE_AVX2 1
 #define AT_FN(name) name##_avx2
 #define AT_VW 8
+#define AT_QB 4
 #define AT_TARGET __attribute__((target("avx2,fma")))
 #define AT_FMA(acc, a, b) ((acc) = _mm256_fmadd_ps((a), (b), (acc)))
 #include "ops/fused_attention_tiles.h"
 #undef AT_FN
 #undef AT_VW
+#undef AT_QB
 #undef AT_TARGET
 #undef AT_FMA
 /* and 512-bit AVX-512: 32 keys / 32 value columns per microkernel step (BK and DVPAD are
  * multiples of it) */
 #define AT_FN(name) name##_avx512
 #define AT_VW 16
+#define AT_QB 8
 #define AT_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma")))
 #define AT_FMA(acc, a, b) ((acc) = _mm512_fmadd_ps((a), (b), (acc)))
 #include "ops/fused_attention_tiles.h"
 #undef AT_FN
 #undef AT_VW
+#undef AT_QB
 #undef AT_TARGET
 #undef AT_FMA
 #endif

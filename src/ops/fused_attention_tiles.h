@@ -4,8 +4,8 @@
  * GNU C vectors (gcc and clang) are used explicitly: the auto-vectoriser picks the wrong loop of
  * these nests, and 8-float vectors without AVX are kept in memory by gcc. Loads and stores go
  * through memcpy (unaligned, no aliasing assumptions), and vectors are never passed by value
- * (that changes the ABI between the instances). A tile covers QB = 4 rows and NCI = 2 vectors
- * of columns, so 8 accumulators live in registers. Not a public header. */
+ * (that changes the ABI between the instances). A tile covers AT_QB rows and NCI = 2 vectors
+ * of columns, so 2 * AT_QB accumulators live in registers. Not a public header. */
 
 #define AT_NCI (2 * AT_VW)
 #define AT_VF AT_FN(vf)
@@ -23,36 +23,32 @@ typedef uint32_t AT_VU __attribute__((vector_size(AT_VW * 4)));
 #define AT_FMA_DEFAULT 1
 #endif
 
-/* s[r][j] = sum_d q[r][d] * kp[d][j] for QB rows and columns [0, ncols), ncols a multiple of
- * AT_NCI: the QB x AT_NCI tile stays in registers over the whole d loop. */
+/* s[r][j] = sum_d q[r][d] * kp[d][j] for AT_QB rows and columns [0, ncols), ncols a multiple
+ * of AT_NCI: the AT_QB x AT_NCI tile stays in registers over the whole d loop (the fixed-count
+ * row loops are unrolled, so the accumulator arrays are registers). */
 AT_TARGET static void AT_FN(qk_tile)(const float *restrict q, int64_t D, const float *restrict kp,
                                      int64_t ncols, float *restrict s) {
   for (int64_t j0 = 0; j0 < ncols; j0 += AT_NCI) {
-    AT_VF a0 = AT_SPLAT(0.0f), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0, ka, kb;
+    AT_VF a[AT_QB], b[AT_QB], ka, kb;
+#pragma GCC unroll 8
+    for (int r = 0; r < AT_QB; r++) a[r] = b[r] = AT_SPLAT(0.0f);
     for (int64_t d = 0; d < D; d++) {
       const float *kr = kp + d * BK + j0;
       AT_LOAD(ka, kr);
       AT_LOAD(kb, kr + AT_VW);
-      AT_VF x0 = AT_SPLAT(q[d]), x1 = AT_SPLAT(q[D + d]), x2 = AT_SPLAT(q[2 * D + d]),
-            x3 = AT_SPLAT(q[3 * D + d]);
-      AT_FMA(a0, x0, ka);
-      AT_FMA(b0, x0, kb);
-      AT_FMA(a1, x1, ka);
-      AT_FMA(b1, x1, kb);
-      AT_FMA(a2, x2, ka);
-      AT_FMA(b2, x2, kb);
-      AT_FMA(a3, x3, ka);
-      AT_FMA(b3, x3, kb);
+#pragma GCC unroll 8
+      for (int r = 0; r < AT_QB; r++) {
+        AT_VF x = AT_SPLAT(q[r * D + d]);
+        AT_FMA(a[r], x, ka);
+        AT_FMA(b[r], x, kb);
+      }
     }
     float *o = s + j0;
-    AT_STORE(o, a0);
-    AT_STORE(o + AT_VW, b0);
-    AT_STORE(o + BK, a1);
-    AT_STORE(o + BK + AT_VW, b1);
-    AT_STORE(o + 2 * BK, a2);
-    AT_STORE(o + 2 * BK + AT_VW, b2);
-    AT_STORE(o + 3 * BK, a3);
-    AT_STORE(o + 3 * BK + AT_VW, b3);
+#pragma GCC unroll 8
+    for (int r = 0; r < AT_QB; r++) {
+      AT_STORE(o + r * BK, a[r]);
+      AT_STORE(o + r * BK + AT_VW, b[r]);
+    }
   }
 }
 
@@ -60,39 +56,29 @@ AT_TARGET static void AT_FN(qk_tile)(const float *restrict q, int64_t D, const f
 AT_TARGET static void AT_FN(pv_tile)(const float *restrict p, const float *restrict v, int64_t nk,
                                      int64_t dvp, float *restrict acc) {
   for (int64_t c0 = 0; c0 < dvp; c0 += AT_NCI) {
-    AT_VF a0, a1, a2, a3, b0, b1, b2, b3, va, vb;
+    AT_VF a[AT_QB], b[AT_QB], va, vb;
     float *o = acc + c0;
-    AT_LOAD(a0, o);
-    AT_LOAD(b0, o + AT_VW);
-    AT_LOAD(a1, o + dvp);
-    AT_LOAD(b1, o + dvp + AT_VW);
-    AT_LOAD(a2, o + 2 * dvp);
-    AT_LOAD(b2, o + 2 * dvp + AT_VW);
-    AT_LOAD(a3, o + 3 * dvp);
-    AT_LOAD(b3, o + 3 * dvp + AT_VW);
+#pragma GCC unroll 8
+    for (int r = 0; r < AT_QB; r++) {
+      AT_LOAD(a[r], o + r * dvp);
+      AT_LOAD(b[r], o + r * dvp + AT_VW);
+    }
     for (int64_t j = 0; j < nk; j++) {
       const float *vr = v + j * dvp + c0;
       AT_LOAD(va, vr);
       AT_LOAD(vb, vr + AT_VW);
-      AT_VF x0 = AT_SPLAT(p[j]), x1 = AT_SPLAT(p[BK + j]), x2 = AT_SPLAT(p[2 * BK + j]),
-            x3 = AT_SPLAT(p[3 * BK + j]);
-      AT_FMA(a0, x0, va);
-      AT_FMA(b0, x0, vb);
-      AT_FMA(a1, x1, va);
-      AT_FMA(b1, x1, vb);
-      AT_FMA(a2, x2, va);
-      AT_FMA(b2, x2, vb);
-      AT_FMA(a3, x3, va);
-      AT_FMA(b3, x3, vb);
+#pragma GCC unroll 8
+      for (int r = 0; r < AT_QB; r++) {
+        AT_VF x = AT_SPLAT(p[r * BK + j]);
+        AT_FMA(a[r], x, va);
+        AT_FMA(b[r], x, vb);
+      }
     }
-    AT_STORE(o, a0);
-    AT_STORE(o + AT_VW, b0);
-    AT_STORE(o + dvp, a1);
-    AT_STORE(o + dvp + AT_VW, b1);
-    AT_STORE(o + 2 * dvp, a2);
-    AT_STORE(o + 2 * dvp + AT_VW, b2);
-    AT_STORE(o + 3 * dvp, a3);
-    AT_STORE(o + 3 * dvp + AT_VW, b3);
+#pragma GCC unroll 8
+    for (int r = 0; r < AT_QB; r++) {
+      AT_STORE(o + r * dvp, a[r]);
+      AT_STORE(o + r * dvp + AT_VW, b[r]);
+    }
   }
 }
 
@@ -147,7 +133,7 @@ AT_TARGET static float AT_FN(exp_sum)(float *x, int64_t n, float m) {
   return total;
 }
 
-/* One batch element, query rows [i_begin, i_end) (i_begin a multiple of QB): Q rows through all
+/* One batch element, query rows [i_begin, i_end) (i_begin a multiple of AT_QB): Q rows through all
  * key blocks with the online softmax. */
 AT_TARGET static void AT_FN(attend)(const attn_plan *p, attn_work *w, const float *q, const float *m,
                                     const uint8_t *cd, float *y, int64_t i_begin, int64_t i_end) {
@@ -155,22 +141,22 @@ AT_TARGET static void AT_FN(attend)(const attn_plan *p, attn_work *w, const floa
   int64_t msq = p->has_mask ? p->m.stride[p->m.rank - 2] : 0;
   int64_t csq = p->has_cond ? p->c.stride[p->c.rank - 2] : 0;
   int64_t ysr = p->o.stride[p->o.rank - 2], ysc = p->o.stride[p->o.rank - 1];
-  for (int64_t i0 = i_begin; i0 < i_end; i0 += QB) {
-    int64_t nr = i_end - i0 < QB ? i_end - i0 : QB;
-    float mx[QB], l[QB];
-    for (int64_t r = 0; r < QB; r++) {
+  for (int64_t i0 = i_begin; i0 < i_end; i0 += AT_QB) {
+    int64_t nr = i_end - i0 < AT_QB ? i_end - i0 : AT_QB;
+    float mx[AT_QB], l[AT_QB];
+    for (int64_t r = 0; r < AT_QB; r++) {
       for (int64_t d = 0; d < p->d; d++) w->q[r * p->d + d] = r < nr ? p->scale * q[(i0 + r) * qsr + d * qsd] : 0.0f;
       mx[r] = -INFINITY;
       l[r] = 0;
     }
-    memset(w->acc, 0, (size_t)QB * (size_t)p->dvp * sizeof(float));
+    memset(w->acc, 0, (size_t)AT_QB * (size_t)p->dvp * sizeof(float));
     const float *mrow = p->has_mask ? m + i0 * msq : NULL;
     const uint8_t *crow = p->has_cond ? cd + i0 * csq : NULL;
     for (int64_t kb = 0; kb < p->nkb; kb++) {
       int64_t j0 = kb * BK, nk = p->sk - j0 < BK ? p->sk - j0 : BK;
       if (block_masked(p, mrow, crow, nr, j0, nk)) continue;
       AT_FN(qk_tile)(w->q, p->d, w->kp + kb * p->d * BK, (nk + AT_NCI - 1) / AT_NCI * AT_NCI, w->s);
-      for (int64_t r = 0; r < QB; r++) {
+      for (int64_t r = 0; r < AT_QB; r++) {
         float *s = w->s + r * BK;
         if (r >= nr) {
           memset(s, 0, BK * sizeof *s);
