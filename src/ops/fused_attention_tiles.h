@@ -16,7 +16,9 @@ typedef int32_t AT_VI __attribute__((vector_size(AT_VW * 4)));
 typedef uint32_t AT_VU __attribute__((vector_size(AT_VW * 4)));
 #define AT_LOAD(dst, p) memcpy(&(dst), (p), sizeof(AT_VF))
 #define AT_STORE(p, v) memcpy((p), &(v), sizeof(AT_VF))
-#define AT_SPLAT(x) ((AT_VF){0} + (x))
+/* x in every lane. Adding to a vector of -0.0 (not +0.0) is an exact identity the compiler may
+ * fold, so this is one broadcast load; `{0} + x` costs a scalar add before the broadcast. */
+#define AT_SPLAT(x) ((AT_VF)((AT_VU){0} + 0x80000000u) + (x))
 /* acc += a * b, fused when the instance has FMA (gcc does not contract a*b+c under -std=c11) */
 #ifndef AT_FMA
 #define AT_FMA(acc, a, b) ((acc) += (a) * (b))
