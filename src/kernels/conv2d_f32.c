@@ -9,6 +9,7 @@
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_internal.h"
+#include "kernels/winograd_f32.h"
 
 #ifdef KILN_HAVE_X86_KERNELS
 #include <immintrin.h>
@@ -383,11 +384,24 @@ static void tile_task(void *ctx, size_t begin, size_t end, int ti) {
     if (!j->rc[ti]) j->rc[ti] = run_tile(j, (int64_t)t, j->col ? j->col + (size_t)ti * j->col_floats : NULL, NULL);
 }
 
+int kiln_conv2d_f32_winograd = 0;
+
 /* ---- entry ------------------------------------------------------------------------------- */
+
+int kiln_conv2d_f32_uses_winograd(const kiln_conv2d_f32_params *p, int cached) {
+  return p && kiln_conv2d_f32_winograd >= 0 && kiln_wino_f32_supported(p) &&
+         (kiln_conv2d_f32_winograd > 0 || kiln_wino_f32_pick(p, cached));
+}
 
 kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
                           const float *x, const float *w, const kiln_conv2d_f32_epilogue *ep,
                           float *y) {
+  return kiln_conv2d_f32_ex(pool, isa, p, x, w, NULL, ep, y);
+}
+
+kiln_code kiln_conv2d_f32_ex(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                             const float *x, const float *w, const float *wu,
+                             const kiln_conv2d_f32_epilogue *ep, float *y) {
   static const kiln_conv2d_f32_epilogue none = {0};
   if (!ep) ep = &none;
   isa = kiln_isa_resolve(isa);
@@ -404,6 +418,16 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
     dw_ctx d = {p, x, w, ep->bias, ep->residual, y, &ep->act, isa};
     kiln_parallel_for(pool, (size_t)(p->n * p->m), dw_task, &d, 0);
     return KILN_OK;
+  }
+
+  if (kiln_conv2d_f32_uses_winograd(p, wu != NULL)) { /* 3x3 stride 1: Winograd F(2x2, 3x3) */
+    if (wu) return kiln_wino_f32_conv(pool, isa, p, x, wu, ep, y);
+    float *u = kiln_malloc(sizeof(float) * (size_t)kiln_wino_f32_weights_size(p->m, p->c));
+    if (!u) return KILN_ERR_NOMEM;
+    kiln_wino_f32_weights(w, p->m, p->c, u);
+    kiln_code rc = kiln_wino_f32_conv(pool, isa, p, x, u, ep, y);
+    free(u);
+    return rc;
   }
 
   int64_t kk = cg * p->kh * p->kw;

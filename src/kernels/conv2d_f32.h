@@ -16,6 +16,9 @@
  *   applies residual and activation). With enough tiles each thread takes whole tiles with its
  *   own buffer (one barrier per call); else the tiles run in turn with the im2col, GEMM and
  *   epilogue loops on the pool.
+ * - 3x3, stride 1, dilation 1, one group, enough channels and a large enough output plane:
+ *   Winograd F(2x2, 3x3) (kernels/winograd_f32.h), weights transformed per call unless the
+ *   caller passes them transformed (kiln_conv2d_f32_ex).
  * Loops run on `pool` (NULL: the calling thread).
  */
 #ifndef KILN_KERNELS_CONV2D_F32_H
@@ -48,5 +51,20 @@ typedef struct kiln_conv2d_f32_epilogue {
 kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
                           const float *x, const float *w, const kiln_conv2d_f32_epilogue *ep,
                           float *y);
+
+/* As kiln_conv2d_f32; when the Winograd path is taken (kiln_conv2d_f32_uses_winograd) and
+ * wu is not NULL, wu holds w transformed by kiln_wino_f32_weights (kernels/winograd_f32.h:
+ * 16 * m * c floats), e.g. made once for constant weights; else w is transformed per call. */
+kiln_code kiln_conv2d_f32_ex(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                             const float *x, const float *w, const float *wu,
+                             const kiln_conv2d_f32_epilogue *ep, float *y);
+/* 1 when kiln_conv2d_f32_ex computes p (valid parameters) with Winograd F(2x2, 3x3), given
+ * transformed weights (cached 1) or not (0: fewer shapes gain, the transform is per call). */
+int kiln_conv2d_f32_uses_winograd(const kiln_conv2d_f32_params *p, int cached);
+
+/* Winograd F(2x2, 3x3) selection (tests and benchmarks; do not change while convolutions
+ * run): 0 (default) where kiln_wino_f32_pick says it is faster, 1 wherever it applies (weights cached or not) (3x3,
+ * stride 1, dilation 1, one group), -1 never. */
+extern int kiln_conv2d_f32_winograd;
 
 #endif

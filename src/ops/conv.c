@@ -19,8 +19,10 @@
 
 #include "kernels/conv2d_f32.h"
 #include "kernels/gemm.h"
+#include "kernels/winograd_f32.h"
 #include "ops/fused.h"
 #include "ops/op.h"
+#include "runtime/session.h"
 
 typedef struct conv_geom {
   int nsp;                          /* number of spatial dims */
@@ -409,6 +411,40 @@ static const void *as_work(const kiln_tensor *t, kiln_dtype work, void **owned) 
   return buf;
 }
 
+/* Winograd-transformed constant weights, kept on the node (kiln_node.state). */
+typedef struct wino_weights {
+  const void *source; /* the initializer's data they were made from */
+  float u[];          /* kiln_wino_f32_weights_size(m, c) floats */
+} wino_weights;
+
+/* The transformed weights of this node when W is an initializer (or folded constant): made on
+ * first use and published with a compare-and-swap (a losing thread frees its own); NULL
+ * otherwise (W computed or fed, no memory, the state taken by something else). */
+static const float *node_wino_weights(kiln_kctx *c, const kiln_tensor *w, const kiln_conv2d_f32_params *p) {
+  kiln_node *n = (kiln_node *)(uintptr_t)c->node; /* node state is runtime cache */
+  const kiln_frame *f = c->frame;
+  if (!n || !f || !f->g || n->n_in < 2 || n->in[1] < 0 || (size_t)n->in[1] >= f->g->n_values)
+    return NULL;
+  const kiln_tensor *init = f->g->values[n->in[1]].init;
+  if (!init || init->data != w->data) return NULL;
+  wino_weights *ww = __atomic_load_n((wino_weights **)&n->state, __ATOMIC_ACQUIRE);
+  if (!ww) {
+    wino_weights *mine = kiln_malloc(sizeof *mine + sizeof(float) * (size_t)kiln_wino_f32_weights_size(p->m, p->c));
+    if (!mine) return NULL;
+    mine->source = w->data;
+    kiln_wino_f32_weights(w->data, p->m, p->c, mine->u);
+    void *expected = NULL;
+    n->state_free = free;
+    if (__atomic_compare_exchange_n(&n->state, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      ww = mine;
+    } else {
+      free(mine);
+      ww = expected;
+    }
+  }
+  return ww->source == w->data ? ww->u : NULL;
+}
+
 /* float32 2-D Conv through kernels/conv2d_f32 with bias, residual and activation fused.
  * Returns KILN_ERR_UNSUPPORTED, with the node not failed and no output stored, when that path
  * does not apply (other types or ranks, a residual of another shape); the caller then takes
@@ -438,7 +474,8 @@ kiln_code kiln_conv2d_f32_run(kiln_kctx *c, const kiln_tensor *residual, const k
   kiln_conv2d_f32_epilogue ep = {b ? (const float *)b->data : NULL,
                                  residual ? (const float *)residual->data : NULL,
                                  act ? *act : (kiln_act){KILN_ACT_NONE, 0, 0}};
-  rc = kiln_conv2d_f32(kiln_kpool(c), KILN_ISA_AUTO, &p, x->data, w->data, &ep, y->data);
+  const float *wu = kiln_conv2d_f32_uses_winograd(&p, 1) ? node_wino_weights(c, w, &p) : NULL;
+  rc = kiln_conv2d_f32_ex(kiln_kpool(c), KILN_ISA_AUTO, &p, x->data, w->data, wu, &ep, y->data);
   if (rc == KILN_ERR_NOMEM) return kiln_kfail(c, "out of memory for the convolution");
   if (rc) return kiln_kfail(c, "convolution failed (code %d)", (int)rc);
   return KILN_OK;

@@ -1,16 +1,21 @@
 /* kiln_conv2d_f32 against a direct 7-loop reference with double accumulation (the Conv
  * definition): random shapes with groups, depthwise (channel multiplier 1 and more), strides,
  * dilations, asymmetric pads, 1x1, odd sizes, batch > 1; fused bias, residual and activation;
- * 1 and 2 threads; every ISA level this CPU has. (Conv and FusedConv nodes reach this kernel
+ * 1 and 2 threads; every ISA level this CPU has. Winograd F(2x2, 3x3): forced on 3x3 stride-1
+ * shapes (odd sizes, padding 0/1/asymmetric, tile tails, several blocks, batch 2), with the
+ * weights transformed per call and beforehand (kiln_conv2d_f32_ex); its normwise relative error
+ * max |y - ref| / max |ref| must stay within 1e-4. (Conv and FusedConv nodes reach this kernel
  * through src/ops/conv.c; the conformance and real-model tests cover that hook.) */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/act.h"
 #include "kernels/conv2d_f32.h"
 #include "kernels/cpu.h"
+#include "kernels/winograd_f32.h"
 #include "runtime/threadpool.h"
 #include "testutil.h"
 
@@ -48,6 +53,9 @@ static void reference(const kiln_conv2d_f32_params *p, const float *x, const flo
     }
 }
 
+static double g_wino_max_rel; /* largest Winograd normwise relative error seen */
+static int g_use_wu;          /* pass transformed weights (kiln_conv2d_f32_ex) */
+
 static int check_one(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p, int with_bias,
                      int with_res, kiln_act act) {
   int64_t xn = p->n * p->c * p->h * p->w, wn = p->m * (p->c / p->group) * p->kh * p->kw;
@@ -61,8 +69,28 @@ static int check_one(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_param
   for (int64_t i = 0; i < yn; i++) r[i] = frand(), y[i] = NAN;
   kiln_conv2d_f32_epilogue ep = {with_bias ? b : NULL, with_res ? r : NULL, act};
   reference(p, x, w, &ep, ref);
-  kiln_code rc = kiln_conv2d_f32(pool, isa, p, x, w, &ep, y);
+  float *u = NULL;
+  int wino = kiln_conv2d_f32_uses_winograd(p, g_use_wu) && p->c / p->group > 1;
+  if (g_use_wu && wino) {
+    u = malloc(sizeof(float) * (size_t)kiln_wino_f32_weights_size(p->m, p->c));
+    kiln_wino_f32_weights(w, p->m, p->c, u);
+  }
+  kiln_code rc = kiln_conv2d_f32_ex(pool, isa, p, x, w, u, &ep, y);
   CHECK_MSG(rc == KILN_OK, "rc %d", (int)rc);
+  free(u);
+  if (wino && !rc) {
+    double emax = 0, rmax = 0;
+    for (int64_t i = 0; i < yn; i++) {
+      double e = fabs((double)y[i] - ref[i]);
+      if (!(e <= emax)) emax = e; /* NaN sticks */
+      if (fabs(ref[i]) > rmax) rmax = fabs(ref[i]);
+    }
+    double rel = rmax > 0 ? emax / rmax : emax;
+    if (!(rel <= g_wino_max_rel)) g_wino_max_rel = rel;
+    CHECK_MSG(rel <= 1e-4, "winograd isa %d n%lld c%lld %lldx%lld m%lld p%lld,%lld o%lldx%lld: relative error %g",
+              isa, (long long)p->n, (long long)p->c, (long long)p->h, (long long)p->w, (long long)p->m,
+              (long long)p->pt, (long long)p->pl, (long long)p->oh, (long long)p->ow, rel);
+  }
   int bad = 0;
   double kk = (double)(p->c / p->group * p->kh * p->kw);
   for (int64_t i = 0; !rc && i < yn && bad < 3; i++) {
@@ -148,6 +176,45 @@ int main(void) {
       }
     }
   }
+  /* Winograd F(2x2, 3x3), forced (small shapes) and by the default rule (large ones) */
+  static const int64_t wino[][9] = {
+      /* n  c   h   w   m  pt pl pb pr */
+      {1, 16, 5, 7, 16, 1, 1, 1, 1},     /* odd sizes: half tiles at the edges */
+      {1, 17, 9, 33, 19, 0, 0, 0, 0},    /* no padding, odd channels, 16-tile tail */
+      {1, 32, 1, 1, 24, 1, 1, 1, 1},     /* one pixel */
+      {1, 20, 12, 40, 16, 1, 0, 2, 1},   /* asymmetric pads */
+      {2, 24, 15, 15, 32, 1, 1, 1, 1},   /* batch 2 */
+      {2, 40, 100, 14, 40, 1, 1, 1, 1},  /* several blocks (whole blocks per thread) */
+      {2, 16, 9, 70, 16, 1, 1, 1, 1},    /* tiles 16 + 16 + 3 per row */
+      {1, 2, 6, 6, 3, 1, 1, 1, 1},       /* few channels */
+      {1, 64, 32, 32, 64, 1, 1, 1, 1},   /* picked by the default rule */
+      {1, 48, 12, 12, 32, 1, 1, 1, 1},   /* picked with cached weights */
+  };
+  for (size_t f = 0; f < sizeof wino / sizeof wino[0]; f++) {
+    const int64_t *v = wino[f];
+    kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], 1, 3, 3, 1, 1, 1, 1, v[5], v[6], 0, 0};
+    finish(&p, v[7], v[8]);
+    kiln_conv2d_f32_winograd = f < 8 ? 1 : 0;
+    for (int i = 0; i < 3; i++) {
+      if (kiln_isa_resolve(isas[i]) < 0) continue;
+      for (int t = 0; t < 2; t++) {
+        kiln_act none = {KILN_ACT_NONE, 0, 0}, relu = {KILN_ACT_RELU, 0, 0};
+        kiln_act leaky = {KILN_ACT_LEAKY_RELU, 0.1f, 0}, hs = {KILN_ACT_HARD_SWISH, 0, 0};
+        g_use_wu = 0;
+        check_one(pools[t], isas[i], &p, 0, 0, none);
+        check_one(pools[t], isas[i], &p, 1, 1, relu);
+        g_use_wu = 1;
+        check_one(pools[t], isas[i], &p, 0, 1, leaky);
+        check_one(pools[t], isas[i], &p, 1, 0, hs);
+        g_use_wu = 0;
+      }
+    }
+    CHECK(kiln_conv2d_f32_uses_winograd(&p, f == 9));
+  }
+  kiln_conv2d_f32_winograd = 0;
+  kiln_conv2d_f32_params w7 = {1, 512, 7, 7, 512, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7};
+  CHECK(!kiln_conv2d_f32_uses_winograd(&w7, 1)); /* 7x7: im2col */
+  printf("winograd: max relative error %.3g\n", g_wino_max_rel);
   for (int it = 0; it < 400; it++) {
     kiln_conv2d_f32_params p;
     memset(&p, 0, sizeof p);
@@ -183,8 +250,12 @@ int main(void) {
     if (!finish(&p, pb, pr)) continue;
     int isa = isas[rnd() % 3];
     if (kiln_isa_resolve(isa) < 0) isa = KILN_ISA_AUTO;
+    kiln_conv2d_f32_winograd = rnd() % 2; /* forced where it applies (3x3 stride 1 group 1) */
+    g_use_wu = (int)(rnd() % 2);
     check_one(pools[rnd() % 2], isa, &p, (int)(rnd() % 2), (int)(rnd() % 2), random_act());
   }
+  kiln_conv2d_f32_winograd = 0;
+  g_use_wu = 0;
   /* bad parameters */
   kiln_conv2d_f32_params bad = {1, 3, 4, 4, 4, 2, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4};
   float dummy[64] = {0};
