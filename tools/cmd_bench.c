@@ -351,10 +351,11 @@ static void json_string(FILE *f, const char *s) {
 /* Facts about the prepared graph: node count after optimisation, and rewrites by all passes. */
 typedef struct graph_facts {
   size_t nodes, rewrites;
+  int threads; /* resolved thread count */
 } graph_facts;
 
 static graph_facts graph_facts_of(const kiln_session *s) {
-  graph_facts g = {0, 0};
+  graph_facts g = {0, 0, kiln_session_threads(s)};
   kiln_model_stats st;
   if (kiln_session_stats(s, &st) == KILN_OK) g.nodes = st.n_nodes;
   const char *pass;
@@ -369,7 +370,8 @@ static void json_result(FILE *f, const bench_args *a, double load_ms, long long 
   json_string(f, a->model);
   fprintf(f, ", \"kiln_version\": \"%s\", \"batch\": %lld, \"threads\": %d, \"level\": %d,\n",
           KILN_VERSION_STRING, (long long)r->batch, a->opts.threads, a->opts.opt_level);
-  fprintf(f, "%s \"warmup\": %ld, \"repeat\": %ld, \"load_ms\": %.4f,\n", indent, a->warmup, a->repeat, load_ms);
+  fprintf(f, "%s \"threads_used\": %d, \"warmup\": %ld, \"repeat\": %ld, \"load_ms\": %.4f,\n", indent, g.threads,
+          a->warmup, a->repeat, load_ms);
   fprintf(f, "%s \"median_ms\": %.6f, \"p90_ms\": %.6f, \"p99_ms\": %.6f, \"min_ms\": %.6f, \"max_ms\": %.6f,\n",
           indent, r->median, r->p90, r->p99, r->min, r->max);
   fprintf(f, "%s \"mean_ms\": %.6f, \"stddev_ms\": %.6f, \"throughput\": %.6f,\n", indent, r->mean, r->stddev,
@@ -403,8 +405,8 @@ static void print_report(FILE *f, const bench_args *a, double load_ms, long long
                          const bench_result *res, int n) {
   fprintf(f, "model      %s (%zu node%s after %zu optimizer rewrite%s)\n", a->model, g.nodes, g.nodes == 1 ? "" : "s",
           g.rewrites, g.rewrites == 1 ? "" : "s");
-  fprintf(f, "load       %.2f ms (level %d, threads %d%s), peak RSS after load %.1f MiB\n", load_ms,
-          a->opts.opt_level, a->opts.threads, a->opts.threads ? "" : " = one per core",
+  fprintf(f, "load       %.2f ms (level %d, %d thread%s%s), peak RSS after load %.1f MiB\n", load_ms,
+          a->opts.opt_level, g.threads, g.threads == 1 ? "" : "s", a->opts.threads ? "" : ": one per core",
           (double)load_rss / 1048576.0);
   fprintf(f, "runs       %ld warmup + %ld timed per batch size\n", a->warmup, a->repeat);
   for (int i = 0; i < n; i++)

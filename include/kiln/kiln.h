@@ -166,6 +166,9 @@ kiln_code kiln_session_run(kiln_session *s, size_t n_inputs, const char *const *
                            const char *const *output_names, kiln_tensor **outputs,
                            kiln_error *err);
 
+/* Threads the session's kernels use (the resolved value of kiln_options.threads). */
+int kiln_session_threads(const kiln_session *s);
+
 /* Model facts for `kiln info`. */
 typedef struct kiln_model_stats {
   int64_t ir_version;

@@ -289,6 +289,8 @@ done:
   return rc;
 }
 
+int kiln_session_threads(const kiln_session *s) { return s ? kiln_threadpool_size(s->pool) : 1; }
+
 kiln_code kiln_session_stats(const kiln_session *s, kiln_model_stats *st) {
   if (!s || !st) return KILN_ERR_INVALID_ARG;
   memset(st, 0, sizeof *st);
