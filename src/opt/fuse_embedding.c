@@ -168,7 +168,7 @@ kiln_code kiln_pass_fuse_embedding(kiln_pass_ctx *ctx, kiln_graph *g, size_t *co
       if (r >= 0 && kfn_match_add(&e.m, (size_t)r)) {
         relu = true;
         x = g->nodes[r].in[0];
-        if (uses[x] != 1) continue;
+        if (x < 0 || uses[x] != 1) continue;
       }
       int add = kfn_producer(g, x, "Add", dead);
       ok = add >= 0 && g->nodes[add].n_in == 2 && kfn_match_add(&e.m, (size_t)add) &&

@@ -45,6 +45,13 @@ static kiln_code resolve_node(kiln_node *n, const kiln_model *m, const kiln_plug
   if ((int)n->n_out < s->min_out || (s->max_out >= 0 && (int)n->n_out > s->max_out))
     return kiln_fail(err, KILN_ERR_MODEL, "%s has %zu outputs; the op gives %d to %d",
                      label(n, lbl, sizeof lbl), n->n_out, s->min_out, s->max_out);
+  /* Inputs below the op's minimum arity are required: an empty name there is malformed, and no
+   * kernel has to guard against it. (Loop and Scan-8 take optional inputs first.) */
+  bool leading_optional = !*n->domain && (!strcmp(n->op_type, "Loop") || !strcmp(n->op_type, "Scan"));
+  for (int i = 0; i < s->min_in && (size_t)i < n->n_in && !leading_optional; i++)
+    if (n->in[i] < 0)
+      return kiln_fail(err, KILN_ERR_MODEL, "%s: required input %d is missing (empty name)",
+                       label(n, lbl, sizeof lbl), i);
   for (size_t i = 0; i < n->n_attrs; i++) {
     kiln_attr *a = &n->attrs[i];
     kiln_code rc = KILN_OK;
