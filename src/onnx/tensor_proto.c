@@ -174,6 +174,23 @@ kiln_tensor *kiln_tensor_from_proto(const Onnx__TensorProto *p, const kiln_ext_c
     kiln_fail(err, KILN_ERR_UNSUPPORTED, "tensor '%s': segmented tensors are not supported", tname(p));
     return NULL;
   }
+  /* Check the payload against the shape before allocating: a hostile file may declare a huge
+   * shape over a few bytes of data. */
+  bool external = p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+  int64_t numel = kiln_numel((int)p->n_dims, p->dims), bytes = kiln_tensor_bytes(dt, (int)p->n_dims, p->dims);
+  if (!external && numel >= 0 && bytes >= 0) {
+    bool raw = p->has_raw_data && dt != KILN_STRING;
+    int64_t have = raw ? (int64_t)p->raw_data.len
+                       : (int64_t)(p->n_float_data + p->n_int32_data + p->n_string_data + p->n_int64_data +
+                                   p->n_double_data + p->n_uint64_data);
+    int64_t want = raw ? bytes : (dt == KILN_COMPLEX64 || dt == KILN_COMPLEX128 ? 2 * numel : numel);
+    if (have != want) {
+      kiln_fail(err, KILN_ERR_MODEL, "tensor '%s': holds %lld %s, shape %s of %s needs %lld", tname(p),
+                (long long)have, raw ? "raw_data bytes" : "values",
+                kiln_dims_str((int)p->n_dims, p->dims, (char[256]){0}, 256), kiln_dtype_name(dt), (long long)want);
+      return NULL;
+    }
+  }
   kiln_tensor *t = kiln_tensor_new(dt, (int)p->n_dims, p->dims, err);
   if (!t) {
     kiln_error_prefix(err, "tensor '%s'", tname(p));

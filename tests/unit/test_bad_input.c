@@ -111,10 +111,17 @@ static void test_overflow_and_short_raw(void) {
   uint8_t *b = mg_pack(&mm, &len);
   expect_load_error("overflowing shape", b, len, "overflow");
   free(b);
+  /* a huge declared shape over a few bytes is refused before anything is allocated */
+  static const int64_t big[] = {INT64_C(1) << 20, INT64_C(1) << 20};
+  model_relu(&mm, 13);
+  mg_init_raw(&mm, "w", 2, big, raw, sizeof raw);
+  b = mg_pack(&mm, &len);
+  expect_load_error("huge shape, tiny payload", b, len, "holds 24 raw_data bytes");
+  free(b);
   model_relu(&mm, 13);
   mg_init_raw(&mm, "w", 2, D23, raw, 5 * sizeof(float));
   b = mg_pack(&mm, &len);
-  expect_load_error("short raw_data", b, len, "raw_data has 20 bytes");
+  expect_load_error("short raw_data", b, len, "holds 20 raw_data bytes");
   free(b);
 }
 
