@@ -45,6 +45,20 @@ int64_t kiln_get_i64(const kiln_tensor *t, int64_t i);
 void kiln_set_i64(kiln_tensor *t, int64_t i, int64_t v);
 uint64_t kiln_get_u64(const kiln_tensor *t, int64_t i);
 void kiln_set_u64(kiln_tensor *t, int64_t i, uint64_t v);
+/* The same with the float and double cases inline, for reference kernels' inner loops. */
+static inline double kiln_load_f64(const kiln_tensor *t, int64_t i) {
+  if (t->dtype == KILN_FLOAT) return ((const float *)t->data)[i];
+  if (t->dtype == KILN_DOUBLE) return ((const double *)t->data)[i];
+  return kiln_get_f64(t, i);
+}
+static inline void kiln_store_f64(kiln_tensor *t, int64_t i, double v) {
+  if (t->dtype == KILN_FLOAT)
+    ((float *)t->data)[i] = (float)v;
+  else if (t->dtype == KILN_DOUBLE)
+    ((double *)t->data)[i] = v;
+  else
+    kiln_set_f64(t, i, v);
+}
 /* Copy one element between tensors of the same dtype (strings duplicated). */
 void kiln_copy_elem(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_t si);
 

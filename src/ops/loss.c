@@ -14,21 +14,6 @@
 
 typedef enum reduction { RED_NONE, RED_SUM, RED_MEAN } reduction;
 
-static inline double ld(const kiln_tensor *t, int64_t i) {
-  if (t->dtype == KILN_FLOAT) return ((const float *)t->data)[i];
-  if (t->dtype == KILN_DOUBLE) return ((const double *)t->data)[i];
-  return kiln_get_f64(t, i);
-}
-
-static inline void st(kiln_tensor *t, int64_t i, double v) {
-  if (t->dtype == KILN_FLOAT)
-    ((float *)t->data)[i] = (float)v;
-  else if (t->dtype == KILN_DOUBLE)
-    ((double *)t->data)[i] = v;
-  else
-    kiln_set_f64(t, i, v);
-}
-
 static bool get_reduction(const kiln_node *node, reduction *r) {
   const char *s = kiln_attr_str(node, "reduction", "mean");
   if (strcmp(s, "none") == 0)
@@ -94,18 +79,18 @@ static kiln_code nll(kiln_kctx *c, const kiln_tensor *x, const double *lp, const
           return kiln_kfail(c, "target value %lld at position %lld is outside [0, %lld)",
                             (long long)cls, (long long)ti, (long long)C);
         int64_t xi = (n * C + cls) * D + d;
-        double wt = w ? ld(w, cls) : 1.0;
-        loss = -(lp ? lp[xi] : ld(x, xi)) * wt;
+        double wt = w ? kiln_load_f64(w, cls) : 1.0;
+        loss = -(lp ? lp[xi] : kiln_load_f64(x, xi)) * wt;
         wsum += wt;
       }
       if (red == RED_NONE)
-        st(y, ti, loss);
+        kiln_store_f64(y, ti, loss);
       else
         sum += loss;
     }
   /* An all-ignored mean is 0/0 = NaN, as in the reference. */
-  if (red == RED_SUM) st(y, 0, sum);
-  if (red == RED_MEAN) st(y, 0, sum / wsum);
+  if (red == RED_SUM) kiln_store_f64(y, 0, sum);
+  if (red == RED_MEAN) kiln_store_f64(y, 0, sum / wsum);
   return KILN_OK;
 }
 
@@ -130,12 +115,12 @@ static kiln_code sce_run(kiln_kctx *c) {
       int64_t base = n * C * D + d;
       double mx = -INFINITY, s = 0;
       for (int64_t k = 0; k < C; k++) {
-        double v = ld(x, base + k * D);
+        double v = kiln_load_f64(x, base + k * D);
         if (v > mx) mx = v;
       }
-      for (int64_t k = 0; k < C; k++) s += exp(ld(x, base + k * D) - mx);
+      for (int64_t k = 0; k < C; k++) s += exp(kiln_load_f64(x, base + k * D) - mx);
       double lse = mx + log(s);
-      for (int64_t k = 0; k < C; k++) lp[base + k * D] = ld(x, base + k * D) - lse;
+      for (int64_t k = 0; k < C; k++) lp[base + k * D] = kiln_load_f64(x, base + k * D) - lse;
     }
   rc = nll(c, x, lp, t, w, N, C, D);
   if (!rc && kiln_out_used(c, 1)) {
@@ -143,7 +128,7 @@ static kiln_code sce_run(kiln_kctx *c) {
     if (!o)
       rc = c->err->code;
     else
-      for (int64_t i = 0; i < x->numel; i++) st(o, i, lp[i]);
+      for (int64_t i = 0; i < x->numel; i++) kiln_store_f64(o, i, lp[i]);
   }
   free(lp);
   return rc;

@@ -6,21 +6,6 @@
 
 #include "ops/op.h"
 
-static inline double ld(const kiln_tensor *t, int64_t i) {
-  if (t->dtype == KILN_FLOAT) return ((const float *)t->data)[i];
-  if (t->dtype == KILN_DOUBLE) return ((const double *)t->data)[i];
-  return kiln_get_f64(t, i);
-}
-
-static inline void st(kiln_tensor *t, int64_t i, double v) {
-  if (t->dtype == KILN_FLOAT)
-    ((float *)t->data)[i] = (float)v;
-  else if (t->dtype == KILN_DOUBLE)
-    ((double *)t->data)[i] = v;
-  else
-    kiln_set_f64(t, i, v);
-}
-
 static bool is_float_tensor(const kiln_tensor *t) {
   return t && t->kind == KILN_KIND_TENSOR && kiln_dtype_is_float(t->dtype);
 }
@@ -42,7 +27,7 @@ static double *load_param(kiln_kctx *c, const kiln_tensor *t, const char *name, 
     kiln_kfail(c, "out of memory");
     return NULL;
   }
-  for (int64_t i = 0; i < n; i++) p[i] = ld(t, i);
+  for (int64_t i = 0; i < n; i++) p[i] = kiln_load_f64(t, i);
   return p;
 }
 
@@ -115,12 +100,12 @@ static kiln_code batchnorm_run(kiln_kctx *c) {
     }
     for (int64_t n = 0; n < l.n; n++)
       for (int64_t q = 0; q < np; q++)
-        for (int64_t s = 0; s < inner; s++) bm[q] += ld(x, (n * np + q) * inner + s);
+        for (int64_t s = 0; s < inner; s++) bm[q] += kiln_load_f64(x, (n * np + q) * inner + s);
     for (int64_t q = 0; q < np; q++) bm[q] /= (double)count;
     for (int64_t n = 0; n < l.n; n++)
       for (int64_t q = 0; q < np; q++)
         for (int64_t s = 0; s < inner; s++) {
-          double d = ld(x, (n * np + q) * inner + s) - bm[q];
+          double d = kiln_load_f64(x, (n * np + q) * inner + s) - bm[q];
           bv[q] += d * d;
         }
     for (int64_t q = 0; q < np; q++) bv[q] /= (double)count;
@@ -135,14 +120,14 @@ static kiln_code batchnorm_run(kiln_kctx *c) {
         goto done;
       }
       const double *run = k == 1 ? p[2] : p[3], *batch = k == 1 ? bm : bv;
-      for (int64_t q = 0; q < np; q++) st(o, q, run[q] * momentum + batch[q] * (1 - momentum));
+      for (int64_t q = 0; q < np; q++) kiln_store_f64(o, q, run[q] * momentum + batch[q] * (1 - momentum));
     }
   }
   for (int64_t n = 0; n < l.n; n++)
     for (int64_t q = 0; q < np; q++) {
       double a = p[0][q] / sqrt(var[q] + eps), b = p[1][q] - mean[q] * a;
       int64_t base = (n * np + q) * inner;
-      for (int64_t s = 0; s < inner; s++) st(y, base + s, ld(x, base + s) * a + b);
+      for (int64_t s = 0; s < inner; s++) kiln_store_f64(y, base + s, kiln_load_f64(x, base + s) * a + b);
     }
 done:
   for (int k = 0; k < 4; k++) free(p[k]);
@@ -185,15 +170,15 @@ static kiln_code instancenorm_run(kiln_kctx *c) {
     for (int64_t ch = 0; ch < l.c; ch++) {
       int64_t base = (n * l.c + ch) * l.s;
       double sum = 0, sq = 0;
-      for (int64_t s = 0; s < l.s; s++) sum += ld(x, base + s);
+      for (int64_t s = 0; s < l.s; s++) sum += kiln_load_f64(x, base + s);
       double mean = l.s ? sum / (double)l.s : 0;
       for (int64_t s = 0; s < l.s; s++) {
-        double d = ld(x, base + s) - mean;
+        double d = kiln_load_f64(x, base + s) - mean;
         sq += d * d;
       }
       double a = scale[ch] / sqrt((l.s ? sq / (double)l.s : 0) + eps);
       for (int64_t s = 0; s < l.s; s++)
-        st(y, base + s, (ld(x, base + s) - mean) * a + bias[ch]);
+        kiln_store_f64(y, base + s, (kiln_load_f64(x, base + s) - mean) * a + bias[ch]);
     }
   free(scale);
   free(bias);
@@ -232,7 +217,7 @@ static double *load_bcast(kiln_kctx *c, const kiln_tensor *t, const char *name, 
   }
   kiln_bcast b;
   kiln_bcast_init(&b, rank, dims, t);
-  for (int64_t i = 0; i < n; i++) p[i] = ld(t, kiln_bcast_index(&b, i));
+  for (int64_t i = 0; i < n; i++) p[i] = kiln_load_f64(t, kiln_bcast_index(&b, i));
   return p;
 }
 
@@ -275,17 +260,17 @@ static kiln_code layernorm_run(kiln_kctx *c) {
   for (int64_t o = 0; o < outer; o++) {
     int64_t base = o * n;
     double sum = 0, sq = 0;
-    for (int64_t j = 0; j < n; j++) sum += ld(x, base + j);
+    for (int64_t j = 0; j < n; j++) sum += kiln_load_f64(x, base + j);
     double mean = n ? sum / (double)n : 0;
     for (int64_t j = 0; j < n; j++) {
-      double d = ld(x, base + j) - mean;
+      double d = kiln_load_f64(x, base + j) - mean;
       sq += d * d;
     }
     double inv = 1.0 / sqrt((n ? sq / (double)n : 0) + eps);
     for (int64_t j = 0; j < n; j++)
-      st(y, base + j, (ld(x, base + j) - mean) * inv * scale[j] + (bias ? bias[j] : 0));
-    if (mo) st(mo, o, mean);
-    if (io) st(io, o, inv);
+      kiln_store_f64(y, base + j, (kiln_load_f64(x, base + j) - mean) * inv * scale[j] + (bias ? bias[j] : 0));
+    if (mo) kiln_store_f64(mo, o, mean);
+    if (io) kiln_store_f64(io, o, inv);
   }
 done:
   free(scale);
@@ -335,11 +320,11 @@ static kiln_code lrn_run(kiln_kctx *c) {
       for (int64_t s = 0; s < l.s; s++) {
         double sq = 0;
         for (int64_t k = c0; k <= c1; k++) {
-          double v = ld(x, (n * l.c + k) * l.s + s);
+          double v = kiln_load_f64(x, (n * l.c + k) * l.s + s);
           sq += v * v;
         }
         int64_t i = (n * l.c + ch) * l.s + s;
-        st(y, i, ld(x, i) / pow(bias + alpha / (double)size * sq, beta));
+        kiln_store_f64(y, i, kiln_load_f64(x, i) / pow(bias + alpha / (double)size * sq, beta));
       }
     }
   return KILN_OK;
@@ -380,7 +365,7 @@ static kiln_code mvn_run(kiln_kctx *c) {
   for (int pass = 0; pass < 2; pass++) {
     int64_t idx[KILN_MAX_RANK] = {0}, g = 0;
     for (int64_t i = 0; i < x->numel; i++) {
-      double v = ld(x, i);
+      double v = kiln_load_f64(x, i);
       if (pass == 0) {
         sum[g] += v;
         sq[g] += v * v;
@@ -388,7 +373,7 @@ static kiln_code mvn_run(kiln_kctx *c) {
         /* The spec's function: (X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9). The clamp keeps
          * rounding from taking the root of a slightly negative number. */
         double mean = sum[g] / count, var = sq[g] / count - mean * mean;
-        st(y, i, (v - mean) / (sqrt(var > 0 ? var : 0) + 1e-9));
+        kiln_store_f64(y, i, (v - mean) / (sqrt(var > 0 ? var : 0) + 1e-9));
       }
       for (int d = x->rank - 1; d >= 0; d--) {
         g += gstr[d];

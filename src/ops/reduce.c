@@ -31,21 +31,6 @@ typedef enum rkind {
 /* Opset from which the axes are an input rather than an attribute. */
 static int axes_input_since(rkind k) { return k == R_SUM ? 13 : 18; }
 
-static inline double ld(const kiln_tensor *t, int64_t i) {
-  if (t->dtype == KILN_FLOAT) return ((const float *)t->data)[i];
-  if (t->dtype == KILN_DOUBLE) return ((const double *)t->data)[i];
-  return kiln_get_f64(t, i);
-}
-
-static inline void st(kiln_tensor *t, int64_t i, double v) {
-  if (t->dtype == KILN_FLOAT)
-    ((float *)t->data)[i] = (float)v;
-  else if (t->dtype == KILN_DOUBLE)
-    ((double *)t->data)[i] = v;
-  else
-    kiln_set_f64(t, i, v);
-}
-
 static bool is_unsigned(kiln_dtype t) {
   return t == KILN_UINT8 || t == KILN_UINT16 || t == KILN_UINT32 || t == KILN_UINT64 ||
          t == KILN_BOOL;
@@ -166,20 +151,20 @@ static void reduce_float(rkind k, const kiln_tensor *x, kiln_tensor *y, const bo
     for (int64_t o = 0; o < nout; o++) mx[o] = -INFINITY;
     int64_t o = 0;
     for (int64_t i = 0; i < x->numel; i++) {
-      double v = ld(x, i);
+      double v = kiln_load_f64(x, i);
       if (v > mx[o] || isnan(v)) mx[o] = v;
       step(rank, x->dims, ostr, idx, &o);
     }
     o = 0;
     memset(idx, 0, sizeof idx);
     for (int64_t i = 0; i < x->numel; i++) {
-      if (isfinite(mx[o])) acc[o] += exp(ld(x, i) - mx[o]);
+      if (isfinite(mx[o])) acc[o] += exp(kiln_load_f64(x, i) - mx[o]);
       step(rank, x->dims, ostr, idx, &o);
     }
   } else {
     int64_t o = 0;
     for (int64_t i = 0; i < x->numel; i++) {
-      double v = ld(x, i);
+      double v = kiln_load_f64(x, i);
       switch (k) {
         case R_MAX: if (v > acc[o] || isnan(v)) acc[o] = v; break;
         case R_MIN: if (v < acc[o] || isnan(v)) acc[o] = v; break;
@@ -202,7 +187,7 @@ static void reduce_float(rkind k, const kiln_tensor *x, kiln_tensor *y, const bo
       case R_LSE: r = isfinite(mx[o]) ? mx[o] + log(r) : mx[o]; break;
       default: break;
     }
-    st(y, o, r);
+    kiln_store_f64(y, o, r);
   }
 }
 
@@ -375,9 +360,9 @@ static kiln_code arg_run(kiln_kctx *c, bool is_max) {
       int64_t base = o * len * inner + in, best = 0;
       if (flt) {
         /* NaN wins, as with numpy: the first one (the last one with select_last_index). */
-        double bv = ld(x, base);
+        double bv = kiln_load_f64(x, base);
         for (int64_t j = 1; j < len; j++) {
-          double v = ld(x, base + j * inner);
+          double v = kiln_load_f64(x, base + j * inner);
           bool better = is_max ? v > bv : v < bv;
           if (isnan(bv) && !(last && isnan(v))) better = false;
           else if (isnan(v) || (last && v == bv)) better = true;

@@ -20,21 +20,6 @@
 
 typedef enum smkind { SM_SOFTMAX, SM_LOGSOFTMAX, SM_HARDMAX } smkind;
 
-static inline double ld(const kiln_tensor *t, int64_t i) {
-  if (t->dtype == KILN_FLOAT) return ((const float *)t->data)[i];
-  if (t->dtype == KILN_DOUBLE) return ((const double *)t->data)[i];
-  return kiln_get_f64(t, i);
-}
-
-static inline void st(kiln_tensor *t, int64_t i, double v) {
-  if (t->dtype == KILN_FLOAT)
-    ((float *)t->data)[i] = (float)v;
-  else if (t->dtype == KILN_DOUBLE)
-    ((double *)t->data)[i] = v;
-  else
-    kiln_set_f64(t, i, v);
-}
-
 static int64_t default_axis(int opset) { return opset < 13 ? 1 : -1; }
 
 /* The session's pool is used from PAR_MIN values; a task is at least PAR_TASK values (whole
@@ -60,31 +45,31 @@ static void sm_task(void *ctx, size_t begin, size_t end, int thread) {
     int64_t o = t / inner, in = t % inner;
     int64_t base = o * len * inner + in;
     /* First maximum: Hardmax's pick, and the shift that keeps exp() in range. */
-    double mx = ld(x, base);
+    double mx = kiln_load_f64(x, base);
     int64_t arg = 0;
     for (int64_t j = 1; j < len; j++) {
-      double v = ld(x, base + j * inner);
+      double v = kiln_load_f64(x, base + j * inner);
       if (v > mx) {
         mx = v;
         arg = j;
       }
     }
     if (jb->k == SM_HARDMAX) {
-      st(y, base + arg * inner, 1.0);
+      kiln_store_f64(y, base + arg * inner, 1.0);
       continue;
     }
     double sum = 0;
-    for (int64_t j = 0; j < len; j++) sum += exp(ld(x, base + j * inner) - mx);
+    for (int64_t j = 0; j < len; j++) sum += exp(kiln_load_f64(x, base + j * inner) - mx);
     if (jb->k == SM_SOFTMAX) {
       for (int64_t j = 0; j < len; j++) {
         int64_t i = base + j * inner;
-        st(y, i, exp(ld(x, i) - mx) / sum);
+        kiln_store_f64(y, i, exp(kiln_load_f64(x, i) - mx) / sum);
       }
     } else {
       double lse = log(sum);
       for (int64_t j = 0; j < len; j++) {
         int64_t i = base + j * inner;
-        st(y, i, ld(x, i) - mx - lse);
+        kiln_store_f64(y, i, kiln_load_f64(x, i) - mx - lse);
       }
     }
   }

@@ -18,21 +18,6 @@ typedef enum optkind { OPT_ADAGRAD, OPT_ADAM, OPT_MOMENTUM } optkind;
 
 static int blocks_in(optkind k) { return k == OPT_ADAM ? 4 : 3; }
 
-static inline double ld(const kiln_tensor *t, int64_t i) {
-  if (t->dtype == KILN_FLOAT) return ((const float *)t->data)[i];
-  if (t->dtype == KILN_DOUBLE) return ((const double *)t->data)[i];
-  return kiln_get_f64(t, i);
-}
-
-static inline void st(kiln_tensor *t, int64_t i, double v) {
-  if (t->dtype == KILN_FLOAT)
-    ((float *)t->data)[i] = (float)v;
-  else if (t->dtype == KILN_DOUBLE)
-    ((double *)t->data)[i] = v;
-  else
-    kiln_set_f64(t, i, v);
-}
-
 /* Number of optimized tensors, or -1 when the arities do not fit the block layout. */
 static int64_t group_count(optkind k, size_t n_in, size_t n_out) {
   int bi = blocks_in(k);
@@ -93,7 +78,7 @@ static kiln_code optimizer_run(kiln_kctx *c, optkind k) {
   optattrs a;
   kiln_code rc = get_attrs(c, k, &a);
   if (rc) return rc;
-  double r = ld(R, 0);
+  double r = kiln_load_f64(R, 0);
   int64_t t = kiln_get_i64(T, 0);
   int bi = blocks_in(k);
 
@@ -118,33 +103,33 @@ static kiln_code optimizer_run(kiln_kctx *c, optkind k) {
     }
     const kiln_tensor *X = in[0], *G = in[1];
     for (int64_t j = 0; j < X->numel; j++) {
-      double x = ld(X, j), g = a.norm * x + ld(G, j); /* gradient with L2 regularization */
+      double x = kiln_load_f64(X, j), g = a.norm * x + kiln_load_f64(G, j); /* gradient with L2 regularization */
       switch (k) {
         case OPT_ADAGRAD: {
           double rr = r / (1 + (double)t * a.decay);
-          double h = ld(in[2], j) + g * g;
-          st(out[0], j, x - rr * g / (sqrt(h) + a.eps));
-          st(out[1], j, h);
+          double h = kiln_load_f64(in[2], j) + g * g;
+          kiln_store_f64(out[0], j, x - rr * g / (sqrt(h) + a.eps));
+          kiln_store_f64(out[1], j, h);
           break;
         }
         case OPT_ADAM: {
-          double v = a.alpha * ld(in[2], j) + (1 - a.alpha) * g;
-          double h = a.beta * ld(in[3], j) + (1 - a.beta) * g * g;
+          double v = a.alpha * kiln_load_f64(in[2], j) + (1 - a.alpha) * g;
+          double h = a.beta * kiln_load_f64(in[3], j) + (1 - a.beta) * g * g;
           /* Bias correction only once updates have happened (T > 0). */
           double rr = t > 0 ? r * sqrt(1 - pow(a.beta, (double)t)) / (1 - pow(a.alpha, (double)t))
                             : r;
           double xn = x - rr * v / (sqrt(h) + a.eps);
-          st(out[0], j, (1 - a.norm_post) * xn);
-          st(out[1], j, v);
-          st(out[2], j, h);
+          kiln_store_f64(out[0], j, (1 - a.norm_post) * xn);
+          kiln_store_f64(out[1], j, v);
+          kiln_store_f64(out[2], j, h);
           break;
         }
         case OPT_MOMENTUM: {
           /* The first update (T == 0) takes the whole gradient. */
           double beta = t > 0 ? a.beta : 1.0;
-          double v = a.alpha * ld(in[2], j) + beta * g;
-          st(out[0], j, a.nesterov ? x - r * (g + a.alpha * v) : x - r * v);
-          st(out[1], j, v);
+          double v = a.alpha * kiln_load_f64(in[2], j) + beta * g;
+          kiln_store_f64(out[0], j, a.nesterov ? x - r * (g + a.alpha * v) : x - r * v);
+          kiln_store_f64(out[1], j, v);
           break;
         }
       }
