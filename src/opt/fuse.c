@@ -56,6 +56,24 @@ kiln_code kiln_node_set_ints(kiln_node *n, const char *name, const int64_t *v, s
   return KILN_OK;
 }
 
+kiln_code kiln_node_adopt_attrs(kiln_node *dst, kiln_node *src) {
+  for (size_t a = 0; a < src->n_attrs; a++) {
+    kiln_attr *na = realloc(dst->attrs, (dst->n_attrs + 1) * sizeof *na);
+    if (!na) return KILN_ERR_NOMEM;
+    dst->attrs = na;
+    dst->attrs[dst->n_attrs++] = src->attrs[a];
+    memset(&src->attrs[a], 0, sizeof src->attrs[a]);
+  }
+  return KILN_OK;
+}
+
+bool *kiln_fuse_grow_flags(bool *flags, size_t old_n, size_t new_n) {
+  bool *grown = realloc(flags, (new_n ? new_n : 1) * sizeof *flags);
+  if (grown)
+    for (size_t j = old_n; j < new_n; j++) grown[j] = false;
+  return grown;
+}
+
 kiln_code kiln_node_copy_attrs(kiln_node *dst, const kiln_node *src) {
   for (size_t i = 0; i < src->n_attrs; i++) {
     const kiln_attr *s = &src->attrs[i];

@@ -211,28 +211,15 @@ kiln_code kiln_pass_fuse_conv_act(kiln_pass_ctx *ctx, kiln_graph *g, size_t *cou
       if (!rc) rc = kiln_fuse_set_activation(&tmp, g, act);
       int k = rc ? -1 : kiln_fuse_chain(ctx, g, &m, "FusedConv", in, 4, dead);
       if (k >= 0) {
-        kiln_node *f = &g->nodes[k];
-        for (size_t a = 0; !rc && a < tmp.n_attrs; a++) {
-          kiln_attr *na = realloc(f->attrs, (f->n_attrs + 1) * sizeof *na);
-          if (!na) {
-            rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
-            break;
-          }
-          f->attrs = na;
-          f->attrs[f->n_attrs++] = tmp.attrs[a];
-          memset(&tmp.attrs[a], 0, sizeof tmp.attrs[a]);
-        }
+        if (kiln_node_adopt_attrs(&g->nodes[k], &tmp)) rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
         (*count)++;
       } else if (!rc) {
         rc = ctx->err ? ctx->err->code : KILN_ERR_NOMEM;
       }
       kiln_node_clear(&tmp);
-      bool *grown = realloc(dead, g->n_nodes * sizeof *dead);
+      bool *grown = kiln_fuse_grow_flags(dead, n0, g->n_nodes);
       if (!grown) rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
-      else {
-        dead = grown;
-        for (size_t j = n0; j < g->n_nodes; j++) dead[j] = false;
-      }
+      else dead = grown;
       break;
     }
   }

@@ -47,17 +47,6 @@ static const kiln_pattern patterns[] = {
     {"gemm_act", 2, {{"Gemm", -1, gemm_plain}, {ACTS, 0, NULL}}},
 };
 
-static kiln_code add_attrs(kiln_node *f, kiln_node *tmp) {
-  for (size_t a = 0; a < tmp->n_attrs; a++) {
-    kiln_attr *na = realloc(f->attrs, (f->n_attrs + 1) * sizeof *na);
-    if (!na) return KILN_ERR_NOMEM;
-    f->attrs = na;
-    f->attrs[f->n_attrs++] = tmp->attrs[a];
-    memset(&tmp->attrs[a], 0, sizeof tmp->attrs[a]);
-  }
-  return KILN_OK;
-}
-
 kiln_code kiln_pass_fuse_matmul(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
   size_t *uses = kiln_graph_use_counts(g);
   bool *dead = kiln_calloc(g->n_nodes, sizeof *dead);
@@ -81,18 +70,15 @@ kiln_code kiln_pass_fuse_matmul(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count
       if (!rc) rc = kiln_fuse_set_activation(&tmp, g, act);
       int k = rc ? -1 : kiln_fuse_chain(ctx, g, &m, gemm ? "FusedGemm" : "FusedMatMul", in, 3, dead);
       if (k >= 0) {
-        if (add_attrs(&g->nodes[k], &tmp)) rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+        if (kiln_node_adopt_attrs(&g->nodes[k], &tmp)) rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
         (*count)++;
       } else if (!rc) {
         rc = ctx->err ? ctx->err->code : KILN_ERR_NOMEM;
       }
       kiln_node_clear(&tmp);
-      bool *grown = realloc(dead, g->n_nodes * sizeof *dead);
+      bool *grown = kiln_fuse_grow_flags(dead, n0, g->n_nodes);
       if (!grown) rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
-      else {
-        dead = grown;
-        for (size_t j = n0; j < g->n_nodes; j++) dead[j] = false;
-      }
+      else dead = grown;
       break;
     }
   }
