@@ -338,10 +338,14 @@ static void gemm_task(void *ctx, size_t b, size_t e, int tid) {
   }
 }
 
-/* Tasks: split N first (each task then packs its own B columns once), then M. */
+/* Tasks: a grid of tn x tm blocks of C, up to `want` of them. N is cut in panels of NR
+ * columns, M in strips of MR rows. Of the grids, the one whose slowest thread (tasks taken in
+ * rounds of n_threads, each costing its largest block's strips x column vectors) is quickest,
+ * or nearly so. Uneven cuts such as 196 columns as
+ * 64 + 64 + 64 + 4 leave one thread idle for a third of the GEMM; this picks 2 x 128 rows. */
 static void plan_grid(gemm_job *j, int n_threads) {
-  const size_t MR = j->ops->mr, NR = j->ops->nr;
-  size_t m_strips = div_up(j->M, MR), n_panels = div_up(j->N, NR);
+  const size_t MR = j->ops->mr, unit = j->ops->nr, G = j->ops->gran;
+  size_t m_strips = div_up(j->M, MR), n_units = div_up(j->N, unit);
   double flops = 2.0 * (double)j->M * (double)j->N * (double)j->K;
   size_t want = 1;
   if (n_threads > 1) {
@@ -349,10 +353,29 @@ static void plan_grid(gemm_job *j, int n_threads) {
     want = w < 1.0 ? 1 : w > 2.0 * n_threads ? 2 * (size_t)n_threads : (size_t)w;
     if (want > 1 && want < (size_t)n_threads) want = (size_t)n_threads;
   }
-  size_t tn = min_sz(n_panels, want);
-  size_t tm = min_sz(m_strips, div_up(want, tn));
-  j->n_step = div_up(n_panels, tn) * NR;
-  j->m_step = div_up(m_strips, tm) * MR;
+  /* two passes: the least cost, then of the grids within 5% of it the most tasks (the
+   * dynamic schedule evens out a thread delayed by others), on a tie the larger tn */
+  double least = (double)div_up(j->N, G) * (double)m_strips;
+  size_t best_ns = n_units, best_ms = m_strips, best_tasks = 1;
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t tn = min_sz(n_units, want); tn >= 1; tn--) {
+      for (size_t tm = 1; tn * tm <= want && tm <= m_strips; tm++) {
+        size_t ns = div_up(n_units, tn), ms = div_up(m_strips, tm);
+        size_t tasks = div_up(n_units, ns) * div_up(m_strips, ms);
+        size_t vecs = div_up(min_sz(ns * unit, j->N), G); /* the widest task's */
+        double cost = (double)div_up(tasks, (size_t)n_threads) * (double)vecs * (double)ms;
+        if (pass == 0) {
+          if (cost < least) least = cost;
+        } else if (cost <= 1.05 * least && tasks > best_tasks) {
+          best_ns = ns;
+          best_ms = ms;
+          best_tasks = tasks;
+        }
+      }
+    }
+  }
+  j->n_step = best_ns * unit;
+  j->m_step = best_ms * MR;
   j->tn = div_up(j->N, j->n_step);
   j->n_tasks = j->tn * div_up(j->M, j->m_step);
 }

@@ -257,7 +257,8 @@ static kiln_code wino_block_serial(wino_blk *b) {
 
 typedef struct wino_outer {
   const wino_blk *tmpl; /* shared fields */
-  int64_t bt, th, nb;   /* tile rows per block, tile rows, blocks per image */
+  int64_t bt, th, nb;   /* tile rows per block (at most), tile rows, blocks per image */
+  int even;             /* blocks split the tile rows evenly (else bt rows each, the last less) */
   size_t per_thread;    /* floats of V + O + scratch per thread */
   float *mem;
   kiln_code rc[WINO_MAX_THREADS];
@@ -271,8 +272,14 @@ static void wino_outer_task(void *ctx, size_t begin, size_t end, int ti) {
   for (size_t t = begin; t < end && !w->rc[ti]; t++) {
     b.nn = (int64_t)t / w->nb;
     b.x = w->tmpl->x + b.nn * p->c * p->h * p->w;
-    b.ty0 = (int64_t)t % w->nb * w->bt;
-    b.ty1 = b.ty0 + w->bt < w->th ? b.ty0 + w->bt : w->th;
+    int64_t i = (int64_t)t % w->nb;
+    if (w->even) { /* block i has tile rows [th*i/nb, th*(i+1)/nb) */
+      b.ty0 = w->th * i / w->nb;
+      b.ty1 = w->th * (i + 1) / w->nb;
+    } else {
+      b.ty0 = i * w->bt;
+      b.ty1 = b.ty0 + w->bt < w->th ? b.ty0 + w->bt : w->th;
+    }
     b.nt = (b.ty1 - b.ty0) * b.tw;
     b.v = mem;
     b.o = mem + 16 * p->c * b.nt;
@@ -295,6 +302,19 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
   /* Enough blocks: each thread takes whole blocks (one barrier in all); else the blocks run
    * in turn with the transforms and GEMMs on the pool. */
   int outer = nthr > 1 && nthr <= WINO_MAX_THREADS && p->n * nb >= 3 * (int64_t)nthr;
+  /* Per image at least one block per thread: round the block count up to a multiple of the
+   * threads and split the tile rows evenly over them (blocks no larger, each thread the same
+   * share), so each thread takes whole blocks with one barrier in all instead of three per
+   * block. Blocks keep at least 16 columns (GEMMs, not matrix-vector products, so a column's
+   * result does not depend on the split). */
+  int even = 0;
+  if (nthr > 1 && nthr <= WINO_MAX_THREADS && nb >= nthr && (th - (nb - 1) * bt) * tw >= 2) {
+    int64_t nb2 = (nb + nthr - 1) / nthr * nthr;
+    if (nb2 <= th && th / nb2 * tw >= 16) {
+      nb = nb2;
+      outer = even = 1;
+    }
+  }
   size_t vf = (size_t)(16 * p->c * nt), of = (size_t)(16 * p->m * nt);
   size_t per_thread = vf + of + (size_t)(outer ? 1 : nthr) * 4 * (size_t)rw;
   float *mem = kiln_malloc(sizeof(float) * per_thread * (size_t)(outer ? nthr : 1));
@@ -320,6 +340,7 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
     w.bt = bt;
     w.th = th;
     w.nb = nb;
+    w.even = even;
     w.per_thread = per_thread;
     w.mem = mem;
     kiln_parallel_for(pool, (size_t)(p->n * nb), wino_outer_task, &w, 1);

@@ -238,12 +238,15 @@ static void test_random(kiln_threadpool *pool2) {
 }
 
 static void test_fixed(kiln_threadpool *pool2) {
-  /* shapes that cross the blocking (KC, NC, MC), the 4 KiB-stride packing of A, M=1/N=1 */
+  /* shapes that cross the blocking (KC, NC, MC), the 4 KiB-stride packing of A, M=1/N=1,
+   * and task grids of the 2-thread partition */
   static const size_t shapes[][3] = {
       {200, 1100, 300}, {37, 2100, 130}, {130, 70, 1024}, {20, 70, 1024}, {1, 1000, 513},
       {1, 77, 2048},    {1, 1, 1},       {1, 1, 300},    {300, 1, 77},    {513, 1, 64},
       {6, 64, 128},     {12, 128, 256},  {7, 129, 257},  {1, 4096, 8},    {3, 1024, 100},
-      {97, 3, 1},       {2, 2, 1}};
+      {97, 3, 1},       {2, 2, 1},
+      /* conv shapes whose 2-thread grid splits M, or N and M, unevenly cut panels */
+      {256, 196, 288}, {128, 784, 72}, {512, 49, 160}};
   int bad = 0;
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     for (int tr = 0; tr < 4; tr++) {
