@@ -304,7 +304,12 @@ static kiln_code pool_run(kiln_kctx *c, int kind) {
   if (storage != 0 && storage != 1) return kiln_kfail(c, "storage_order must be 0 or 1");
   int64_t dims[KILN_MAX_RANK] = {x->dims[0], x->dims[1]};
   memcpy(dims + 2, g.y, sizeof(int64_t) * (size_t)g.nsp);
-  kiln_tensor *y = kiln_out(c, 0, x->dtype, x->rank, dims), *ind = NULL;
+  /* the float path below (pool2d_float_task) writes every element */
+  bool fast_out = x->dtype == KILN_FLOAT && x->rank == 4 && kind != POOL_LP &&
+                  !(kind == POOL_MAX && kiln_out_used(c, 1));
+  kiln_tensor *y = fast_out ? kiln_out_uninit(c, 0, x->dtype, x->rank, dims)
+                            : kiln_out(c, 0, x->dtype, x->rank, dims),
+              *ind = NULL;
   if (!y) return KILN_ERR_NOMEM;
   if (kind == POOL_MAX && kiln_out_used(c, 1) && !(ind = kiln_out(c, 1, KILN_INT64, x->rank, dims)))
     return KILN_ERR_NOMEM;
