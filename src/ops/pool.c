@@ -374,19 +374,19 @@ static kiln_code pool_run(kiln_kctx *c, int kind) {
    * the output does not depend on the thread count */
   kiln_threadpool *pool = planes > 1 && planes * (g.xsize + g.ysize * g.ksize) >= PAR_MIN ? kiln_kpool(c) : NULL;
   size_t nthr = (size_t)kiln_threadpool_size(pool);
-  pool_job j = {x, y, ind, &g, kind, p, storage, build_map(&g), NULL, NULL, NULL, NULL, kiln_cpu_isa()};
+  pool_job j = {x, y, ind, &g, kind, p, storage, fast_out ? NULL : build_map(&g), NULL, NULL, NULL, NULL, kiln_cpu_isa()};
   /* per thread: ysize + 8 and xsize + 8 values, so that threads never share a cache line */
   j.arg = kiln_malloc(sizeof(int64_t) * (size_t)(g.ysize + 8) * nthr);
   j.xv = kiln_malloc(sizeof(double) * (size_t)(g.xsize + 8) * nthr);
   j.acc = kiln_malloc(sizeof(double) * (size_t)(g.ysize + 8) * nthr);
   j.div = kiln_malloc(sizeof(double) * (size_t)g.ysize);
   kiln_code rc = KILN_OK;
-  if (!j.map || !j.arg || !j.xv || !j.acc || !j.div) {
+  if ((!fast_out && !j.map) || !j.arg || !j.xv || !j.acc || !j.div) {
     rc = kiln_kfail(c, "out of memory");
   } else {
     if (kind == POOL_AVG) avg_divisors(&g, kiln_attr_int(c->node, "count_include_pad", 0) != 0, j.div);
     int64_t per = g.xsize + g.ysize * g.ksize;
-    bool fast = x->dtype == KILN_FLOAT && g.nsp == 2 && kind != POOL_LP && !ind;
+    bool fast = fast_out; /* float, two spatial dims, not Lp, no indices */
     kiln_parallel_for(pool, (size_t)planes, fast ? pool2d_float_task : pool_task, &j,
                       per >= PAR_TASK ? 1 : (size_t)(PAR_TASK / (per ? per : 1)));
   }
