@@ -223,6 +223,75 @@ T512 static void dw_plane_avx512(const kiln_conv2d_f32_params *p, const float *p
 }
 #endif
 
+#ifdef KILN_HAVE_X86_KERNELS
+enum { DW_KW_MAX = 16 }; /* widest kernel of dw_plane_direct_avx512 */
+
+/* Lanes [lo, hi) of a 16-lane mask (clamped). */
+static __mmask16 lane_range(int64_t lo, int64_t hi) {
+  if (lo < 0) lo = 0;
+  if (hi > 16) hi = 16;
+  if (hi <= lo) return 0;
+  return (__mmask16)(((1u << (hi - lo)) - 1) << lo);
+}
+
+/* One output plane straight from the input (no padded copy), stride 1 or 2 in x: strips of 16
+ * output columns, four rows at a time with their own accumulators. Per strip and column tap,
+ * the lanes whose input column lies inside the row are loaded (masked: the others read 0);
+ * rows outside the input give 0. Every tap is accumulated in the order ky, kx, as with a
+ * zero-padded plane. */
+T512 static void dw_plane_direct_avx512(const kiln_conv2d_f32_params *p, const float *xp,
+                                        const float *wk, float bv, const float *rp,
+                                        const kiln_act *act, float *yp) {
+  const bool ia = act && act->kind != KILN_ACT_NONE; /* act: NULL or act_inline */
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512 vb = _mm512_set1_ps(bv), z = _mm512_setzero_ps();
+  const int64_t sw = p->sw, W = p->w, H = p->h, kw = p->kw;
+  for (int64_t ox0 = 0; ox0 < p->ow; ox0 += 16) {
+    int64_t n = p->ow - ox0 < 16 ? p->ow - ox0 : 16;
+    __mmask16 m0[DW_KW_MAX], m1[DW_KW_MAX], sm = (__mmask16)((1u << n) - 1);
+    int64_t off[DW_KW_MAX];
+    for (int64_t kx = 0; kx < kw; kx++) {
+      int64_t base = ox0 * sw + kx * p->dw - p->pl, lo = base < 0 ? -base : 0;
+      int64_t hi = W - base < (n - 1) * sw + 1 ? W - base : (n - 1) * sw + 1;
+      off[kx] = base;
+      m0[kx] = lane_range(lo, hi);
+      m1[kx] = lane_range(lo - 16, hi - 16);
+    }
+#define DW_LD(r, kx)                                                                         \
+  (sw == 1 ? _mm512_maskz_loadu_ps(m0[kx], (r) + off[kx])                                    \
+           : _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(m0[kx], (r) + off[kx]), ev,        \
+                                    _mm512_maskz_loadu_ps(m1[kx], (r) + off[kx] + 16)))
+    for (int64_t oy = 0; oy < p->oh; oy += 4) {
+      int64_t nr = p->oh - oy < 4 ? p->oh - oy : 4;
+      __m512 a0 = vb, a1 = vb, a2 = vb, a3 = vb;
+      for (int64_t ky = 0; ky < p->kh; ky++) {
+        const float *r[4];
+        for (int i = 0; i < 4; i++) {
+          int64_t iy = (oy + i) * p->sh - p->pt + ky * p->dh;
+          r[i] = i < nr && iy >= 0 && iy < H ? xp + iy * W : NULL;
+        }
+        for (int64_t kx = 0; kx < kw; kx++) {
+          __m512 wv = _mm512_set1_ps(wk[ky * kw + kx]);
+          a0 = _mm512_fmadd_ps(r[0] ? DW_LD(r[0], kx) : z, wv, a0);
+          a1 = _mm512_fmadd_ps(r[1] ? DW_LD(r[1], kx) : z, wv, a1);
+          a2 = _mm512_fmadd_ps(r[2] ? DW_LD(r[2], kx) : z, wv, a2);
+          a3 = _mm512_fmadd_ps(r[3] ? DW_LD(r[3], kx) : z, wv, a3);
+        }
+      }
+      __m512 acc[4] = {a0, a1, a2, a3};
+      for (int64_t i = 0; i < nr; i++) {
+        int64_t o = (oy + i) * p->ow + ox0;
+        __m512 v = acc[i];
+        if (rp) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(sm, rp + o));
+        if (ia) v = act_inline512(v, act);
+        _mm512_mask_storeu_ps(yp + o, sm, v);
+      }
+    }
+#undef DW_LD
+  }
+}
+#endif
+
 static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
   (void)ti;
   const dw_ctx *d = ctx;
@@ -231,7 +300,8 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
   float *pad = NULL;
   int64_t ph = 0, pw = 0;
 #ifdef KILN_HAVE_X86_KERNELS
-  if (d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2)) {
+  bool direct = d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2) && p->kw <= DW_KW_MAX;
+  if (!direct && d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2)) {
     dw_pad_dims(p, &ph, &pw);
     pad = kiln_malloc(sizeof(float) * (size_t)(ph * pw)); /* NULL: the portable path */
   }
@@ -244,7 +314,10 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
     const float *rp = d->res ? d->res + (int64_t)t * ohw : NULL;
     float *yp = d->y + (int64_t)t * ohw, bv = d->bias ? d->bias[mo] : 0.0f;
 #ifdef KILN_HAVE_X86_KERNELS
-    if (pad) {
+    if (direct) {
+      dw_plane_direct_avx512(p, xp, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp);
+      if (act_inline(d->act)) continue; /* applied in registers */
+    } else if (pad) {
       if (ci != padded_ci || nn != padded_n) { /* channel multipliers share one padded plane */
         dw_pad(p, xp, pad, ph, pw);
         padded_ci = ci;
