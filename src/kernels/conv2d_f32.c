@@ -59,6 +59,41 @@ T512 static void add_bias_res_avx512(float *y, int64_t n, float b, const float *
 }
 #endif
 
+#ifdef KILN_HAVE_X86_KERNELS
+/* Whether act is a clamp applied in registers here (none, relu, clip). */
+static bool act_inline(const kiln_act *a) {
+  return a->kind == KILN_ACT_NONE || a->kind == KILN_ACT_RELU || a->kind == KILN_ACT_CLIP;
+}
+
+/* The inline activations, with the same operations as the GEMM's (max(v, 0); min(max(v, lo), hi)). */
+V512 __m512 act_inline512(__m512 v, const kiln_act *a) {
+  if (a->kind == KILN_ACT_RELU) return _mm512_max_ps(v, _mm512_setzero_ps());
+  if (a->kind == KILN_ACT_CLIP)
+    return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(a->alpha)), _mm512_set1_ps(a->beta));
+  return v;
+}
+
+/* y[i] = act(y[i] + b (+ r[i])) in one pass, act inline (act_inline). */
+T512 static void bias_res_act_avx512(float *y, int64_t n, float b, const float *r, const kiln_act *a) {
+  __m512 vb = _mm512_set1_ps(b);
+  int64_t i = 0;
+  if (r) {
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(y + i, act_inline512(_mm512_add_ps(_mm512_add_ps(_mm512_loadu_ps(y + i), vb),
+                                                          _mm512_loadu_ps(r + i)), a));
+  } else {
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(y + i, act_inline512(_mm512_add_ps(_mm512_loadu_ps(y + i), vb), a));
+  }
+  if (i < n) {
+    __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), vb);
+    if (r) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r + i));
+    _mm512_mask_storeu_ps(y + i, m, act_inline512(v, a));
+  }
+}
+#endif
+
 static void add_bias_res(int isa, float *y, int64_t n, float b, const float *r) {
 #ifdef KILN_HAVE_X86_KERNELS
   if (isa >= KILN_ISA_AVX512) {
@@ -142,7 +177,9 @@ static void dw_pad(const kiln_conv2d_f32_params *p, const float *xp, float *pad,
  * one row, four at a time with their own accumulators (across rows when rows are narrow), all
  * taps in registers with plain loads. */
 T512 static void dw_plane_avx512(const kiln_conv2d_f32_params *p, const float *pad, int64_t pw,
-                                 const float *wk, float bv, const float *rp, float *yp) {
+                                 const float *wk, float bv, const float *rp, const kiln_act *act,
+                                 float *yp) {
+  const bool ia = act && act->kind != KILN_ACT_NONE; /* act: NULL or act_inline */
   int64_t nch = (p->ow + 15) / 16, nu = p->oh * nch, sw = p->sw, u = 0;
   __m512 vb = _mm512_set1_ps(bv);
 #define DW_BASE(uu) (pad + ((uu) / nch) * p->sh * pw + ((uu) % nch) * 16 * sw)
@@ -152,6 +189,7 @@ T512 static void dw_plane_avx512(const kiln_conv2d_f32_params *p, const float *p
     __mmask16 m_ = (__mmask16)((1u << n_) - 1);                                            \
     __m512 v_ = (acc);                                                                     \
     if (rp) v_ = _mm512_add_ps(v_, _mm512_maskz_loadu_ps(m_, rp + oy_ * p->ow + ox_));      \
+    if (ia) v_ = act_inline512(v_, act);                                                   \
     _mm512_mask_storeu_ps(yp + oy_ * p->ow + ox_, m_, v_);                                 \
   } while (0)
   for (; u + 4 <= nu; u += 4) {
@@ -185,6 +223,75 @@ T512 static void dw_plane_avx512(const kiln_conv2d_f32_params *p, const float *p
 }
 #endif
 
+#ifdef KILN_HAVE_X86_KERNELS
+enum { DW_KW_MAX = 16 }; /* widest kernel of dw_plane_direct_avx512 */
+
+/* Lanes [lo, hi) of a 16-lane mask (clamped). */
+static __mmask16 lane_range(int64_t lo, int64_t hi) {
+  if (lo < 0) lo = 0;
+  if (hi > 16) hi = 16;
+  if (hi <= lo) return 0;
+  return (__mmask16)(((1u << (hi - lo)) - 1) << lo);
+}
+
+/* One output plane straight from the input (no padded copy), stride 1 or 2 in x: strips of 16
+ * output columns, four rows at a time with their own accumulators. Per strip and column tap,
+ * the lanes whose input column lies inside the row are loaded (masked: the others read 0);
+ * rows outside the input give 0. Every tap is accumulated in the order ky, kx, as with a
+ * zero-padded plane. */
+T512 static void dw_plane_direct_avx512(const kiln_conv2d_f32_params *p, const float *xp,
+                                        const float *wk, float bv, const float *rp,
+                                        const kiln_act *act, float *yp) {
+  const bool ia = act && act->kind != KILN_ACT_NONE; /* act: NULL or act_inline */
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512 vb = _mm512_set1_ps(bv), z = _mm512_setzero_ps();
+  const int64_t sw = p->sw, W = p->w, H = p->h, kw = p->kw;
+  for (int64_t ox0 = 0; ox0 < p->ow; ox0 += 16) {
+    int64_t n = p->ow - ox0 < 16 ? p->ow - ox0 : 16;
+    __mmask16 m0[DW_KW_MAX], m1[DW_KW_MAX], sm = (__mmask16)((1u << n) - 1);
+    int64_t off[DW_KW_MAX];
+    for (int64_t kx = 0; kx < kw; kx++) {
+      int64_t base = ox0 * sw + kx * p->dw - p->pl, lo = base < 0 ? -base : 0;
+      int64_t hi = W - base < (n - 1) * sw + 1 ? W - base : (n - 1) * sw + 1;
+      off[kx] = base;
+      m0[kx] = lane_range(lo, hi);
+      m1[kx] = lane_range(lo - 16, hi - 16);
+    }
+#define DW_LD(r, kx)                                                                         \
+  (sw == 1 ? _mm512_maskz_loadu_ps(m0[kx], (r) + off[kx])                                    \
+           : _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(m0[kx], (r) + off[kx]), ev,        \
+                                    _mm512_maskz_loadu_ps(m1[kx], (r) + off[kx] + 16)))
+    for (int64_t oy = 0; oy < p->oh; oy += 4) {
+      int64_t nr = p->oh - oy < 4 ? p->oh - oy : 4;
+      __m512 a0 = vb, a1 = vb, a2 = vb, a3 = vb;
+      for (int64_t ky = 0; ky < p->kh; ky++) {
+        const float *r[4];
+        for (int i = 0; i < 4; i++) {
+          int64_t iy = (oy + i) * p->sh - p->pt + ky * p->dh;
+          r[i] = i < nr && iy >= 0 && iy < H ? xp + iy * W : NULL;
+        }
+        for (int64_t kx = 0; kx < kw; kx++) {
+          __m512 wv = _mm512_set1_ps(wk[ky * kw + kx]);
+          a0 = _mm512_fmadd_ps(r[0] ? DW_LD(r[0], kx) : z, wv, a0);
+          a1 = _mm512_fmadd_ps(r[1] ? DW_LD(r[1], kx) : z, wv, a1);
+          a2 = _mm512_fmadd_ps(r[2] ? DW_LD(r[2], kx) : z, wv, a2);
+          a3 = _mm512_fmadd_ps(r[3] ? DW_LD(r[3], kx) : z, wv, a3);
+        }
+      }
+      __m512 acc[4] = {a0, a1, a2, a3};
+      for (int64_t i = 0; i < nr; i++) {
+        int64_t o = (oy + i) * p->ow + ox0;
+        __m512 v = acc[i];
+        if (rp) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(sm, rp + o));
+        if (ia) v = act_inline512(v, act);
+        _mm512_mask_storeu_ps(yp + o, sm, v);
+      }
+    }
+#undef DW_LD
+  }
+}
+#endif
+
 static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
   (void)ti;
   const dw_ctx *d = ctx;
@@ -193,7 +300,8 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
   float *pad = NULL;
   int64_t ph = 0, pw = 0;
 #ifdef KILN_HAVE_X86_KERNELS
-  if (d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2)) {
+  bool direct = d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2) && p->kw <= DW_KW_MAX;
+  if (!direct && d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2)) {
     dw_pad_dims(p, &ph, &pw);
     pad = kiln_malloc(sizeof(float) * (size_t)(ph * pw)); /* NULL: the portable path */
   }
@@ -206,13 +314,17 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
     const float *rp = d->res ? d->res + (int64_t)t * ohw : NULL;
     float *yp = d->y + (int64_t)t * ohw, bv = d->bias ? d->bias[mo] : 0.0f;
 #ifdef KILN_HAVE_X86_KERNELS
-    if (pad) {
+    if (direct) {
+      dw_plane_direct_avx512(p, xp, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp);
+      if (act_inline(d->act)) continue; /* applied in registers */
+    } else if (pad) {
       if (ci != padded_ci || nn != padded_n) { /* channel multipliers share one padded plane */
         dw_pad(p, xp, pad, ph, pw);
         padded_ci = ci;
         padded_n = nn;
       }
-      dw_plane_avx512(p, pad, pw, wk, bv, rp, yp);
+      dw_plane_avx512(p, pad, pw, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp);
+      if (act_inline(d->act)) continue; /* applied in registers */
     } else
 #endif
       dw_plane_c(p, xp, wk, bv, rp, yp);
@@ -316,6 +428,13 @@ static void ep_task(void *ctx, size_t begin, size_t end, int ti) {
   const ep_ctx *e = ctx;
   for (size_t ch = begin; ch < end; ch++) {
     float *y = e->y + (int64_t)ch * e->ld;
+#ifdef KILN_HAVE_X86_KERNELS
+    if (e->isa >= KILN_ISA_AVX512 && act_inline(e->act)) {
+      bias_res_act_avx512(y, e->n, e->bias ? e->bias[ch] : 0.0f,
+                          e->res ? e->res + (int64_t)ch * e->ld : NULL, e->act);
+      continue;
+    }
+#endif
     add_bias_res(e->isa, y, e->n, e->bias ? e->bias[ch] : 0.0f, e->res ? e->res + (int64_t)ch * e->ld : NULL);
     if (e->act->kind != KILN_ACT_NONE) kiln_f32_act(e->isa, y, (size_t)e->n, e->act);
   }
@@ -325,6 +444,9 @@ static void ep_task(void *ctx, size_t begin, size_t end, int ti) {
 enum { COL_TILE = 128 * 1024 };
 /* Output elements from which the bias/residual/activation pass is split over the pool. */
 enum { EP_PAR_MIN = 512 * 1024 };
+/* Direct (1x1) convolutions with a bias: output floats per tile, so that the block the GEMM
+ * wrote is still in L2 when the bias/residual/activation pass reads it. */
+enum { EP_TILE = 64 * 1024 };
 /* Pools up to this size may take whole tiles per thread (per-thread results on the stack). */
 enum { MAX_THREADS = 64 };
 
@@ -334,6 +456,7 @@ typedef struct tile_job {
   const kiln_conv2d_f32_epilogue *ep;
   float *y;
   int64_t kk, cg, mg, rows, ntiles;
+  int64_t tcols;     /* direct: output columns (of the oh * ow plane) per tile */
   bool direct;
   int isa;
   float *col;        /* col_floats per thread (NULL when direct) */
@@ -349,7 +472,12 @@ static kiln_code run_tile(const tile_job *j, int64_t t, float *col, kiln_threadp
   int64_t tile = t % j->ntiles, gr = t / j->ntiles % p->group, nn = t / j->ntiles / p->group;
   int64_t ohw = p->oh * p->ow, oy0 = tile * j->rows;
   int64_t oy1 = oy0 + j->rows < p->oh ? oy0 + j->rows : p->oh, tn = (oy1 - oy0) * p->ow;
-  const float *xg = j->x + (nn * p->c + gr * j->cg) * p->h * p->w, *b = xg + oy0 * p->ow;
+  int64_t c0 = oy0 * p->ow; /* first output column of the tile */
+  if (j->direct) {
+    c0 = tile * j->tcols;
+    tn = ohw - c0 < j->tcols ? ohw - c0 : j->tcols;
+  }
+  const float *xg = j->x + (nn * p->c + gr * j->cg) * p->h * p->w, *b = xg + c0;
   size_t ldb = (size_t)ohw;
   if (!j->direct) {
     col_ctx cc = {p, xg, col, oy0, oy1, j->isa};
@@ -357,7 +485,7 @@ static kiln_code run_tile(const tile_job *j, int64_t t, float *col, kiln_threadp
     b = col;
     ldb = (size_t)tn;
   }
-  int64_t yoff = (nn * p->m + gr * j->mg) * ohw + oy0 * p->ow;
+  int64_t yoff = (nn * p->m + gr * j->mg) * ohw + c0;
   float *yb = j->y + yoff;
   const float *res = ep->residual ? ep->residual + yoff : NULL;
   kiln_gemm_epilogue gep = {0};
@@ -446,10 +574,19 @@ kiln_code kiln_conv2d_f32_ex(kiln_threadpool *pool, int isa, const kiln_conv2d_f
   /* Enough tiles: each thread takes whole tiles (im2col, GEMM, epilogue on its own, one
    * barrier in all); else the tiles run in turn with every loop inside on the pool. */
   bool outer = nthr > 1 && nthr <= MAX_THREADS && tasks >= 3 * (int64_t)nthr;
-  if (direct && !outer) { /* nothing to keep in cache: one GEMM per (n, group) */
-    rows = p->oh;
-    ntiles = 1;
-    tasks = p->n * p->group;
+  int64_t tcols = rows * p->ow;
+  if (direct) {
+    /* nothing to keep in cache but the output block for the separate bias pass: without a
+     * bias, one GEMM per (n, group) unless the tiles are spread over threads */
+    if (!outer) tcols = ohw;
+    if (ep->bias) {
+      int64_t cap = (EP_TILE / mg) & ~(int64_t)63; /* whole 64-column micro-tiles */
+      if (cap < 64) cap = 64;
+      if (tcols > cap) tcols = cap;
+    }
+    ntiles = (ohw + tcols - 1) / tcols;
+    tasks = p->n * p->group * ntiles;
+    outer = nthr > 1 && nthr <= MAX_THREADS && tasks >= 3 * (int64_t)nthr;
   }
   int nbuf = outer ? nthr : 1;
   size_t col_floats = direct ? 0 : (size_t)kk * (size_t)(rows * p->ow);
@@ -459,7 +596,7 @@ kiln_code kiln_conv2d_f32_ex(kiln_threadpool *pool, int isa, const kiln_conv2d_f
     col = kiln_malloc(sizeof(float) * col_floats * (size_t)nbuf);
     if (!col) return KILN_ERR_NOMEM;
   }
-  tile_job j = {p, x, w, ep, y, kk, cg, mg, rows, ntiles, direct, isa, col, col_floats, rcs};
+  tile_job j = {p, x, w, ep, y, kk, cg, mg, rows, ntiles, tcols, direct, isa, col, col_floats, rcs};
   kiln_code rc = KILN_OK;
   if (outer) {
     kiln_parallel_for(pool, (size_t)tasks, tile_task, &j, 1);

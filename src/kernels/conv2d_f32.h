@@ -5,9 +5,11 @@
  *
  * Paths:
  * - depthwise (one input channel per group, any channel multiplier): a direct kernel per
- *   (n, output channel) plane. AVX-512, x stride 1 or 2: the input plane is copied into a
- *   per-thread zero-padded buffer, then 16-column units, four at a time, accumulate every tap
- *   in registers with plain loads. Otherwise portable C over clamped column ranges.
+ *   (n, output channel) plane. AVX-512, x stride 1 or 2: strips of 16 output columns, four
+ *   rows at a time, accumulate every tap in registers, read straight from the input with
+ *   masked loads (lanes and rows outside the input read 0); kernels wider than 16 columns
+ *   copy the plane into a per-thread zero-padded buffer first. Otherwise portable C over
+ *   clamped column ranges. Bias, residual and relu/clip are applied in registers.
  * - otherwise per (n, group, tile of output rows) a GEMM (kiln_gemm_f32) of the weights with
  *   the input itself (1x1, stride 1, no padding) or with a row-wise im2col block (contiguous
  *   runs copied, strided ones gathered, padding zero-filled; about 512 KiB so it stays in L2

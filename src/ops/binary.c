@@ -440,7 +440,12 @@ static kiln_code binary_run(kiln_kctx *c, binop op, bool legacy) {
   int64_t dims[KILN_MAX_RANK];
   const kiln_tensor *pair[2] = {A, B};
   if ((rc = out_shape(c, 2, pair, &rank, dims))) return rc;
-  kiln_tensor *Y = kiln_out(c, 0, is_cmp(op) ? KILN_BOOL : A->dtype, rank, dims);
+  kiln_dtype yt = is_cmp(op) ? KILN_BOOL : A->dtype;
+  /* the typed row loops of apply() write every element */
+  bool typed = A->dtype == B->dtype && (A->dtype == KILN_FLOAT || A->dtype == KILN_DOUBLE ||
+                                        A->dtype == KILN_INT32 || A->dtype == KILN_INT64 ||
+                                        A->dtype == KILN_BOOL);
+  kiln_tensor *Y = typed ? kiln_out_uninit(c, 0, yt, rank, dims) : kiln_out(c, 0, yt, rank, dims);
   if (!Y) return out_failed(c);
   apply(op, A, B, Y);
   return KILN_OK;

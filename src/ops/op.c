@@ -39,7 +39,8 @@ kiln_code kiln_ifail(kiln_ictx *c, const char *fmt, ...) {
   return rc;
 }
 
-kiln_tensor *kiln_out(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank, const int64_t *dims) {
+static kiln_tensor *out_alloc(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank, const int64_t *dims,
+                              bool zero) {
   if (i >= c->n_out) {
     kiln_kfail(c, "output %zu requested but the node has %zu outputs", i, c->n_out);
     return NULL;
@@ -49,7 +50,7 @@ kiln_tensor *kiln_out(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank, const 
   kiln_run_mem *mem = c->frame ? c->frame->mem : NULL;
   int64_t bytes = mem && i < c->node->n_out ? kiln_tensor_bytes(dtype, rank, dims) : -1;
   void *slot = bytes > 0 ? kiln_planner_slot(mem, c->node->out[i], (size_t)bytes) : NULL;
-  if (slot && (t = kiln_tensor_wrap(dtype, rank, dims, slot, c->err))) memset(slot, 0, (size_t)bytes);
+  if (slot && (t = kiln_tensor_wrap(dtype, rank, dims, slot, c->err)) && zero) memset(slot, 0, (size_t)bytes);
   if (!t) t = kiln_tensor_new(dtype, rank, dims, c->err);
   if (!t) {
     kiln_error_prefix(c->err, "node '%s' (%s) output %zu", node_name(c->node), c->node->op_type, i);
@@ -58,6 +59,15 @@ kiln_tensor *kiln_out(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank, const 
   kiln_tensor_free(c->out[i]);
   c->out[i] = t;
   return t;
+}
+
+kiln_tensor *kiln_out(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank, const int64_t *dims) {
+  return out_alloc(c, i, dtype, rank, dims, true);
+}
+
+kiln_tensor *kiln_out_uninit(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank, const int64_t *dims) {
+  /* strings hold pointers that must start NULL */
+  return out_alloc(c, i, dtype, rank, dims, dtype == KILN_STRING);
 }
 
 void kiln_set_out(kiln_kctx *c, size_t i, kiln_tensor *v) {

@@ -61,6 +61,9 @@ typedef struct kiln_op_schema {
 /* Allocate output i with the given type and shape and store it in c->out[i]. NULL on error
  * (c->err is set naming the node). */
 kiln_tensor *kiln_out(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank, const int64_t *dims);
+/* As kiln_out, but the elements may hold arbitrary values (planned arena memory is not
+ * zero-filled; string tensors still start empty): only for kernels that write every element. */
+kiln_tensor *kiln_out_uninit(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank, const int64_t *dims);
 /* Store an already-built value as output i (ownership passes to the executor). */
 void kiln_set_out(kiln_kctx *c, size_t i, kiln_tensor *v);
 /* Fail the node: message "node 'name' (Op): <text>"; returns KILN_ERR_RUN. */

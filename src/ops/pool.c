@@ -10,8 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu.h"
+#include "kernels/gemm_internal.h"
 #include "ops/op.h"
 #include "runtime/threadpool.h"
+
+#ifdef KILN_HAVE_X86_KERNELS
+#include <immintrin.h>
+#endif
 
 typedef struct pool_geom {
   int nsp;                          /* spatial dims */
@@ -180,6 +186,7 @@ typedef struct pool_job {
   int64_t storage;
   int64_t *map, *arg; /* arg, xv, acc: per thread */
   double *xv, *acc, *div;
+  int isa;            /* kiln_cpu_isa() */
 } pool_job;
 
 static void pool_task(void *ctx, size_t begin, size_t end, int thread) {
@@ -252,19 +259,68 @@ static void tap_range(int64_t p0, int64_t d, int64_t k, int64_t n, int64_t *lo, 
   if (*lo > *hi) *lo = *hi;
 }
 
+#ifdef KILN_HAVE_X86_KERNELS
+/* n <= 16 lanes src[j * sw] (sw 1 or 2), reading nothing past src[(n - 1) * sw]. */
+KILN_INLINE KILN_TARGET_AVX512 __m512 ld_strided16(const float *src, int64_t n, int64_t sw) {
+  __mmask16 m = (__mmask16)((1u << n) - 1);
+  if (sw == 1) return _mm512_maskz_loadu_ps(m, src);
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  int64_t e = 2 * n - 1; /* elements read: src[0 .. e) */
+  __mmask16 lo = (__mmask16)(e >= 16 ? 0xffffu : (1u << e) - 1);
+  __mmask16 hi = (__mmask16)(e <= 16 ? 0u : (1u << (e - 16)) - 1);
+  __m512 v1 = hi ? _mm512_maskz_loadu_ps(hi, src + 16) : _mm512_setzero_ps();
+  return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lo, src), ev, v1);
+}
+
+/* MaxPool output columns [c0, c1) of one row whose windows lie wholly inside the input row
+ * range (all kw taps valid), taps rows [a0, a1): 16 columns per vector, the same comparisons
+ * in the same order as the scalar loop (m = first tap, then x > m ? x : m). */
+static KILN_TARGET_AVX512 void maxpool_row_avx512(const float *xp, float *yr, int64_t W, int64_t h0,
+                                                  int64_t a0, int64_t a1, int64_t dh, int64_t c0,
+                                                  int64_t c1, int64_t sw, int64_t pl, int64_t kw,
+                                                  int64_t dw) {
+  for (int64_t ox = c0; ox < c1; ox += 16) {
+    int64_t n = c1 - ox < 16 ? c1 - ox : 16, w0 = ox * sw - pl;
+    __m512 m = ld_strided16(xp + (h0 + a0 * dh) * W + w0, n, sw);
+    for (int64_t a = a0; a < a1; a++) {
+      const float *row = xp + (h0 + a * dh) * W + w0;
+      for (int64_t b = 0; b < kw; b++) m = _mm512_max_ps(ld_strided16(row + b * dw, n, sw), m);
+    }
+    _mm512_mask_storeu_ps(yr + ox, (__mmask16)((1u << n) - 1), m);
+  }
+}
+#endif
+
 static void pool2d_float_task(void *ctx, size_t begin, size_t end, int thread) {
   const pool_job *jb = ctx;
   const pool_geom *g = jb->g;
   int64_t H = g->x[0], W = g->x[1], OH = g->y[0], OW = g->y[1];
   int64_t kh = g->k[0], kw = g->k[1], sh = g->stride[0], sw = g->stride[1], dh = g->dil[0], dw = g->dil[1];
   (void)thread;
+  /* MaxPool, AVX-512, x stride 1 or 2: columns [c0, c1) have every column tap inside the row */
+  int64_t c0 = 0, c1 = 0;
+#ifdef KILN_HAVE_X86_KERNELS
+  if (jb->kind == POOL_MAX && jb->isa >= KILN_ISA_AVX512 && (sw == 1 || sw == 2)) {
+    c0 = g->pb[1] > 0 ? (g->pb[1] + sw - 1) / sw : 0;               /* ow * sw >= pl */
+    int64_t last = W - 1 - (kw - 1) * dw + g->pb[1];                /* ow * sw <= last */
+    c1 = last < 0 ? 0 : last / sw + 1;
+    if (c1 > OW) c1 = OW;
+    if (c0 > c1) c0 = c1;
+  }
+#endif
   for (int64_t pl = (int64_t)begin; pl < (int64_t)end; pl++) {
     const float *xp = (const float *)jb->x->data + pl * H * W;
     float *yp = (float *)jb->y->data + pl * OH * OW;
     for (int64_t oh = 0; oh < OH; oh++) {
       int64_t h0 = oh * sh - g->pb[0], a0, a1;
       tap_range(h0, dh, kh, H, &a0, &a1);
+#ifdef KILN_HAVE_X86_KERNELS
+      if (c0 < c1 && a0 < a1)
+        maxpool_row_avx512(xp, yp + oh * OW, W, h0, a0, a1, dh, c0, c1, sw, g->pb[1], kw, dw);
+#endif
       for (int64_t ow = 0; ow < OW; ow++) {
+        if (ow == c0 && a0 < a1) ow = c1; /* done above (c0 == c1 when not) */
+        if (ow >= OW) break;
         int64_t w0 = ow * sw - g->pb[1], b0, b1;
         tap_range(w0, dw, kw, W, &b0, &b1);
         if (jb->kind == POOL_MAX) { /* the first valid tap (a0, b0), then any greater one */
@@ -304,7 +360,12 @@ static kiln_code pool_run(kiln_kctx *c, int kind) {
   if (storage != 0 && storage != 1) return kiln_kfail(c, "storage_order must be 0 or 1");
   int64_t dims[KILN_MAX_RANK] = {x->dims[0], x->dims[1]};
   memcpy(dims + 2, g.y, sizeof(int64_t) * (size_t)g.nsp);
-  kiln_tensor *y = kiln_out(c, 0, x->dtype, x->rank, dims), *ind = NULL;
+  /* the float path below (pool2d_float_task) writes every element */
+  bool fast_out = x->dtype == KILN_FLOAT && x->rank == 4 && kind != POOL_LP &&
+                  !(kind == POOL_MAX && kiln_out_used(c, 1));
+  kiln_tensor *y = fast_out ? kiln_out_uninit(c, 0, x->dtype, x->rank, dims)
+                            : kiln_out(c, 0, x->dtype, x->rank, dims),
+              *ind = NULL;
   if (!y) return KILN_ERR_NOMEM;
   if (kind == POOL_MAX && kiln_out_used(c, 1) && !(ind = kiln_out(c, 1, KILN_INT64, x->rank, dims)))
     return KILN_ERR_NOMEM;
@@ -313,19 +374,19 @@ static kiln_code pool_run(kiln_kctx *c, int kind) {
    * the output does not depend on the thread count */
   kiln_threadpool *pool = planes > 1 && planes * (g.xsize + g.ysize * g.ksize) >= PAR_MIN ? kiln_kpool(c) : NULL;
   size_t nthr = (size_t)kiln_threadpool_size(pool);
-  pool_job j = {x, y, ind, &g, kind, p, storage, build_map(&g), NULL, NULL, NULL, NULL};
+  pool_job j = {x, y, ind, &g, kind, p, storage, fast_out ? NULL : build_map(&g), NULL, NULL, NULL, NULL, kiln_cpu_isa()};
   /* per thread: ysize + 8 and xsize + 8 values, so that threads never share a cache line */
   j.arg = kiln_malloc(sizeof(int64_t) * (size_t)(g.ysize + 8) * nthr);
   j.xv = kiln_malloc(sizeof(double) * (size_t)(g.xsize + 8) * nthr);
   j.acc = kiln_malloc(sizeof(double) * (size_t)(g.ysize + 8) * nthr);
   j.div = kiln_malloc(sizeof(double) * (size_t)g.ysize);
   kiln_code rc = KILN_OK;
-  if (!j.map || !j.arg || !j.xv || !j.acc || !j.div) {
+  if ((!fast_out && !j.map) || !j.arg || !j.xv || !j.acc || !j.div) {
     rc = kiln_kfail(c, "out of memory");
   } else {
     if (kind == POOL_AVG) avg_divisors(&g, kiln_attr_int(c->node, "count_include_pad", 0) != 0, j.div);
     int64_t per = g.xsize + g.ysize * g.ksize;
-    bool fast = x->dtype == KILN_FLOAT && g.nsp == 2 && kind != POOL_LP && !ind;
+    bool fast = fast_out; /* float, two spatial dims, not Lp, no indices */
     kiln_parallel_for(pool, (size_t)planes, fast ? pool2d_float_task : pool_task, &j,
                       per >= PAR_TASK ? 1 : (size_t)(PAR_TASK / (per ? per : 1)));
   }

@@ -77,7 +77,7 @@ static void copy_run(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64
 /* A copy of `in` with a new shape of the same element count. */
 static kiln_code reshaped_copy(kiln_kctx *c, size_t oi, const kiln_tensor *in, int rank,
                                const int64_t *dims) {
-  kiln_tensor *o = kiln_out(c, oi, in->dtype, rank, dims);
+  kiln_tensor *o = kiln_out_uninit(c, oi, in->dtype, rank, dims); /* copied over below */
   if (!o) return c->err->code;
   if (o->numel != in->numel)
     return kiln_kfail(c, "cannot reshape %lld elements to %lld", (long long)in->numel,
@@ -481,7 +481,7 @@ static kiln_code run_concat(kiln_kctx *c) {
                           (long long)t->dims[d], d, (long long)x0->dims[d]);
     out[axis] += t->dims[axis];
   }
-  kiln_tensor *o = kiln_out(c, 0, x0->dtype, r, out);
+  kiln_tensor *o = kiln_out_uninit(c, 0, x0->dtype, r, out); /* the inputs cover every element */
   if (!o) return c->err->code;
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < axis; d++) outer *= out[d];

@@ -156,10 +156,15 @@ int main(void) {
       {2, 4, 5, 261, 4, 4, 3, 3, 2, 1, 1, 0, 0},      /* depthwise s2, wide, pads at start only */
       {1, 3, 9, 199, 6, 3, 5, 3, 1, 2, 3, 2, 0},      /* depthwise x2, dilated, wide */
       {1, 4, 8, 130, 4, 4, 5, 5, 2, 1, 2, 2, 0},      /* depthwise 5x5 s2, wide */
+      {1, 4, 6, 40, 4, 4, 1, 17, 1, 1, 8, 8, 0},      /* depthwise 1x17: padded-plane path */
+      {1, 4, 9, 21, 8, 4, 3, 3, 2, 1, 1, 0, 0},       /* depthwise x2 s2, pads at start only */
+      {1, 3, 7, 7, 3, 3, 7, 7, 1, 1, 3, 3, 0},        /* depthwise 7x7 on a 7x7 plane */
       {1, 64, 4, 500, 8, 1, 3, 3, 1, 1, 1, 1, 0},     /* im2col in several row tiles */
       {2, 128, 5, 1000, 6, 2, 3, 3, 2, 1, 1, 1, 0},   /* tiles, groups, stride 2, batch 2 */
       {2, 64, 40, 300, 8, 1, 1, 1, 1, 1, 0, 0, 0},    /* 1x1 direct in several tiles */
       {2, 64, 9, 50, 16, 4, 1, 1, 1, 1, 0, 0, 0},     /* grouped 1x1 direct */
+      {1, 16, 37, 37, 96, 1, 1, 1, 1, 1, 0, 0, 0},    /* 1x1 direct with bias: column tiles, tail */
+      {1, 24, 56, 56, 144, 1, 1, 1, 1, 1, 0, 0, 0},   /* MobileNetV2 expansion 1x1 */
   };
   for (size_t f = 0; f < sizeof fixed / sizeof fixed[0]; f++) {
     const int64_t *v = fixed[f];
@@ -173,6 +178,8 @@ int main(void) {
         check_one(pools[t], isas[i], &p, 0, 0, none);
         check_one(pools[t], isas[i], &p, 1, 1, relu);
         check_one(pools[t], isas[i], &p, 0, 1, relu);
+        kiln_act clip = {KILN_ACT_CLIP, 0.0f, 6.0f};
+        check_one(pools[t], isas[i], &p, 1, 0, clip); /* bias + clip (Relu6) in one pass */
       }
     }
   }
