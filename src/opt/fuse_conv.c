@@ -144,15 +144,17 @@ static bool float_conv(const kiln_graph *g, const kiln_node *n) {
   return t->kind == KILN_T_TENSOR && t->dtype == KILN_FLOAT;
 }
 
-/* The Add's other input must be a tensor of exactly the conv output's static shape. */
+/* The Add's other input must be a tensor of the conv output's shape. */
 static bool residual_add(const kiln_graph *g, const kiln_node *n) {
   if (n->n_in != 2) return false;
   const kiln_type *a = &g->values[n->in[0]].type, *b = &g->values[n->in[1]].type;
   if (a->kind != KILN_T_TENSOR || b->kind != KILN_T_TENSOR || a->rank < 0 || a->rank != b->rank ||
       a->dtype != KILN_FLOAT || b->dtype != KILN_FLOAT)
     return false;
+  /* Known dims must agree; unknown (symbolic) dims must be unknown on both sides. The kernel
+   * checks the shapes again at run time and, on a mismatch, the node runs its chain. */
   for (int d = 0; d < a->rank; d++)
-    if (a->dims[d] < 0 || a->dims[d] != b->dims[d]) return false;
+    if ((a->dims[d] >= 0 || b->dims[d] >= 0) && a->dims[d] != b->dims[d]) return false;
   return true;
 }
 
