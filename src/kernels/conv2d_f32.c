@@ -512,13 +512,11 @@ static void tile_task(void *ctx, size_t begin, size_t end, int ti) {
     if (!j->rc[ti]) j->rc[ti] = run_tile(j, (int64_t)t, j->col ? j->col + (size_t)ti * j->col_floats : NULL, NULL);
 }
 
-int kiln_conv2d_f32_winograd = 0;
-
 /* ---- entry ------------------------------------------------------------------------------- */
 
 int kiln_conv2d_f32_uses_winograd(const kiln_conv2d_f32_params *p, int cached) {
-  return p && kiln_conv2d_f32_winograd >= 0 && kiln_wino_f32_supported(p) &&
-         (kiln_conv2d_f32_winograd > 0 || kiln_wino_f32_pick(p, cached));
+  return p && p->winograd >= 0 && kiln_wino_f32_supported(p) &&
+         (p->winograd > 0 || kiln_wino_f32_pick(p, cached));
 }
 
 kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,

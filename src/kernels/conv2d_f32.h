@@ -39,6 +39,9 @@ typedef struct kiln_conv2d_f32_params {
   int64_t sh, sw, dh, dw;     /* strides and dilations (>= 1) */
   int64_t pt, pl;             /* padding at the top and left (bottom/right follow from oh/ow) */
   int64_t oh, ow;             /* output [n, m, oh, ow] */
+  int winograd;               /* Winograd F(2x2, 3x3): 0 where it is faster (the default), 1
+                                 wherever it applies (3x3, stride 1, dilation 1, one group; for
+                                 tests and benchmarks), -1 never */
 } kiln_conv2d_f32_params;
 
 typedef struct kiln_conv2d_f32_epilogue {
@@ -63,10 +66,5 @@ kiln_code kiln_conv2d_f32_ex(kiln_threadpool *pool, int isa, const kiln_conv2d_f
 /* 1 when kiln_conv2d_f32_ex computes p (valid parameters) with Winograd F(2x2, 3x3), given
  * transformed weights (cached 1) or not (0: fewer shapes gain, the transform is per call). */
 int kiln_conv2d_f32_uses_winograd(const kiln_conv2d_f32_params *p, int cached);
-
-/* Winograd F(2x2, 3x3) selection (tests and benchmarks; do not change while convolutions
- * run): 0 (default) where kiln_wino_f32_pick says it is faster, 1 wherever it applies (weights cached or not) (3x3,
- * stride 1, dilation 1, one group), -1 never. */
-extern int kiln_conv2d_f32_winograd;
 
 #endif

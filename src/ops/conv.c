@@ -468,7 +468,7 @@ kiln_code kiln_conv2d_f32_run(kiln_kctx *c, const kiln_tensor *residual, const k
   }
   kiln_conv2d_f32_params p = {g.n, g.c, g.x[0], g.x[1], g.m, g.group, g.k[0], g.k[1],
                               g.stride[0], g.stride[1], g.dil[0], g.dil[1], g.pb[0], g.pb[1],
-                              g.y[0], g.y[1]};
+                              g.y[0], g.y[1], 0};
   kiln_tensor *y = kiln_out_uninit(c, 0, KILN_FLOAT, 4, dims); /* the kernel writes every element */
   if (!y) return KILN_ERR_NOMEM;
   kiln_conv2d_f32_epilogue ep = {b ? (const float *)b->data : NULL,

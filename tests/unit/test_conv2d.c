@@ -169,7 +169,7 @@ int main(void) {
   for (size_t f = 0; f < sizeof fixed / sizeof fixed[0]; f++) {
     const int64_t *v = fixed[f];
     kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[8],
-                                v[9], v[9], v[10], v[10], 0, 0};
+                                v[9], v[9], v[10], v[10], 0, 0, 0};
     finish(&p, v[11], v[11]);
     for (int i = 0; i < 3; i++) {
       if (kiln_isa_resolve(isas[i]) < 0) continue;
@@ -199,9 +199,9 @@ int main(void) {
   };
   for (size_t f = 0; f < sizeof wino / sizeof wino[0]; f++) {
     const int64_t *v = wino[f];
-    kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], 1, 3, 3, 1, 1, 1, 1, v[5], v[6], 0, 0};
+    kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], 1, 3, 3, 1, 1, 1, 1, v[5], v[6], 0, 0, 0};
     finish(&p, v[7], v[8]);
-    kiln_conv2d_f32_winograd = f < 8 ? 1 : 0;
+    p.winograd = f < 8 ? 1 : 0;
     for (int i = 0; i < 3; i++) {
       if (kiln_isa_resolve(isas[i]) < 0) continue;
       for (int t = 0; t < 2; t++) {
@@ -218,8 +218,7 @@ int main(void) {
     }
     CHECK(kiln_conv2d_f32_uses_winograd(&p, f == 9));
   }
-  kiln_conv2d_f32_winograd = 0;
-  kiln_conv2d_f32_params w7 = {1, 512, 7, 7, 512, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7};
+  kiln_conv2d_f32_params w7 = {1, 512, 7, 7, 512, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7, 0};
   CHECK(!kiln_conv2d_f32_uses_winograd(&w7, 1)); /* 7x7: im2col */
   printf("winograd: max relative error %.3g\n", g_wino_max_rel);
   for (int it = 0; it < 400; it++) {
@@ -257,14 +256,13 @@ int main(void) {
     if (!finish(&p, pb, pr)) continue;
     int isa = isas[rnd() % 3];
     if (kiln_isa_resolve(isa) < 0) isa = KILN_ISA_AUTO;
-    kiln_conv2d_f32_winograd = rnd() % 2; /* forced where it applies (3x3 stride 1 group 1) */
+    p.winograd = (int)(rnd() % 2); /* forced where it applies (3x3 stride 1 group 1) */
     g_use_wu = (int)(rnd() % 2);
     check_one(pools[rnd() % 2], isa, &p, (int)(rnd() % 2), (int)(rnd() % 2), random_act());
   }
-  kiln_conv2d_f32_winograd = 0;
   g_use_wu = 0;
   /* bad parameters */
-  kiln_conv2d_f32_params bad = {1, 3, 4, 4, 4, 2, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4};
+  kiln_conv2d_f32_params bad = {1, 3, 4, 4, 4, 2, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4, 0};
   float dummy[64] = {0};
   CHECK(kiln_conv2d_f32(NULL, KILN_ISA_AUTO, &bad, dummy, dummy, NULL, dummy) == KILN_ERR_INVALID_ARG);
   kiln_threadpool_free(pools[1]);
