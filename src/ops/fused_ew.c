@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu.h"
 #include "ops/fused.h"
 #include "runtime/threadpool.h"
 
@@ -100,7 +101,7 @@ static inline float tanh_f(float x) {
   }                                                 \
   break
 
-static void run_op(int op, float *restrict o, const float *restrict a, const float *restrict b, int n,
+KILN_VECTORIZE static void run_op(int op, float *restrict o, const float *restrict a, const float *restrict b, int n,
                    float p0, float p1) {
   switch (op) {
     case KILN_EW_ADD: LOOP2(x + z);

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu.h"
 #include "ops/fused.h"
 #include "ops/fused_norm_math.h"
 #include "runtime/threadpool.h"
@@ -39,7 +40,7 @@ static size_t rows_chunk(int64_t n) { return n >= PAR_TASK ? 1 : (size_t)(PAR_TA
 
 /* mean and 1 / sqrt(var + eps) of x[0..n). Float lanes inside a block of BLOCK values (the
  * compiler vectorises them), double across blocks so long rows keep their precision. */
-static void row_stats(const float *x, int64_t n, float eps, float *mean, float *inv) {
+KILN_VECTORIZE static void row_stats(const float *x, int64_t n, float eps, float *mean, float *inv) {
   float k = n ? x[0] : 0.0f;
   double s1 = 0, s2 = 0;
   for (int64_t b = 0; b < n; b += BLOCK) {
@@ -67,7 +68,7 @@ static void row_stats(const float *x, int64_t n, float eps, float *mean, float *
 }
 
 /* y = (x - mean) * inv [* gamma] [+ beta]; y may be x. */
-static void row_norm(float *y, const float *x, int64_t n, float mean, float inv, const float *gamma,
+KILN_VECTORIZE static void row_norm(float *y, const float *x, int64_t n, float mean, float inv, const float *gamma,
                      const float *beta) {
   if (gamma && beta)
     for (int64_t j = 0; j < n; j++) y[j] = (x[j] - mean) * inv * gamma[j] + beta[j];
@@ -243,7 +244,7 @@ typedef struct gelu_job {
   bool th;
 } gelu_job;
 
-static void gelu_task(void *ctx, size_t begin, size_t end, int thread) {
+KILN_VECTORIZE static void gelu_task(void *ctx, size_t begin, size_t end, int thread) {
   const gelu_job *j = ctx;
   (void)thread;
   if (!j->pb) {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/cpu.h"
 #include "ops/op.h"
 #include "runtime/threadpool.h"
 
@@ -107,7 +108,7 @@ enum { SM_LANES = 8, SM_BLOCK = 256 };
  * (8 float lanes per block of 256, blocks summed in double), then one scale by 1 / sum. A row
  * whose max is not finite, or that holds a NaN, gives NaN everywhere, as the general path
  * does. */
-static void sm_float_task(void *ctx, size_t begin, size_t end, int thread) {
+KILN_VECTORIZE static void sm_float_task(void *ctx, size_t begin, size_t end, int thread) {
   const sm_job *jb = ctx;
   int64_t len = jb->len;
   (void)thread;
