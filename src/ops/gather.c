@@ -13,35 +13,7 @@
 
 #define MAXR KILN_MAX_RANK
 
-/* ---- helpers ---- */
-
-static const kiln_type *tin_type(const kiln_ictx *c, size_t i) {
-  if (i >= c->n_in || !c->in[i] || c->in[i]->kind != KILN_T_TENSOR) return NULL;
-  return c->in[i];
-}
-
-static kiln_dtype in_dtype(const kiln_ictx *c, size_t i) {
-  const kiln_type *t = tin_type(c, i);
-  return t ? t->dtype : KILN_UNDEFINED;
-}
-
-static int in_rank(const kiln_ictx *c, size_t i) {
-  const kiln_type *t = tin_type(c, i);
-  return t && t->rank <= MAXR ? t->rank : -1;
-}
-
-/* Every input below `required` must be present, and every present input a tensor. */
-static kiln_code need_tensors(kiln_kctx *c, size_t required) {
-  for (size_t i = 0; i < c->n_in; i++) {
-    const kiln_tensor *t = c->in[i];
-    if (!t) {
-      if (i < required) return kiln_kfail(c, "input %zu is required", i);
-      continue;
-    }
-    if (t->kind != KILN_KIND_TENSOR) return kiln_kfail(c, "input %zu must be a tensor", i);
-  }
-  return KILN_OK;
-}
+/* ---- helpers (the shape-function ones are in ops/op.h) ---- */
 
 static kiln_code need_index_type(kiln_kctx *c, const kiln_tensor *t, const char *what) {
   if (t->dtype != KILN_INT32 && t->dtype != KILN_INT64)
@@ -107,8 +79,8 @@ static void walk_next(walker *w, const int64_t *stride) {
 /* ---- Gather ---- */
 
 static kiln_code infer_gather(kiln_ictx *c) {
-  int r = in_rank(c, 0), q = in_rank(c, 1);
-  kiln_dtype dt = in_dtype(c, 0);
+  int r = kiln_irank(c, 0), q = kiln_irank(c, 1);
+  kiln_dtype dt = kiln_idtype(c, 0);
   if (r == 0) return kiln_ifail(c, "data must have rank >= 1");
   if (r < 0 || q < 0 || r + q - 1 > MAXR) {
     kiln_infer_tensor(c, 0, dt, r >= 0 && q >= 0 && r + q - 1 <= MAXR ? r + q - 1 : -1, NULL);
@@ -126,7 +98,7 @@ static kiln_code infer_gather(kiln_ictx *c) {
 }
 
 static kiln_code run_gather(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 2);
+  kiln_code rc = kiln_need_tensors(c, 2);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0], *ind = c->in[1];
   if ((rc = need_index_type(c, ind, "indices"))) return rc;
@@ -154,10 +126,10 @@ static kiln_code run_gather(kiln_kctx *c) {
 /* ---- GatherElements, Scatter, ScatterElements ---- */
 
 static kiln_code infer_gather_elements(kiln_ictx *c) {
-  int r = in_rank(c, 0), q = in_rank(c, 1);
+  int r = kiln_irank(c, 0), q = kiln_irank(c, 1);
   if (r >= 0 && q >= 0 && r != q) return kiln_ifail(c, "data and indices must have the same rank");
-  const kiln_type *t = tin_type(c, 1);
-  kiln_infer_tensor(c, 0, in_dtype(c, 0), q, t && q >= 0 ? t->dims : NULL);
+  const kiln_type *t = kiln_itype(c, 1);
+  kiln_infer_tensor(c, 0, kiln_idtype(c, 0), q, t && q >= 0 ? t->dims : NULL);
   return KILN_OK;
 }
 
@@ -181,7 +153,7 @@ static int elements_axis(kiln_kctx *c, const kiln_tensor *x, const kiln_tensor *
 }
 
 static kiln_code run_gather_elements(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 2);
+  kiln_code rc = kiln_need_tensors(c, 2);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0], *ind = c->in[1];
   int axis = elements_axis(c, x, ind);
@@ -239,7 +211,7 @@ static void scatter_one(kiln_tensor *o, int64_t oi, const kiln_tensor *u, int64_
 }
 
 static kiln_code run_scatter_elements(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 3);
+  kiln_code rc = kiln_need_tensors(c, 3);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0], *ind = c->in[1], *u = c->in[2];
   int red = reduction_of(c);
@@ -267,9 +239,9 @@ static kiln_code run_scatter_elements(kiln_kctx *c) {
 /* ---- GatherND, ScatterND ---- */
 
 static kiln_code infer_gather_nd(kiln_ictx *c) {
-  int r = in_rank(c, 0), q = in_rank(c, 1);
+  int r = kiln_irank(c, 0), q = kiln_irank(c, 1);
   int64_t b = c->opset >= 12 ? kiln_attr_int(c->node, "batch_dims", 0) : 0, out[MAXR];
-  kiln_dtype dt = in_dtype(c, 0);
+  kiln_dtype dt = kiln_idtype(c, 0);
   if (r == 0 || q == 0) return kiln_ifail(c, "data and indices must have rank >= 1");
   if (r < 0 || q < 0 || c->in[1]->dims[q - 1] < 0) {
     kiln_infer_tensor(c, 0, dt, -1, NULL);
@@ -334,7 +306,7 @@ static kiln_code nd_offset(kiln_kctx *c, const nd_plan *p, const kiln_tensor *in
 }
 
 static kiln_code run_gather_nd(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 2);
+  kiln_code rc = kiln_need_tensors(c, 2);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0], *ind = c->in[1];
   int64_t b = c->opset >= 12 ? kiln_attr_int(c->node, "batch_dims", 0) : 0, out[MAXR];
@@ -355,7 +327,7 @@ static kiln_code run_gather_nd(kiln_kctx *c) {
 }
 
 static kiln_code run_scatter_nd(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 3);
+  kiln_code rc = kiln_need_tensors(c, 3);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0], *ind = c->in[1], *u = c->in[2];
   int red = reduction_of(c);
@@ -384,7 +356,7 @@ static kiln_code run_scatter_nd(kiln_kctx *c) {
 /* ---- NonZero ---- */
 
 static kiln_code infer_nonzero(kiln_ictx *c) {
-  int r = in_rank(c, 0);
+  int r = kiln_irank(c, 0);
   int64_t d[2] = {r >= 1 ? r : -1, -1};
   kiln_infer_tensor(c, 0, KILN_INT64, 2, d);
   return KILN_OK;
@@ -397,7 +369,7 @@ static bool is_nonzero(const kiln_tensor *x, int64_t i) {
 }
 
 static kiln_code run_nonzero(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 1);
+  kiln_code rc = kiln_need_tensors(c, 1);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0];
   int r = x->rank ? x->rank : 1; /* a scalar reads as a 1-element vector, as numpy does */
@@ -420,8 +392,8 @@ static kiln_code run_nonzero(kiln_kctx *c) {
 /* ---- OneHot ---- */
 
 static kiln_code infer_onehot(kiln_ictx *c) {
-  int r = in_rank(c, 0);
-  kiln_dtype dt = in_dtype(c, 2);
+  int r = kiln_irank(c, 0);
+  kiln_dtype dt = kiln_idtype(c, 2);
   if (r < 0 || r + 1 > MAXR) {
     kiln_infer_tensor(c, 0, dt, -1, NULL);
     return KILN_OK;
@@ -440,7 +412,7 @@ static kiln_code infer_onehot(kiln_ictx *c) {
 }
 
 static kiln_code run_onehot(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 3);
+  kiln_code rc = kiln_need_tensors(c, 3);
   if (rc) return rc;
   const kiln_tensor *ind = c->in[0], *dv = c->in[1], *val = c->in[2];
   if (dv->numel != 1 || dv->dtype == KILN_STRING) return kiln_kfail(c, "depth must be one number");
@@ -470,8 +442,8 @@ static kiln_code run_onehot(kiln_kctx *c) {
 /* ---- Compress ---- */
 
 static kiln_code infer_compress(kiln_ictx *c) {
-  int r = in_rank(c, 0);
-  kiln_dtype dt = in_dtype(c, 0);
+  int r = kiln_irank(c, 0);
+  kiln_dtype dt = kiln_idtype(c, 0);
   const kiln_attr *a = kiln_node_attr(c->node, "axis");
   if (!a) {
     kiln_infer_tensor(c, 0, dt, 1, NULL);
@@ -490,7 +462,7 @@ static kiln_code infer_compress(kiln_ictx *c) {
 }
 
 static kiln_code run_compress(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 2);
+  kiln_code rc = kiln_need_tensors(c, 2);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0], *cond = c->in[1];
   if (cond->rank != 1) return kiln_kfail(c, "condition must be 1-D");
@@ -528,14 +500,14 @@ static kiln_code run_compress(kiln_kctx *c) {
 /* ---- ReverseSequence ---- */
 
 static kiln_code infer_revseq(kiln_ictx *c) {
-  int r = in_rank(c, 0);
+  int r = kiln_irank(c, 0);
   if (r >= 0 && r < 2) return kiln_ifail(c, "input must have rank >= 2");
   kiln_infer_same(c, 0, 0);
   return KILN_OK;
 }
 
 static kiln_code run_revseq(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 2);
+  kiln_code rc = kiln_need_tensors(c, 2);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0], *lens = c->in[1];
   int64_t ta = kiln_attr_int(c->node, "time_axis", 0), ba = kiln_attr_int(c->node, "batch_axis", 1);

@@ -216,3 +216,44 @@ kiln_code kiln_infer_broadcast(kiln_ictx *c, kiln_dtype dtype) {
       if (sym[i]) c->out[0]->sym[i] = kiln_strdup(sym[i]);
   return KILN_OK;
 }
+
+kiln_code kiln_need_tensors(kiln_kctx *c, size_t required) {
+  for (size_t i = 0; i < c->n_in; i++) {
+    const kiln_tensor *t = c->in[i];
+    if (!t) {
+      if (i < required) return kiln_kfail(c, "input %zu is required", i);
+      continue;
+    }
+    if (t->kind != KILN_KIND_TENSOR) return kiln_kfail(c, "input %zu must be a tensor", i);
+  }
+  return KILN_OK;
+}
+
+const kiln_type *kiln_itype(const kiln_ictx *c, size_t i) {
+  if (i >= c->n_in || !c->in[i] || c->in[i]->kind != KILN_T_TENSOR) return NULL;
+  return c->in[i];
+}
+
+kiln_dtype kiln_idtype(const kiln_ictx *c, size_t i) {
+  const kiln_type *t = kiln_itype(c, i);
+  return t ? t->dtype : KILN_UNDEFINED;
+}
+
+int kiln_irank(const kiln_ictx *c, size_t i) {
+  const kiln_type *t = kiln_itype(c, i);
+  return t && t->rank <= KILN_MAX_RANK ? t->rank : -1;
+}
+
+bool kiln_iconst_ints(const kiln_ictx *c, size_t i, int64_t *out, size_t cap, size_t *n) {
+  const kiln_tensor *t = i < c->n_in ? c->cin[i] : NULL;
+  if (!t || t->kind != KILN_KIND_TENSOR || !kiln_dtype_is_int(t->dtype) || (size_t)t->numel > cap)
+    return false;
+  for (int64_t k = 0; k < t->numel; k++) out[k] = kiln_get_i64(t, k);
+  *n = (size_t)t->numel;
+  return true;
+}
+
+int64_t kiln_ilist_len(const kiln_ictx *c, size_t i) {
+  const kiln_type *t = kiln_itype(c, i);
+  return t && t->rank == 1 ? t->dims[0] : -1;
+}

@@ -98,7 +98,19 @@ int64_t kiln_bcast_index(const kiln_bcast *b, int64_t i);
 kiln_code kiln_read_ints(kiln_kctx *c, const kiln_tensor *t, int64_t *out, size_t cap,
                          size_t *count);
 
+/* Every input below `required` must be present, and every present input a tensor. */
+kiln_code kiln_need_tensors(kiln_kctx *c, size_t required);
+
 /* ---- helpers for shape functions ---- */
+/* Input i's static type when it is known to be a tensor, else NULL; its element type
+ * (UNDEFINED when unknown) and rank (-1 when unknown). */
+const kiln_type *kiln_itype(const kiln_ictx *c, size_t i);
+kiln_dtype kiln_idtype(const kiln_ictx *c, size_t i);
+int kiln_irank(const kiln_ictx *c, size_t i);
+/* Integer values of input i when it is a load-time constant (at most cap of them). */
+bool kiln_iconst_ints(const kiln_ictx *c, size_t i, int64_t *out, size_t cap, size_t *n);
+/* Length of a 1-D input (e.g. an axes list) when its static shape says so, else -1. */
+int64_t kiln_ilist_len(const kiln_ictx *c, size_t i);
 kiln_code kiln_ifail(kiln_ictx *c, const char *fmt, ...) KILN_PRINTF(2, 3);
 /* Output i: a tensor of dtype with rank/dims (dims entries -1 for unknown). */
 void kiln_infer_tensor(kiln_ictx *c, size_t i, kiln_dtype dtype, int rank, const int64_t *dims);

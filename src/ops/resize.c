@@ -15,24 +15,6 @@
 
 #define MAXR KILN_MAX_RANK
 
-static const kiln_type *tin_type(const kiln_ictx *c, size_t i) {
-  if (i >= c->n_in || !c->in[i] || c->in[i]->kind != KILN_T_TENSOR) return NULL;
-  return c->in[i];
-}
-
-/* Every input below `required` must be present, and every present input a tensor. */
-static kiln_code need_tensors(kiln_kctx *c, size_t required) {
-  for (size_t i = 0; i < c->n_in; i++) {
-    const kiln_tensor *t = c->in[i];
-    if (!t) {
-      if (i < required) return kiln_kfail(c, "input %zu is required", i);
-      continue;
-    }
-    if (t->kind != KILN_KIND_TENSOR) return kiln_kfail(c, "input %zu must be a tensor", i);
-  }
-  return KILN_OK;
-}
-
 /* floor(v) as an index, or false when v is not a usable coordinate (NaN, huge). */
 static bool floor_index(double v, int64_t *out) {
   if (!(v > -4e15 && v < 4e15)) return false;
@@ -169,7 +151,7 @@ static const char *rs_shape(const kiln_node *n, int opset, int r, const int64_t 
 }
 
 static kiln_code infer_resize(kiln_ictx *c) {
-  const kiln_type *x = tin_type(c, 0);
+  const kiln_type *x = kiln_itype(c, 0);
   rs_params p;
   const char *e = rs_read_params(c->node, c->opset, &p);
   if (e) return kiln_ifail(c, "%s", e);
@@ -354,7 +336,7 @@ static kiln_code rs_run(kiln_kctx *c, const kiln_tensor *x, const rs_params *p, 
 }
 
 static kiln_code run_resize(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 1);
+  kiln_code rc = kiln_need_tensors(c, 1);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0];
   rs_params p;
@@ -421,7 +403,7 @@ static double gs_pixel(const kiln_tensor *x, int64_t base, int64_t w, int64_t h,
 }
 
 static kiln_code infer_gridsample(kiln_ictx *c) {
-  const kiln_type *x = tin_type(c, 0), *g = tin_type(c, 1);
+  const kiln_type *x = kiln_itype(c, 0), *g = kiln_itype(c, 1);
   int64_t out[4] = {-1, -1, -1, -1};
   if (x && x->rank >= 0 && x->rank != 4) return kiln_ifail(c, "X must be 4-D");
   if (g && g->rank >= 0 && g->rank != 4) return kiln_ifail(c, "grid must be 4-D");
@@ -435,7 +417,7 @@ static kiln_code infer_gridsample(kiln_ictx *c) {
 }
 
 static kiln_code run_gridsample(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 2);
+  kiln_code rc = kiln_need_tensors(c, 2);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0], *g = c->in[1];
   static const char *const modes[] = {"bilinear", "nearest", "bicubic"};

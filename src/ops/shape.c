@@ -13,54 +13,7 @@
 
 #define MAXR KILN_MAX_RANK
 
-/* ---- helpers shared by the shape functions ---- */
-
-/* Input i's static type when it is known to be a tensor, else NULL. */
-static const kiln_type *tin_type(const kiln_ictx *c, size_t i) {
-  if (i >= c->n_in || !c->in[i] || c->in[i]->kind != KILN_T_TENSOR) return NULL;
-  return c->in[i];
-}
-
-static kiln_dtype in_dtype(const kiln_ictx *c, size_t i) {
-  const kiln_type *t = tin_type(c, i);
-  return t ? t->dtype : KILN_UNDEFINED;
-}
-
-static int in_rank(const kiln_ictx *c, size_t i) {
-  const kiln_type *t = tin_type(c, i);
-  return t && t->rank <= MAXR ? t->rank : -1;
-}
-
-/* Integer values of input i when it is a load-time constant. */
-static bool const_ints(const kiln_ictx *c, size_t i, int64_t *out, size_t cap, size_t *n) {
-  const kiln_tensor *t = i < c->n_in ? c->cin[i] : NULL;
-  if (!t || t->kind != KILN_KIND_TENSOR || !kiln_dtype_is_int(t->dtype) || (size_t)t->numel > cap)
-    return false;
-  for (int64_t k = 0; k < t->numel; k++) out[k] = kiln_get_i64(t, k);
-  *n = (size_t)t->numel;
-  return true;
-}
-
-/* Length of a 1-D input (e.g. an axes list) when its static shape says so, else -1. */
-static int64_t list_len(const kiln_ictx *c, size_t i) {
-  const kiln_type *t = tin_type(c, i);
-  return t && t->rank == 1 ? t->dims[0] : -1;
-}
-
-/* ---- helpers shared by the kernels ---- */
-
-/* Every input below `required` must be present, and every present input a tensor. */
-static kiln_code need_tensors(kiln_kctx *c, size_t required) {
-  for (size_t i = 0; i < c->n_in; i++) {
-    const kiln_tensor *t = c->in[i];
-    if (!t) {
-      if (i < required) return kiln_kfail(c, "input %zu is required", i);
-      continue;
-    }
-    if (t->kind != KILN_KIND_TENSOR) return kiln_kfail(c, "input %zu must be a tensor", i);
-  }
-  return KILN_OK;
-}
+/* ---- helpers shared by the kernels (the shape-function helpers are in ops/op.h) ---- */
 
 /* Copy n consecutive elements between tensors of the same dtype. */
 static void copy_run(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_t si, int64_t n) {
@@ -148,22 +101,22 @@ static const char *reshape_dims(int r, const int64_t *in, const int64_t *s, size
 static kiln_code infer_reshape(kiln_ictx *c) {
   int64_t s[MAXR], out[MAXR];
   size_t n;
-  kiln_dtype dt = in_dtype(c, 0);
-  if (!const_ints(c, 1, s, MAXR, &n)) {
-    int64_t len = list_len(c, 1);
+  kiln_dtype dt = kiln_idtype(c, 0);
+  if (!kiln_iconst_ints(c, 1, s, MAXR, &n)) {
+    int64_t len = kiln_ilist_len(c, 1);
     kiln_infer_tensor(c, 0, dt, len >= 0 && len <= MAXR ? (int)len : -1, NULL);
     return KILN_OK;
   }
-  const kiln_type *x = tin_type(c, 0);
+  const kiln_type *x = kiln_itype(c, 0);
   bool allowzero = c->opset >= 14 && kiln_attr_int(c->node, "allowzero", 0);
-  const char *e = reshape_dims(in_rank(c, 0), x ? x->dims : NULL, s, n, allowzero, out);
+  const char *e = reshape_dims(kiln_irank(c, 0), x ? x->dims : NULL, s, n, allowzero, out);
   if (e) return kiln_ifail(c, "%s", e);
   kiln_infer_tensor(c, 0, dt, (int)n, out);
   return KILN_OK;
 }
 
 static kiln_code run_reshape(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 2);
+  kiln_code rc = kiln_need_tensors(c, 2);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0];
   int64_t s[MAXR], out[MAXR];
@@ -193,7 +146,7 @@ static void shape_window(const kiln_node *n, int opset, int rank, int *start, in
 }
 
 static kiln_code infer_shape(kiln_ictx *c) {
-  int r = in_rank(c, 0), s, e;
+  int r = kiln_irank(c, 0), s, e;
   int64_t len = -1;
   if (r >= 0) {
     shape_window(c->node, c->opset, r, &s, &e);
@@ -204,7 +157,7 @@ static kiln_code infer_shape(kiln_ictx *c) {
 }
 
 static kiln_code run_shape(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 1);
+  kiln_code rc = kiln_need_tensors(c, 1);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0];
   int s, e;
@@ -222,7 +175,7 @@ static kiln_code infer_size(kiln_ictx *c) {
 }
 
 static kiln_code run_size(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 1);
+  kiln_code rc = kiln_need_tensors(c, 1);
   if (rc) return rc;
   kiln_tensor *o = kiln_out(c, 0, KILN_INT64, 0, NULL);
   if (!o) return c->err->code;
@@ -246,16 +199,16 @@ static bool flatten_dims(int r, const int64_t *dims, int64_t axis, int64_t *out)
 }
 
 static kiln_code infer_flatten(kiln_ictx *c) {
-  int r = in_rank(c, 0);
+  int r = kiln_irank(c, 0);
   int64_t out[2] = {-1, -1};
   if (r >= 0 && !flatten_dims(r, c->in[0]->dims, kiln_attr_int(c->node, "axis", 1), out))
     return kiln_ifail(c, "axis is out of range for rank %d", r);
-  kiln_infer_tensor(c, 0, in_dtype(c, 0), 2, out);
+  kiln_infer_tensor(c, 0, kiln_idtype(c, 0), 2, out);
   return KILN_OK;
 }
 
 static kiln_code run_flatten(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 1);
+  kiln_code rc = kiln_need_tensors(c, 1);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0];
   int64_t out[2];
@@ -293,12 +246,12 @@ static kiln_code infer_squeeze(kiln_ictx *c) {
   int64_t axes[MAXR], out[MAXR];
   size_t n;
   bool given;
-  int r = in_rank(c, 0), ax[MAXR];
-  kiln_dtype dt = in_dtype(c, 0);
+  int r = kiln_irank(c, 0), ax[MAXR];
+  kiln_dtype dt = kiln_idtype(c, 0);
   int k = axes_of(c->node, c->opset, c->n_in > 1 ? c->cin[1] : NULL, axes, &n, &given);
   if (k < 0) return kiln_ifail(c, "axes must be a short list of integers");
   if (r < 0 || k == 0) {
-    int64_t len = k == 0 ? list_len(c, 1) : -1;
+    int64_t len = k == 0 ? kiln_ilist_len(c, 1) : -1;
     kiln_infer_tensor(c, 0, dt, r >= 0 && len >= 0 && len <= r ? r - (int)len : -1, NULL);
     return KILN_OK;
   }
@@ -329,7 +282,7 @@ static kiln_code infer_squeeze(kiln_ictx *c) {
 }
 
 static kiln_code run_squeeze(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 1);
+  kiln_code rc = kiln_need_tensors(c, 1);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0];
   int64_t axes[MAXR], out[MAXR];
@@ -375,13 +328,13 @@ static kiln_code infer_unsqueeze(kiln_ictx *c) {
   int64_t axes[MAXR], out[MAXR];
   size_t n;
   bool given;
-  int r = in_rank(c, 0);
-  kiln_dtype dt = in_dtype(c, 0);
+  int r = kiln_irank(c, 0);
+  kiln_dtype dt = kiln_idtype(c, 0);
   int k = axes_of(c->node, c->opset, c->n_in > 1 ? c->cin[1] : NULL, axes, &n, &given);
   if (k < 0) return kiln_ifail(c, "axes must be a short list of integers");
   if (k == 1 && !given) return kiln_ifail(c, "axes are required");
   if (r < 0 || k == 0) {
-    int64_t len = k == 0 ? list_len(c, 1) : (int64_t)n;
+    int64_t len = k == 0 ? kiln_ilist_len(c, 1) : (int64_t)n;
     kiln_infer_tensor(c, 0, dt, r >= 0 && len >= 0 && r + len <= MAXR ? r + (int)len : -1, NULL);
     return KILN_OK;
   }
@@ -393,7 +346,7 @@ static kiln_code infer_unsqueeze(kiln_ictx *c) {
 }
 
 static kiln_code run_unsqueeze(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 1);
+  kiln_code rc = kiln_need_tensors(c, 1);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0];
   int64_t axes[MAXR], out[MAXR];
@@ -424,8 +377,8 @@ static kiln_code infer_concat(kiln_ictx *c) {
   int r = -1;
   kiln_dtype dt = KILN_UNDEFINED;
   for (size_t i = 0; i < c->n_in; i++) {
-    if (!dt) dt = in_dtype(c, i);
-    int ri = in_rank(c, i);
+    if (!dt) dt = kiln_idtype(c, i);
+    int ri = kiln_irank(c, i);
     if (ri < 0) continue;
     if (r >= 0 && ri != r) return kiln_ifail(c, "inputs have ranks %d and %d", r, ri);
     r = ri;
@@ -439,7 +392,7 @@ static kiln_code infer_concat(kiln_ictx *c) {
   if (axis < 0 || axis >= r) return kiln_ifail(c, "axis is out of range for rank %d", r);
   for (int d = 0; d < r; d++) out[d] = d == axis ? 0 : -1;
   for (size_t i = 0; i < c->n_in; i++) {
-    const kiln_type *t = tin_type(c, i);
+    const kiln_type *t = kiln_itype(c, i);
     if (!t || t->rank < 0) {
       out[axis] = -1;
       continue;
@@ -461,7 +414,7 @@ static kiln_code infer_concat(kiln_ictx *c) {
 }
 
 static kiln_code run_concat(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, c->n_in);
+  kiln_code rc = kiln_need_tensors(c, c->n_in);
   if (rc) return rc;
   const kiln_tensor *x0 = c->in[0];
   int r = x0->rank;
@@ -551,8 +504,8 @@ static int split_list(const kiln_node *node, int opset, const kiln_tensor *t, in
 }
 
 static kiln_code infer_split(kiln_ictx *c) {
-  int r = in_rank(c, 0);
-  kiln_dtype dt = in_dtype(c, 0);
+  int r = kiln_irank(c, 0);
+  kiln_dtype dt = kiln_idtype(c, 0);
   bool has_split = c->opset >= 13 && c->n_in > 1 && c->node->in[1] >= 0;
   if (c->opset >= 18 && !has_split &&
       kiln_attr_int(c->node, "num_outputs", 0) != (int64_t)c->n_out)
@@ -586,7 +539,7 @@ static kiln_code infer_split(kiln_ictx *c) {
 }
 
 static kiln_code run_split(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 1);
+  kiln_code rc = kiln_need_tensors(c, 1);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0];
   if (x->rank == 0) return kiln_kfail(c, "cannot split a scalar");

@@ -12,57 +12,10 @@
 
 #define MAXR KILN_MAX_RANK
 
-/* ---- helpers shared by the shape functions ---- */
-
-/* Input i's static type when it is known to be a tensor, else NULL. */
-static const kiln_type *tin_type(const kiln_ictx *c, size_t i) {
-  if (i >= c->n_in || !c->in[i] || c->in[i]->kind != KILN_T_TENSOR) return NULL;
-  return c->in[i];
-}
-
-static kiln_dtype in_dtype(const kiln_ictx *c, size_t i) {
-  const kiln_type *t = tin_type(c, i);
-  return t ? t->dtype : KILN_UNDEFINED;
-}
-
-static int in_rank(const kiln_ictx *c, size_t i) {
-  const kiln_type *t = tin_type(c, i);
-  return t && t->rank <= MAXR ? t->rank : -1;
-}
-
 /* Whether optional input i is wired to a value. */
 static bool in_given(const kiln_node *n, size_t i) { return i < n->n_in && n->in[i] >= 0; }
 
-/* Integer values of input i when it is a load-time constant. */
-static bool const_ints(const kiln_ictx *c, size_t i, int64_t *out, size_t cap, size_t *n) {
-  const kiln_tensor *t = i < c->n_in ? c->cin[i] : NULL;
-  if (!t || t->kind != KILN_KIND_TENSOR || !kiln_dtype_is_int(t->dtype) || (size_t)t->numel > cap)
-    return false;
-  for (int64_t k = 0; k < t->numel; k++) out[k] = kiln_get_i64(t, k);
-  *n = (size_t)t->numel;
-  return true;
-}
-
-/* Length of a 1-D input (e.g. a shape) when its static shape says so, else -1. */
-static int64_t list_len(const kiln_ictx *c, size_t i) {
-  const kiln_type *t = tin_type(c, i);
-  return t && t->rank == 1 ? t->dims[0] : -1;
-}
-
 /* ---- helpers shared by the kernels ---- */
-
-/* Every input below `required` must be present, and every present input a tensor. */
-static kiln_code need_tensors(kiln_kctx *c, size_t required) {
-  for (size_t i = 0; i < c->n_in; i++) {
-    const kiln_tensor *t = c->in[i];
-    if (!t) {
-      if (i < required) return kiln_kfail(c, "input %zu is required", i);
-      continue;
-    }
-    if (t->kind != KILN_KIND_TENSOR) return kiln_kfail(c, "input %zu must be a tensor", i);
-  }
-  return KILN_OK;
-}
 
 /* A scalar (or one-element) tensor input as int64. */
 static kiln_code scalar_int(kiln_kctx *c, const kiln_tensor *t, const char *what, int64_t *v) {
@@ -149,23 +102,23 @@ static bool transpose_perm(const kiln_node *node, int r, int *perm) {
 }
 
 static kiln_code infer_transpose(kiln_ictx *c) {
-  int r = in_rank(c, 0), perm[MAXR];
+  int r = kiln_irank(c, 0), perm[MAXR];
   int64_t out[MAXR];
   if (r < 0) {
     size_t n;
     const int64_t *p = kiln_attr_ints(c->node, "perm", &n);
-    kiln_infer_tensor(c, 0, in_dtype(c, 0), p && n <= MAXR ? (int)n : -1, NULL);
+    kiln_infer_tensor(c, 0, kiln_idtype(c, 0), p && n <= MAXR ? (int)n : -1, NULL);
     return KILN_OK;
   }
   if (!transpose_perm(c->node, r, perm))
     return kiln_ifail(c, "perm is not a permutation of the %d axes", r);
   for (int i = 0; i < r; i++) out[i] = c->in[0]->dims[perm[i]];
-  kiln_infer_tensor(c, 0, in_dtype(c, 0), r, out);
+  kiln_infer_tensor(c, 0, kiln_idtype(c, 0), r, out);
   return KILN_OK;
 }
 
 static kiln_code run_transpose(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 1);
+  kiln_code rc = kiln_need_tensors(c, 1);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0];
   int perm[MAXR];
@@ -261,8 +214,8 @@ static const char *slice_apply(const slice_spec *sp, int r, const int64_t *dims,
 }
 
 static kiln_code infer_slice(kiln_ictx *c) {
-  int r = in_rank(c, 0);
-  kiln_dtype dt = in_dtype(c, 0);
+  int r = kiln_irank(c, 0);
+  kiln_dtype dt = kiln_idtype(c, 0);
   const kiln_tensor *t[4] = {NULL, NULL, NULL, NULL};
   bool known = r >= 0;
   for (size_t k = 0; c->opset >= 10 && k < 4; k++) {
@@ -284,7 +237,7 @@ static kiln_code infer_slice(kiln_ictx *c) {
 }
 
 static kiln_code run_slice(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, c->opset < 10 ? 1 : 3);
+  kiln_code rc = kiln_need_tensors(c, c->opset < 10 ? 1 : 3);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0];
   const kiln_tensor *t[4] = {kiln_in(c, 1), kiln_in(c, 2), kiln_in(c, 3), kiln_in(c, 4)};
@@ -326,12 +279,12 @@ static bool expand_dims(int r, const int64_t *d, const int64_t *s, int n, int *o
 }
 
 static kiln_code infer_expand(kiln_ictx *c) {
-  int r = in_rank(c, 0), orank;
-  kiln_dtype dt = in_dtype(c, 0);
+  int r = kiln_irank(c, 0), orank;
+  kiln_dtype dt = kiln_idtype(c, 0);
   int64_t s[MAXR], out[MAXR];
   size_t n;
-  if (!const_ints(c, 1, s, MAXR, &n)) {
-    int64_t len = list_len(c, 1);
+  if (!kiln_iconst_ints(c, 1, s, MAXR, &n)) {
+    int64_t len = kiln_ilist_len(c, 1);
     kiln_infer_tensor(c, 0, dt, r >= 0 && len >= 0 && len <= MAXR ? (r > len ? r : (int)len) : -1,
                       NULL);
     return KILN_OK;
@@ -347,7 +300,7 @@ static kiln_code infer_expand(kiln_ictx *c) {
 }
 
 static kiln_code run_expand(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 2);
+  kiln_code rc = kiln_need_tensors(c, 2);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0];
   int64_t s[MAXR], out[MAXR];
@@ -365,11 +318,11 @@ static kiln_code run_expand(kiln_kctx *c) {
 }
 
 static kiln_code infer_tile(kiln_ictx *c) {
-  int r = in_rank(c, 0);
-  kiln_dtype dt = in_dtype(c, 0);
+  int r = kiln_irank(c, 0);
+  kiln_dtype dt = kiln_idtype(c, 0);
   int64_t rep[MAXR], out[MAXR];
   size_t n;
-  if (r < 0 || !const_ints(c, 1, rep, MAXR, &n)) {
+  if (r < 0 || !kiln_iconst_ints(c, 1, rep, MAXR, &n)) {
     kiln_infer_tensor(c, 0, dt, r, NULL);
     return KILN_OK;
   }
@@ -384,7 +337,7 @@ static kiln_code infer_tile(kiln_ictx *c) {
 }
 
 static kiln_code run_tile(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 2);
+  kiln_code rc = kiln_need_tensors(c, 2);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0];
   int r = x->rank;
@@ -470,8 +423,8 @@ static const char *pad_read(const kiln_node *node, int opset, int r, const kiln_
 }
 
 static kiln_code infer_pad(kiln_ictx *c) {
-  int r = in_rank(c, 0);
-  kiln_dtype dt = in_dtype(c, 0);
+  int r = kiln_irank(c, 0);
+  kiln_dtype dt = kiln_idtype(c, 0);
   int64_t begin[MAXR], end[MAXR], out[MAXR];
   bool axes_given = c->opset >= 18 && in_given(c->node, 3);
   const kiln_tensor *pt = c->n_in > 1 ? c->cin[1] : NULL, *at = axes_given ? c->cin[3] : NULL;
@@ -508,7 +461,7 @@ static int64_t pad_source(int mode, int64_t i, int64_t n) {
 }
 
 static kiln_code run_pad(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, c->opset < 11 ? 1 : 2);
+  kiln_code rc = kiln_need_tensors(c, c->opset < 11 ? 1 : 2);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0], *cv = c->opset >= 11 ? kiln_in(c, 2) : NULL;
   int r = x->rank, mode = pad_mode_of(c->node);
@@ -567,13 +520,13 @@ static kiln_code run_pad(kiln_kctx *c) {
 /* ---- DepthToSpace, SpaceToDepth: fixed 6-D transposes ---- */
 
 static kiln_code infer_d2s(kiln_ictx *c) {
-  int r = in_rank(c, 0);
+  int r = kiln_irank(c, 0);
   int64_t b = kiln_attr_int(c->node, "blocksize", 0), out[4];
   bool d2s = !strcmp(c->node->op_type, "DepthToSpace");
   if (b <= 0 || b > 1 << 20) return kiln_ifail(c, "blocksize must be positive");
   if (r >= 0 && r != 4) return kiln_ifail(c, "input must be 4-D, got rank %d", r);
   if (r < 0) {
-    kiln_infer_tensor(c, 0, in_dtype(c, 0), 4, NULL);
+    kiln_infer_tensor(c, 0, kiln_idtype(c, 0), 4, NULL);
     return KILN_OK;
   }
   const int64_t *d = c->in[0]->dims;
@@ -590,12 +543,12 @@ static kiln_code infer_d2s(kiln_ictx *c) {
     out[2] = d[2] < 0 ? -1 : d[2] / b;
     out[3] = d[3] < 0 ? -1 : d[3] / b;
   }
-  kiln_infer_tensor(c, 0, in_dtype(c, 0), 4, out);
+  kiln_infer_tensor(c, 0, kiln_idtype(c, 0), 4, out);
   return KILN_OK;
 }
 
 static kiln_code run_d2s(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 1);
+  kiln_code rc = kiln_need_tensors(c, 1);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0];
   int64_t b = kiln_attr_int(c->node, "blocksize", 0), out[4], in6[6], s6[6], o6[6], ss[6];
@@ -647,19 +600,19 @@ static kiln_code infer_cos(kiln_ictx *c) {
   size_t n;
   if (v && (v->kind != KILN_KIND_TENSOR || v->numel != 1))
     return kiln_ifail(c, "value must hold exactly one element");
-  if (const_ints(c, 0, s, MAXR, &n)) {
+  if (kiln_iconst_ints(c, 0, s, MAXR, &n)) {
     for (size_t i = 0; i < n; i++)
       if (s[i] < 0) return kiln_ifail(c, "shape has a negative dimension");
     kiln_infer_tensor(c, 0, dt, (int)n, s);
   } else {
-    int64_t len = list_len(c, 0);
+    int64_t len = kiln_ilist_len(c, 0);
     kiln_infer_tensor(c, 0, dt, len >= 0 && len <= MAXR ? (int)len : -1, NULL);
   }
   return KILN_OK;
 }
 
 static kiln_code run_cos(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 1);
+  kiln_code rc = kiln_need_tensors(c, 1);
   if (rc) return rc;
   const kiln_tensor *v = cos_value(c->node);
   int64_t s[MAXR];
@@ -677,15 +630,15 @@ static kiln_code run_cos(kiln_kctx *c) {
 }
 
 static kiln_code infer_eyelike(kiln_ictx *c) {
-  const kiln_type *t = tin_type(c, 0);
-  kiln_dtype dt = (kiln_dtype)kiln_attr_int(c->node, "dtype", in_dtype(c, 0));
+  const kiln_type *t = kiln_itype(c, 0);
+  kiln_dtype dt = (kiln_dtype)kiln_attr_int(c->node, "dtype", kiln_idtype(c, 0));
   if (t && t->rank >= 0 && t->rank != 2) return kiln_ifail(c, "input must be 2-D");
   kiln_infer_tensor(c, 0, dt, 2, t && t->rank == 2 ? t->dims : NULL);
   return KILN_OK;
 }
 
 static kiln_code run_eyelike(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 1);
+  kiln_code rc = kiln_need_tensors(c, 1);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0];
   kiln_dtype dt = (kiln_dtype)kiln_attr_int(c->node, "dtype", x->dtype);
@@ -731,12 +684,12 @@ static kiln_code infer_range(kiln_ictx *c) {
     if (!range_ok(s, l, d)) return kiln_ifail(c, "start, limit and delta must be scalars of one type");
     if ((n = range_count(s, l, d)) < 0) return kiln_ifail(c, "delta is zero or the range too long");
   }
-  kiln_infer_tensor(c, 0, in_dtype(c, 0), 1, &n);
+  kiln_infer_tensor(c, 0, kiln_idtype(c, 0), 1, &n);
   return KILN_OK;
 }
 
 static kiln_code run_range(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 3);
+  kiln_code rc = kiln_need_tensors(c, 3);
   if (rc) return rc;
   const kiln_tensor *s = c->in[0], *l = c->in[1], *d = c->in[2];
   if (!range_ok(s, l, d)) return kiln_kfail(c, "start, limit and delta must be scalars of one type");
@@ -757,14 +710,14 @@ static kiln_code run_range(kiln_kctx *c) {
 /* ---- Trilu, CumSum ---- */
 
 static kiln_code infer_trilu(kiln_ictx *c) {
-  int r = in_rank(c, 0);
+  int r = kiln_irank(c, 0);
   if (r >= 0 && r < 2) return kiln_ifail(c, "input must have rank >= 2, got %d", r);
   kiln_infer_same(c, 0, 0);
   return KILN_OK;
 }
 
 static kiln_code run_trilu(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 1);
+  kiln_code rc = kiln_need_tensors(c, 1);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0];
   int64_t k = 0;
@@ -789,7 +742,7 @@ static kiln_code run_trilu(kiln_kctx *c) {
 }
 
 static kiln_code run_cumsum(kiln_kctx *c) {
-  kiln_code rc = need_tensors(c, 2);
+  kiln_code rc = kiln_need_tensors(c, 2);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0];
   int64_t a = 0;
