@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/vmath.h"
 #include "ops/fused.h"
 #include "runtime/threadpool.h"
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -54,32 +55,6 @@ enum { BK = 128, QB = 8, DVPAD = 32, MAXR = KILN_MAX_RANK };
 
 /* ---- vectorisable exp for x <= 0 (scores minus their running max) ---- */
 
-/* exp(x) for x <= 0 (x > 0 is accepted but loses range above 88); -inf and x < -87 give 0,
- * NaN stays NaN. Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial, and
- * 2^n built in the exponent bits: no calls and no float->int conversion, so loops over it
- * vectorise and NaN inputs are defined behaviour. */
-static inline float exp_le0(float x) {
-  float xc = x < -87.0f ? -87.0f : x; /* NaN passes through (comparison false) */
-  const float shifter = 12582912.0f;  /* 1.5 * 2^23: adding it rounds to an integer */
-  float t = xc * 1.44269504088896341f + shifter;
-  float n = t - shifter;
-  float r = xc - n * 0.693145751953125f;
-  r = r - n * 1.428606765330187045e-06f;
-  float p = 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  uint32_t tb, sb;
-  memcpy(&tb, &t, 4);
-  sb = (tb - 0x4B400000u + 127u) << 23; /* low bits of t hold n; n + 127 is the exponent */
-  float s;
-  memcpy(&s, &sb, 4);
-  float y = p * s;
-  return x < -87.0f ? 0.0f : y;
-}
 
 /* ---- views: a tensor read through a permutation of its axes ---- */
 

@@ -99,7 +99,7 @@ AT_TARGET static float AT_FN(row_max)(const float *x, int64_t n) {
   return m;
 }
 
-/* x[j] = exp(x[j] - m) for j < n, returning the sum: exp_le0 (see fused_attention.c) on
+/* x[j] = exp(x[j] - m) for j < n, returning the sum: kiln_exp_le0 (kernels/vmath.h) on
  * AT_VW lanes at a time, the tail with the scalar version. */
 AT_TARGET static float AT_FN(exp_sum)(float *x, int64_t n, float m) {
   const AT_VF lo = AT_SPLAT(-87.0f), shifter = AT_SPLAT(12582912.0f);
@@ -128,7 +128,7 @@ AT_TARGET static float AT_FN(exp_sum)(float *x, int64_t n, float m) {
   }
   float total = 0;
   for (; j < n; j++) {
-    x[j] = exp_le0(x[j] - m);
+    x[j] = kiln_exp_le0(x[j] - m);
     total += x[j];
   }
   for (int c = 0; c < AT_VW; c++) total += sum[c];
@@ -176,7 +176,7 @@ AT_TARGET static void AT_FN(attend)(const attn_plan *p, attn_work *w, const floa
         }
         if (bm > mx[r]) {
           if (mx[r] != -INFINITY) {
-            float alpha = exp_le0(mx[r] - bm), *a = w->acc + r * p->dvp;
+            float alpha = kiln_exp_le0(mx[r] - bm), *a = w->acc + r * p->dvp;
             for (int64_t c = 0; c < p->dvp; c++) a[c] *= alpha;
             l[r] *= alpha;
           }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/vmath.h"
 #include "ops/op.h"
 #include "runtime/threadpool.h"
 
@@ -76,32 +77,6 @@ static void sm_task(void *ctx, size_t begin, size_t end, int thread) {
   }
 }
 
-/* exp(x) for x <= 0 (scores minus their row max), vectorisable: Cody-Waite reduction
- * x = n ln2 + r, a degree-6 polynomial (relative error about 2e-7) and 2^n built in the
- * exponent bits; x < -87 (and -inf) gives 0, NaN stays NaN. */
-static inline float exp_le0(float x) {
-  float xc = x < -87.0f ? -87.0f : x;
-  const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-  float t = xc * 1.44269504088896341f + shifter;
-  float n = t - shifter;
-  float r = xc - n * 0.693145751953125f;
-  r = r - n * 1.428606765330187045e-06f;
-  float p = 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  uint32_t tb, sb;
-  memcpy(&tb, &t, 4);
-  sb = (tb - 0x4B400000u + 127u) << 23; /* low bits of t hold n; n + 127 is the exponent */
-  float sc;
-  memcpy(&sc, &sb, 4);
-  float y = p * sc;
-  return x < -87.0f ? 0.0f : y;
-}
-
 enum { SM_LANES = 8, SM_BLOCK = 256 };
 
 /* Softmax of contiguous float rows: the max (8 lanes), then exp(x - max) stored with its sum
@@ -132,14 +107,14 @@ KILN_VECTORIZE static void sm_float_task(void *ctx, size_t begin, size_t end, in
       int64_t n = len - j0 < SM_BLOCK ? len - j0 : SM_BLOCK, i = 0;
       float *yb = yr + j0;
       const float *xb = xr + j0;
-      for (i = 0; i < n; i++) yb[i] = exp_le0(xb[i] - mx);
+      for (i = 0; i < n; i++) yb[i] = kiln_exp_le0(xb[i] - mx);
       float ls[SM_LANES] = {0};
       for (i = 0; i + SM_LANES <= n; i += SM_LANES)
         for (int l = 0; l < SM_LANES; l++) ls[l] += yb[i + l];
       for (; i < n; i++) ls[0] += yb[i];
       for (int l = 0; l < SM_LANES; l++) sum += ls[l];
     }
-    float inv = (float)(1.0 / sum); /* NaN when the row holds a NaN (exp_le0 keeps it) */
+    float inv = (float)(1.0 / sum); /* NaN when the row holds a NaN (kiln_exp_le0 keeps it) */
     for (j = 0; j < len; j++) yr[j] *= inv;
   }
 }
