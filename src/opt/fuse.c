@@ -195,3 +195,20 @@ oom:
   kiln_fail(err, KILN_ERR_NOMEM, "out of memory fusing a chain");
   return -1;
 }
+
+kiln_code kiln_fuse_emit(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_match *m, const char *op_type,
+                         const int *inputs, size_t n_inputs, kiln_node *attrs, bool **dead, size_t n0,
+                         size_t *count) {
+  kiln_code rc = KILN_OK;
+  int k = kiln_fuse_chain(ctx, g, m, op_type, inputs, n_inputs, *dead);
+  if (k < 0)
+    rc = ctx->err && ctx->err->code ? ctx->err->code : KILN_ERR_NOMEM;
+  else if (kiln_node_adopt_attrs(&g->nodes[k], attrs))
+    rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+  if (k >= 0) (*count)++;
+  kiln_node_clear(attrs);
+  bool *grown = kiln_fuse_grow_flags(*dead, n0, g->n_nodes);
+  if (!grown) return kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+  *dead = grown;
+  return rc;
+}

@@ -32,6 +32,13 @@ bool *kiln_fuse_grow_flags(bool *flags, size_t old_n, size_t new_n);
 /* Copy every attribute of src onto dst (deep copy; graphs are not supported). */
 kiln_code kiln_node_copy_attrs(kiln_node *dst, const kiln_node *src);
 
+/* kiln_fuse_chain, then move `attrs`' attributes onto the new node, clear `attrs`, count the
+ * rewrite and grow the pass's per-node flags (*dead, n0 entries before) to the new node count.
+ * Returns KILN_OK or the error (also in ctx->err). */
+kiln_code kiln_fuse_emit(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_match *m, const char *op_type,
+                         const int *inputs, size_t n_inputs, kiln_node *attrs, bool **dead, size_t n0,
+                         size_t *count);
+
 /* Set the fused node's activation attributes (activation, alpha, beta) from a standard
  * activation node, or "" when act is NULL. */
 kiln_code kiln_fuse_set_activation(kiln_node *f, const kiln_graph *g, const kiln_node *act);

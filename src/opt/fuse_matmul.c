@@ -68,17 +68,8 @@ kiln_code kiln_pass_fuse_matmul(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count
       kiln_node tmp = {0};
       rc = gemm ? kiln_node_copy_attrs(&tmp, first) : KILN_OK;
       if (!rc) rc = kiln_fuse_set_activation(&tmp, g, act);
-      int k = rc ? -1 : kiln_fuse_chain(ctx, g, &m, gemm ? "FusedGemm" : "FusedMatMul", in, 3, dead);
-      if (k >= 0) {
-        if (kiln_node_adopt_attrs(&g->nodes[k], &tmp)) rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
-        (*count)++;
-      } else if (!rc) {
-        rc = ctx->err ? ctx->err->code : KILN_ERR_NOMEM;
-      }
-      kiln_node_clear(&tmp);
-      bool *grown = kiln_fuse_grow_flags(dead, n0, g->n_nodes);
-      if (!grown) rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
-      else dead = grown;
+      if (!rc) rc = kiln_fuse_emit(ctx, g, &m, gemm ? "FusedGemm" : "FusedMatMul", in, 3, &tmp, &dead, n0, count);
+      else kiln_node_clear(&tmp);
       break;
     }
   }
