@@ -56,7 +56,8 @@ kiln_code kiln_node_set_ints(kiln_node *n, const char *name, const int64_t *v, s
   return KILN_OK;
 }
 
-kiln_code kiln_node_adopt_attrs(kiln_node *dst, kiln_node *src) {
+/* Move every attribute of src onto dst (src keeps emptied entries; clear it afterwards). */
+static kiln_code adopt_attrs(kiln_node *dst, kiln_node *src) {
   for (size_t a = 0; a < src->n_attrs; a++) {
     kiln_attr *na = realloc(dst->attrs, (dst->n_attrs + 1) * sizeof *na);
     if (!na) return KILN_ERR_NOMEM;
@@ -67,7 +68,8 @@ kiln_code kiln_node_adopt_attrs(kiln_node *dst, kiln_node *src) {
   return KILN_OK;
 }
 
-bool *kiln_fuse_grow_flags(bool *flags, size_t old_n, size_t new_n) {
+/* Per-node flags grown to new_n entries, the new ones false; NULL (flags untouched) on OOM. */
+static bool *grow_flags(bool *flags, size_t old_n, size_t new_n) {
   bool *grown = realloc(flags, (new_n ? new_n : 1) * sizeof *flags);
   if (grown)
     for (size_t j = old_n; j < new_n; j++) grown[j] = false;
@@ -203,11 +205,11 @@ kiln_code kiln_fuse_emit(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_match *m,
   int k = kiln_fuse_chain(ctx, g, m, op_type, inputs, n_inputs, *dead);
   if (k < 0)
     rc = ctx->err && ctx->err->code ? ctx->err->code : KILN_ERR_NOMEM;
-  else if (kiln_node_adopt_attrs(&g->nodes[k], attrs))
+  else if (adopt_attrs(&g->nodes[k], attrs))
     rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
   if (k >= 0) (*count)++;
   kiln_node_clear(attrs);
-  bool *grown = kiln_fuse_grow_flags(*dead, n0, g->n_nodes);
+  bool *grown = grow_flags(*dead, n0, g->n_nodes);
   if (!grown) return kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
   *dead = grown;
   return rc;

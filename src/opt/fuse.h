@@ -24,11 +24,6 @@ kiln_code kiln_node_set_int(kiln_node *n, const char *name, int64_t v);
 kiln_code kiln_node_set_float(kiln_node *n, const char *name, float v);
 kiln_code kiln_node_set_string(kiln_node *n, const char *name, const char *v);
 kiln_code kiln_node_set_ints(kiln_node *n, const char *name, const int64_t *v, size_t count);
-/* Move every attribute of src onto dst (src keeps emptied entries; clear it afterwards). */
-kiln_code kiln_node_adopt_attrs(kiln_node *dst, kiln_node *src);
-/* A pass's per-node flags grown to new_n entries, the new ones false; NULL (flags untouched)
- * when memory runs out. */
-bool *kiln_fuse_grow_flags(bool *flags, size_t old_n, size_t new_n);
 /* Copy every attribute of src onto dst (deep copy; graphs are not supported). */
 kiln_code kiln_node_copy_attrs(kiln_node *dst, const kiln_node *src);
 
