@@ -39,5 +39,6 @@ int cmd_run(int argc, char **argv);
 int cmd_validate(int argc, char **argv);
 int cmd_optimize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
 
 #endif

@@ -126,6 +126,9 @@ typedef struct kiln_options {
    * (|fused - original| <= 1e-4 + 1e-3 |original|); a node that disagrees is disabled (runs
    * its chain from then on). Results: kiln_session_fusion_info. */
   int verify_fusions;
+  /* Time every node of the main graph on every run (two clock reads per node) and count the
+   * floating-point work of the compute-heavy ones. Results: kiln_session_profile. */
+  int profile;
 } kiln_options;
 
 /* Fill `o` with defaults. */
@@ -211,6 +214,28 @@ size_t kiln_session_fallback_count(const kiln_session *s);
 /* Write the session's graph, as optimised, to an ONNX file that kiln (and, for level 0/1
  * graphs, any ONNX runtime) can load. */
 kiln_code kiln_session_save(const kiln_session *s, const char *path, kiln_error *err);
+
+/* Per-node profile of a session created with kiln_options.profile set: one entry per node of
+ * the main graph in execution order, accumulated over all runs since creation or the last
+ * reset. flops, bytes and shape are those of the node's first run since then: flops counts multiply-adds as
+ * two for Conv, MatMul, Gemm, attention and the fused ops built on them (0 for others); bytes is
+ * the size of the node's inputs plus outputs. */
+typedef struct kiln_node_profile {
+  const char *name;     /* borrowed, lives as long as the session */
+  const char *op_type;
+  const char *domain;   /* "" for the default domain */
+  uint64_t runs;
+  double total_ms;      /* wall time summed over runs */
+  double flops;         /* per run */
+  double bytes;         /* per run */
+  const char *shape;    /* "float[1,64,56,56]": the first output's type */
+} kiln_node_profile;
+/* Entry i; returns KILN_ERR_INVALID_ARG past the end or when profiling is off. */
+kiln_code kiln_session_profile(const kiln_session *s, size_t i, kiln_node_profile *out);
+/* Number of profiled nodes (0 when profiling is off). */
+size_t kiln_session_profile_count(const kiln_session *s);
+/* Forget the times so far (e.g. after warm-up runs). Not safe concurrently with runs. */
+void kiln_session_profile_reset(kiln_session *s);
 
 /* Op histogram entry i (sorted by count, descending); returns KILN_ERR_INVALID_ARG past the end. */
 kiln_code kiln_session_op_count(const kiln_session *s, size_t i, const char **op_type,

@@ -207,8 +207,9 @@ V512 void ukr512(const int MR, const int NV, const int PF, size_t nc, size_t kc,
   const size_t tail = nc - (size_t)(NV - 1) * 16;
   const __mmask16 ml = (__mmask16)((1u << tail) - 1);
   const int fast = kiln_tile_fast_mode(t);
-  if (fast != 1) /* C will be read: start bringing it in (a plain store needs no read) */
-    for (int i = 0; i < MR; i++)
+  /* bring C in while the tile computes: it is read (accumulate) or written (a store that
+   * misses waits for the line all the same) */
+  for (int i = 0; i < MR; i++)
       for (int j = 0; j < NV; j++) _mm_prefetch((const char *)(c + (size_t)i * ldc + 16 * j), _MM_HINT_T0);
   /* rows past mr alias row 0 (never read) so no pointer leaves the matrix */
   const float *a0 = a, *a1 = MR > 1 ? a + lda : a, *a2 = MR > 2 ? a + 2 * lda : a,

@@ -93,6 +93,8 @@ static kiln_code finish_create(kiln_model *m, const kiln_options *opts, kiln_ses
   if (!rc && !(s->planner = kiln_planner_new(g))) rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   if (!rc && s->opts.threads < 0) rc = kiln_fail(err, KILN_ERR_INVALID_ARG, "threads must be >= 0 (0: one per core)");
   if (!rc) s->pool = kiln_pool_acquire(s->opts.threads);
+  if (!rc && s->opts.profile && !(s->profile = kiln_profile_new(g->n_nodes)))
+    rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   if (rc) {
     kiln_session_free(s);
     return rc;
@@ -134,6 +136,7 @@ void kiln_session_free(kiln_session *s) {
   free(s->force_skew);
   kiln_planner_free(s->planner);
   kiln_pool_release(s->pool);
+  kiln_profile_free(s->profile);
   free(s);
 }
 
@@ -331,4 +334,28 @@ kiln_code kiln_session_op_count(const kiln_session *s, size_t i, const char **op
   *op_type = s->hist[i].op;
   *count = s->hist[i].count;
   return KILN_OK;
+}
+
+size_t kiln_session_profile_count(const kiln_session *s) {
+  return s && s->profile ? s->profile->n : 0;
+}
+
+kiln_code kiln_session_profile(const kiln_session *s, size_t i, kiln_node_profile *out) {
+  if (!s || !out || !s->profile || i >= s->profile->n) return KILN_ERR_INVALID_ARG;
+  const kiln_node *n = &s->model->graph->nodes[i];
+  const kiln_prof_entry *e = &s->profile->e[i];
+  out->name = n->name;
+  out->op_type = n->op_type;
+  out->domain = n->domain;
+  out->runs = __atomic_load_n(&e->runs, __ATOMIC_ACQUIRE);
+  out->total_ms = (double)__atomic_load_n(&e->ns, __ATOMIC_RELAXED) * 1e-6;
+  out->flops = out->runs ? e->flops : 0;
+  out->bytes = out->runs ? e->bytes : 0;
+  out->shape = out->runs ? e->shape : "";
+  return KILN_OK;
+}
+
+void kiln_session_profile_reset(kiln_session *s) {
+  if (!s || !s->profile) return;
+  memset(s->profile->e, 0, s->profile->n * sizeof *s->profile->e);
 }

@@ -6,6 +6,7 @@
 #include "ops/op.h"
 #include "opt/opt.h"
 #include "runtime/planner.h"
+#include "runtime/profile.h"
 #include "runtime/threadpool.h"
 
 #define KILN_MAX_OPSET 18
@@ -30,6 +31,7 @@ struct kiln_session {
   kiln_threadpool *pool;   /* shared pool of opts.threads threads; NULL runs single-threaded */
   size_t n_fallbacks;      /* fused nodes that fell back to their original chain (atomic) */
   struct kiln_plugin_set *plugins; /* this session's plugin ops and patterns (NULL: none) */
+  kiln_profile *profile;   /* per-node times of the main graph (opts.profile), or NULL */
 };
 
 /* One activation of a graph: the values its nodes produced. */
