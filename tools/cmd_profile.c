@@ -124,7 +124,7 @@ static double fma_peak_gflops(void) {
 #endif
 }
 
-static int usage_error(const char *fmt, ...) {
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fprintf(stderr, "kiln profile: ");

@@ -1,0 +1,240 @@
+/* Depthwise float32 convolution: direct AVX-512 row kernels (stride 1 and 2) and a portable
+ * path. See conv_internal.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/conv_internal.h"
+
+/* ---- depthwise ---------------------------------------------------------------------------- */
+
+typedef struct dw_ctx {
+  const kiln_conv2d_f32_params *p;
+  const float *x, *w, *bias, *res;
+  float *y;
+  const kiln_act *act;
+  int isa;
+} dw_ctx;
+
+/* One output plane, portable C: rows accumulated tap by tap over clamped column ranges. */
+static void dw_plane_c(const kiln_conv2d_f32_params *p, const float *xp, const float *wk, float bv,
+                       const float *rp, float *yp) {
+  for (int64_t oy = 0; oy < p->oh; oy++) {
+    float *restrict yr = yp + oy * p->ow;
+    for (int64_t ox = 0; ox < p->ow; ox++) yr[ox] = bv;
+    for (int64_t ky = 0; ky < p->kh; ky++) {
+      int64_t iy = oy * p->sh - p->pt + ky * p->dh;
+      if (iy < 0 || iy >= p->h) continue;
+      const float *restrict xr = xp + iy * p->w;
+      for (int64_t kx = 0; kx < p->kw; kx++) {
+        float wv = wk[ky * p->kw + kx];
+        int64_t off = kx * p->dw - p->pl, a, b;
+        col_range(off, p->sw, p->w, p->ow, &a, &b);
+        if (p->sw == 1)
+          for (int64_t ox = a; ox < b; ox++) yr[ox] += wv * xr[ox + off];
+        else
+          for (int64_t ox = a; ox < b; ox++) yr[ox] += wv * xr[ox * p->sw + off];
+      }
+    }
+    if (rp)
+      for (int64_t ox = 0; ox < p->ow; ox++) yr[ox] += rp[oy * p->ow + ox];
+  }
+}
+
+#ifdef KILN_HAVE_X86_KERNELS
+/* 16 lanes xr[s + sw * j] (sw 1 or 2). */
+V512 __m512 dw_in16(const float *xr, int64_t s, int sw) {
+  if (sw == 1) return _mm512_loadu_ps(xr + s);
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  return _mm512_permutex2var_ps(_mm512_loadu_ps(xr + s), ev, _mm512_loadu_ps(xr + s + 16));
+}
+
+/* The padded plane for dw_plane_avx512: rows [0, ph) x columns [0, pw) where padded (r, q) is
+ * input (r - pt, q - pl), zero outside. Sizes so that every 16-lane chunk's taps lie inside. */
+static void dw_pad_dims(const kiln_conv2d_f32_params *p, int64_t *ph, int64_t *pw) {
+  int64_t nch = (p->ow + 15) / 16;
+  *ph = (p->oh - 1) * p->sh + (p->kh - 1) * p->dh + 1;
+  *pw = (nch - 1) * 16 * p->sw + (p->kw - 1) * p->dw + 16 * p->sw;
+}
+
+/* Writes every element of the padded plane (zeros only where there is no input). */
+static void dw_pad(const kiln_conv2d_f32_params *p, const float *xp, float *pad, int64_t ph,
+                   int64_t pw) {
+  int64_t l = p->pl < pw ? p->pl : pw, n = p->w < pw - l ? p->w : pw - l;
+  for (int64_t r = 0; r < ph; r++) {
+    float *d = pad + r * pw;
+    int64_t iy = r - p->pt;
+    if (iy < 0 || iy >= p->h) {
+      memset(d, 0, sizeof(float) * (size_t)pw);
+      continue;
+    }
+    if (l) memset(d, 0, sizeof(float) * (size_t)l);
+    memcpy(d + l, xp + iy * p->w, sizeof(float) * (size_t)n);
+    if (l + n < pw) memset(d + l + n, 0, sizeof(float) * (size_t)(pw - l - n));
+  }
+}
+
+/* One output plane, stride 1 or 2 in x, from the padded plane: units of 16 output columns of
+ * one row, four at a time with their own accumulators (across rows when rows are narrow), all
+ * taps in registers with plain loads. */
+T512 static void dw_plane_avx512(const kiln_conv2d_f32_params *p, const float *pad, int64_t pw,
+                                 const float *wk, float bv, const float *rp, const kiln_act *act,
+                                 float *yp) {
+  const bool ia = act && act->kind != KILN_ACT_NONE; /* act: NULL or act_inline */
+  int64_t nch = (p->ow + 15) / 16, nu = p->oh * nch, sw = p->sw, u = 0;
+  __m512 vb = _mm512_set1_ps(bv);
+#define DW_BASE(uu) (pad + ((uu) / nch) * p->sh * pw + ((uu) % nch) * 16 * sw)
+#define DW_STORE(uu, acc)                                                                  \
+  do {                                                                                     \
+    int64_t oy_ = (uu) / nch, ox_ = ((uu) % nch) * 16, n_ = p->ow - ox_ < 16 ? p->ow - ox_ : 16; \
+    __mmask16 m_ = (__mmask16)((1u << n_) - 1);                                            \
+    __m512 v_ = (acc);                                                                     \
+    if (rp) v_ = _mm512_add_ps(v_, _mm512_maskz_loadu_ps(m_, rp + oy_ * p->ow + ox_));      \
+    if (ia) v_ = act_inline512(v_, act);                                                   \
+    _mm512_mask_storeu_ps(yp + oy_ * p->ow + ox_, m_, v_);                                 \
+  } while (0)
+  for (; u + 4 <= nu; u += 4) {
+    const float *b0 = DW_BASE(u), *b1 = DW_BASE(u + 1), *b2 = DW_BASE(u + 2), *b3 = DW_BASE(u + 3);
+    __m512 a0 = vb, a1 = vb, a2 = vb, a3 = vb;
+    for (int64_t ky = 0; ky < p->kh; ky++)
+      for (int64_t kx = 0; kx < p->kw; kx++) {
+        __m512 wv = _mm512_set1_ps(wk[ky * p->kw + kx]);
+        int64_t o = ky * p->dh * pw + kx * p->dw;
+        a0 = _mm512_fmadd_ps(dw_in16(b0, o, (int)sw), wv, a0);
+        a1 = _mm512_fmadd_ps(dw_in16(b1, o, (int)sw), wv, a1);
+        a2 = _mm512_fmadd_ps(dw_in16(b2, o, (int)sw), wv, a2);
+        a3 = _mm512_fmadd_ps(dw_in16(b3, o, (int)sw), wv, a3);
+      }
+    DW_STORE(u, a0);
+    DW_STORE(u + 1, a1);
+    DW_STORE(u + 2, a2);
+    DW_STORE(u + 3, a3);
+  }
+  for (; u < nu; u++) {
+    const float *b0 = DW_BASE(u);
+    __m512 a0 = vb;
+    for (int64_t ky = 0; ky < p->kh; ky++)
+      for (int64_t kx = 0; kx < p->kw; kx++)
+        a0 = _mm512_fmadd_ps(dw_in16(b0, ky * p->dh * pw + kx * p->dw, (int)sw),
+                             _mm512_set1_ps(wk[ky * p->kw + kx]), a0);
+    DW_STORE(u, a0);
+  }
+#undef DW_BASE
+#undef DW_STORE
+}
+#endif
+
+#ifdef KILN_HAVE_X86_KERNELS
+enum { DW_KW_MAX = 16 }; /* widest kernel of dw_plane_direct_avx512 */
+
+/* Lanes [lo, hi) of a 16-lane mask (clamped). */
+static __mmask16 lane_range(int64_t lo, int64_t hi) {
+  if (lo < 0) lo = 0;
+  if (hi > 16) hi = 16;
+  if (hi <= lo) return 0;
+  return (__mmask16)(((1u << (hi - lo)) - 1) << lo);
+}
+
+/* One output plane straight from the input (no padded copy), stride 1 or 2 in x: strips of 16
+ * output columns, four rows at a time with their own accumulators. Per strip and column tap,
+ * the lanes whose input column lies inside the row are loaded (masked: the others read 0);
+ * rows outside the input give 0. Every tap is accumulated in the order ky, kx, as with a
+ * zero-padded plane. */
+T512 static void dw_plane_direct_avx512(const kiln_conv2d_f32_params *p, const float *xp,
+                                        const float *wk, float bv, const float *rp,
+                                        const kiln_act *act, float *yp) {
+  const bool ia = act && act->kind != KILN_ACT_NONE; /* act: NULL or act_inline */
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512 vb = _mm512_set1_ps(bv), z = _mm512_setzero_ps();
+  const int64_t sw = p->sw, W = p->w, H = p->h, kw = p->kw;
+  for (int64_t ox0 = 0; ox0 < p->ow; ox0 += 16) {
+    int64_t n = p->ow - ox0 < 16 ? p->ow - ox0 : 16;
+    __mmask16 m0[DW_KW_MAX], m1[DW_KW_MAX], sm = (__mmask16)((1u << n) - 1);
+    int64_t off[DW_KW_MAX];
+    for (int64_t kx = 0; kx < kw; kx++) {
+      int64_t base = ox0 * sw + kx * p->dw - p->pl, lo = base < 0 ? -base : 0;
+      int64_t hi = W - base < (n - 1) * sw + 1 ? W - base : (n - 1) * sw + 1;
+      off[kx] = base;
+      m0[kx] = lane_range(lo, hi);
+      m1[kx] = lane_range(lo - 16, hi - 16);
+    }
+#define DW_LD(r, kx)                                                                         \
+  (sw == 1 ? _mm512_maskz_loadu_ps(m0[kx], (r) + off[kx])                                    \
+           : _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(m0[kx], (r) + off[kx]), ev,        \
+                                    _mm512_maskz_loadu_ps(m1[kx], (r) + off[kx] + 16)))
+    for (int64_t oy = 0; oy < p->oh; oy += 4) {
+      int64_t nr = p->oh - oy < 4 ? p->oh - oy : 4;
+      __m512 a0 = vb, a1 = vb, a2 = vb, a3 = vb;
+      for (int64_t ky = 0; ky < p->kh; ky++) {
+        const float *r[4];
+        for (int i = 0; i < 4; i++) {
+          int64_t iy = (oy + i) * p->sh - p->pt + ky * p->dh;
+          r[i] = i < nr && iy >= 0 && iy < H ? xp + iy * W : NULL;
+        }
+        for (int64_t kx = 0; kx < kw; kx++) {
+          __m512 wv = _mm512_set1_ps(wk[ky * kw + kx]);
+          a0 = _mm512_fmadd_ps(r[0] ? DW_LD(r[0], kx) : z, wv, a0);
+          a1 = _mm512_fmadd_ps(r[1] ? DW_LD(r[1], kx) : z, wv, a1);
+          a2 = _mm512_fmadd_ps(r[2] ? DW_LD(r[2], kx) : z, wv, a2);
+          a3 = _mm512_fmadd_ps(r[3] ? DW_LD(r[3], kx) : z, wv, a3);
+        }
+      }
+      __m512 acc[4] = {a0, a1, a2, a3};
+      for (int64_t i = 0; i < nr; i++) {
+        int64_t o = (oy + i) * p->ow + ox0;
+        __m512 v = acc[i];
+        if (rp) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(sm, rp + o));
+        if (ia) v = act_inline512(v, act);
+        _mm512_mask_storeu_ps(yp + o, sm, v);
+      }
+    }
+#undef DW_LD
+  }
+}
+#endif
+
+static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
+  (void)ti;
+  const dw_ctx *d = ctx;
+  const kiln_conv2d_f32_params *p = d->p;
+  int64_t ohw = p->oh * p->ow, mult = p->m / p->c;
+  float *pad = NULL;
+  int64_t ph = 0, pw = 0;
+#ifdef KILN_HAVE_X86_KERNELS
+  bool direct = d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2) && p->kw <= DW_KW_MAX;
+  if (!direct && d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2)) {
+    dw_pad_dims(p, &ph, &pw);
+    pad = kiln_malloc(sizeof(float) * (size_t)(ph * pw)); /* NULL: the portable path */
+  }
+#endif
+  int64_t padded_ci = -1, padded_n = -1;
+  (void)ph, (void)pw, (void)padded_ci, (void)padded_n;
+  for (size_t t = begin; t < end; t++) {
+    int64_t nn = (int64_t)t / p->m, mo = (int64_t)t % p->m, ci = mo / mult;
+    const float *xp = d->x + (nn * p->c + ci) * p->h * p->w, *wk = d->w + mo * p->kh * p->kw;
+    const float *rp = d->res ? d->res + (int64_t)t * ohw : NULL;
+    float *yp = d->y + (int64_t)t * ohw, bv = d->bias ? d->bias[mo] : 0.0f;
+#ifdef KILN_HAVE_X86_KERNELS
+    if (direct) {
+      dw_plane_direct_avx512(p, xp, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp);
+      if (act_inline(d->act)) continue; /* applied in registers */
+    } else if (pad) {
+      if (ci != padded_ci || nn != padded_n) { /* channel multipliers share one padded plane */
+        dw_pad(p, xp, pad, ph, pw);
+        padded_ci = ci;
+        padded_n = nn;
+      }
+      dw_plane_avx512(p, pad, pw, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp);
+      if (act_inline(d->act)) continue; /* applied in registers */
+    } else
+#endif
+      dw_plane_c(p, xp, wk, bv, rp, yp);
+    if (d->act->kind != KILN_ACT_NONE) kiln_f32_act(d->isa, yp, (size_t)ohw, d->act);
+  }
+  free(pad);
+}
+
+void kiln_conv2d_dw_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                        const float *x, const float *w, const kiln_conv2d_f32_epilogue *ep, float *y) {
+  dw_ctx d = {p, x, w, ep->bias, ep->residual, y, &ep->act, isa};
+  kiln_parallel_for(pool, (size_t)(p->n * p->m), dw_task, &d, 0);
+}

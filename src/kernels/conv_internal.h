@@ -1,0 +1,110 @@
+/* Pieces shared by the convolution kernels (conv2d_f32.c: im2col/direct GEMM paths and the
+ * entry point; conv_dw_f32.c: depthwise). Internal to src/kernels. */
+#ifndef KILN_KERNELS_CONV_INTERNAL_H
+#define KILN_KERNELS_CONV_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/conv2d_f32.h"
+#include "kernels/cpu.h"
+#include "kernels/gemm_internal.h"
+
+#ifdef KILN_HAVE_X86_KERNELS
+#include <immintrin.h>
+#endif
+
+/* Output columns [*ox0, *ox1) whose input column ox * sw + off lies in [0, w). */
+static inline void col_range(int64_t off, int64_t sw, int64_t w, int64_t ow, int64_t *ox0, int64_t *ox1) {
+  int64_t a = off >= 0 ? 0 : (-off + sw - 1) / sw;
+  int64_t b = w - 1 - off < 0 ? 0 : (w - 1 - off) / sw + 1;
+  if (a > ow) a = ow;
+  if (b > ow) b = ow;
+  if (b < a) b = a;
+  *ox0 = a;
+  *ox1 = b;
+}
+
+/* y[i] += b (+ r[i]) for i < n. */
+static inline void add_bias_res_c(float *restrict y, int64_t n, float b, const float *r) {
+  if (r)
+    for (int64_t i = 0; i < n; i++) y[i] += b + r[i];
+  else
+    for (int64_t i = 0; i < n; i++) y[i] += b;
+}
+
+#ifdef KILN_HAVE_X86_KERNELS
+#define T512 KILN_TARGET_AVX512
+#define V512 KILN_INLINE T512
+
+T512 static inline void add_bias_res_avx512(float *y, int64_t n, float b, const float *r) {
+  __m512 vb = _mm512_set1_ps(b);
+  int64_t i = 0;
+  if (r) {
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_add_ps(_mm512_loadu_ps(y + i), vb),
+                                            _mm512_loadu_ps(r + i)));
+  } else {
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), vb));
+  }
+  if (i < n) {
+    __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), vb);
+    if (r) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r + i));
+    _mm512_mask_storeu_ps(y + i, m, v);
+  }
+}
+#endif
+
+#ifdef KILN_HAVE_X86_KERNELS
+/* Whether act is a clamp applied in registers here (none, relu, clip). */
+static inline bool act_inline(const kiln_act *a) {
+  return a->kind == KILN_ACT_NONE || a->kind == KILN_ACT_RELU || a->kind == KILN_ACT_CLIP;
+}
+
+/* The inline activations, with the same operations as the GEMM's (max(v, 0); min(max(v, lo), hi)). */
+V512 __m512 act_inline512(__m512 v, const kiln_act *a) {
+  if (a->kind == KILN_ACT_RELU) return _mm512_max_ps(v, _mm512_setzero_ps());
+  if (a->kind == KILN_ACT_CLIP)
+    return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(a->alpha)), _mm512_set1_ps(a->beta));
+  return v;
+}
+
+/* y[i] = act(y[i] + b (+ r[i])) in one pass, act inline (act_inline). */
+T512 static inline void bias_res_act_avx512(float *y, int64_t n, float b, const float *r, const kiln_act *a) {
+  __m512 vb = _mm512_set1_ps(b);
+  int64_t i = 0;
+  if (r) {
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(y + i, act_inline512(_mm512_add_ps(_mm512_add_ps(_mm512_loadu_ps(y + i), vb),
+                                                          _mm512_loadu_ps(r + i)), a));
+  } else {
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(y + i, act_inline512(_mm512_add_ps(_mm512_loadu_ps(y + i), vb), a));
+  }
+  if (i < n) {
+    __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), vb);
+    if (r) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r + i));
+    _mm512_mask_storeu_ps(y + i, m, act_inline512(v, a));
+  }
+}
+#endif
+
+static inline void add_bias_res(int isa, float *y, int64_t n, float b, const float *r) {
+#ifdef KILN_HAVE_X86_KERNELS
+  if (isa >= KILN_ISA_AVX512) {
+    add_bias_res_avx512(y, n, b, r);
+    return;
+  }
+#endif
+  (void)isa;
+  add_bias_res_c(y, n, b, r);
+}
+
+/* Depthwise convolution (one input channel per group, any channel multiplier), any padding,
+ * stride and dilation; planes split over the pool. */
+void kiln_conv2d_dw_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                        const float *x, const float *w, const kiln_conv2d_f32_epilogue *ep, float *y);
+
+#endif
