@@ -10,8 +10,9 @@
 static void help(FILE *f) {
   fprintf(f,
           "usage: kiln run MODEL [--inputs DIR] [--input NAME=FILE.pb|.npy ...] [--output-dir DIR]\n"
-          "                [--dim NAME=VALUE ...] [--seed N] [--level N] [--threads N] [--quiet]\n"
-          "Runs MODEL once and prints each output's shape and a summary of its values.\n"
+          "                [--dim NAME=VALUE ...] [--seed N] [--level N] [--threads N] [--runs N]\n"
+          "                [--quiet]\n"
+          "Runs MODEL and prints each output's shape and a summary of its values.\n"
           "  --inputs DIR      read DIR/input_0.pb, input_1.pb, ... in graph-input order\n"
           "                    (initializers skipped), as the ONNX test data lays them out\n"
           "  --input NAME=FILE one input from a TensorProto/SequenceProto/OptionalProto .pb or .npy\n"
@@ -20,7 +21,20 @@ static void help(FILE *f) {
           "  --seed N          seed of the deterministic random inputs (default 0)\n"
           "  --level N         optimisation level 0, 1 or 2 (default 2)\n"
           "  --threads N       worker threads (default: one per core)\n"
+          "  --runs N          run N times (default 1) and fail unless every run's tensor outputs\n"
+          "                    are bytewise those of the first: the first run measures the memory\n"
+          "                    plan, later runs use it; the last run's outputs are reported\n"
           "Inputs not given are random. Exit codes: 0 ok, 1 model or run error, 2 usage error.\n");
+}
+
+/* Same dense non-string tensor contents byte for byte (other kinds of value compare equal). */
+static int same_bytes(const kiln_tensor *a, const kiln_tensor *b) {
+  if (!a || !b || kiln_tensor_kind(a) != KILN_KIND_TENSOR || kiln_tensor_kind(b) != KILN_KIND_TENSOR ||
+      kiln_tensor_dtype(a) == KILN_STRING)
+    return 1;
+  if (kiln_tensor_dtype(a) != kiln_tensor_dtype(b) || kiln_tensor_numel(a) != kiln_tensor_numel(b)) return 0;
+  size_t bytes = (size_t)kiln_tensor_numel(a) * kiln_dtype_size(kiln_tensor_dtype(a));
+  return !bytes || !memcmp(kiln_tensor_cdata(a), kiln_tensor_cdata(b), bytes);
 }
 
 int cmd_run(int argc, char **argv) {
@@ -30,6 +44,7 @@ int cmd_run(int argc, char **argv) {
   cli_dims dims = {0};
   unsigned seed = 0;
   int quiet = 0;
+  long runs = 1;
   kiln_options o;
   kiln_options_init(&o);
   for (int i = 1; i < argc; i++) {
@@ -54,6 +69,13 @@ int cmd_run(int argc, char **argv) {
       seed = (unsigned)strtoul(argv[++i], NULL, 10);
     } else if (next && !strcmp(a, "--level")) {
       o.opt_level = atoi(argv[++i]);
+    } else if (next && !strcmp(a, "--runs")) {
+      char *end;
+      runs = strtol(argv[++i], &end, 10);
+      if (*end || runs < 1 || runs > 1000000) {
+        fprintf(stderr, "kiln run: --runs expects a count >= 1, got '%s'\n", argv[i]);
+        return CLI_USAGE;
+      }
     } else if (next && !strcmp(a, "--threads")) {
       o.threads = atoi(argv[++i]);
     } else if (a[0] != '-' && !model) {
@@ -77,7 +99,7 @@ int cmd_run(int argc, char **argv) {
   cli_feed feed;
   int rc = CLI_ERR;
   size_t nout = kiln_session_output_count(s);
-  kiln_tensor **outs = calloc(nout + 1, sizeof *outs);
+  kiln_tensor **outs = calloc(nout + 1, sizeof *outs), **first = calloc(nout + 1, sizeof *first);
   if (cli_make_feed(s, inputs_dir, n_input_args, input_args, &dims, seed, &feed, &err)) {
     fprintf(stderr, "kiln run: %s\n", err.message);
     goto done;
@@ -87,12 +109,26 @@ int cmd_run(int argc, char **argv) {
     for (size_t i = 0; i < feed.n; i++) cli_print_value(stdout, feed.names[i], feed.values[i]);
   }
   struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  if (kiln_session_run(s, feed.n, feed.names, (const kiln_tensor *const *)feed.values, nout, NULL, outs, &err)) {
-    fprintf(stderr, "kiln run: %s\n", err.message);
-    goto done;
+  for (long r = 0; r < runs; r++) {
+    for (size_t i = 0; i < nout; i++) {
+      if (r == 1) first[i] = outs[i];
+      else kiln_tensor_free(outs[i]);
+      outs[i] = NULL;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (kiln_session_run(s, feed.n, feed.names, (const kiln_tensor *const *)feed.values, nout, NULL, outs, &err)) {
+      fprintf(stderr, "kiln run: run %ld: %s\n", r + 1, err.message);
+      goto done;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    for (size_t i = 0; r > 0 && i < nout; i++)
+      if (!same_bytes(first[i], outs[i])) {
+        kiln_io_info info;
+        kiln_session_output_info(s, i, &info, NULL);
+        fprintf(stderr, "kiln run: run %ld's output '%s' differs from run 1's\n", r + 1, info.name);
+        goto done;
+      }
   }
-  clock_gettime(CLOCK_MONOTONIC, &t1);
   if (!quiet) {
     printf("outputs:\n");
     for (size_t i = 0; i < nout; i++) {
@@ -125,8 +161,12 @@ int cmd_run(int argc, char **argv) {
   }
   rc = CLI_OK;
 done:
-  for (size_t i = 0; i < nout; i++) kiln_tensor_free(outs[i]);
+  for (size_t i = 0; i < nout; i++) {
+    kiln_tensor_free(outs[i]);
+    kiln_tensor_free(first[i]);
+  }
   free(outs);
+  free(first);
   cli_feed_free(&feed);
   kiln_session_free(s);
   return rc;

@@ -442,7 +442,10 @@ static kiln_code run_concat(kiln_kctx *c) {
   int64_t orow = out[axis] * inner, off = 0;
   for (size_t i = 0; i < c->n_in; i++) {
     int64_t row = c->in[i]->dims[axis] * inner;
-    for (int64_t b = 0; b < outer; b++) copy_run(o, b * orow + off, c->in[i], b * row, row);
+    /* an input the memory plan placed inside the output is already in place */
+    bool in_place = outer == 1 && o->dtype != KILN_STRING &&
+                    (const char *)o->data + (size_t)off * kiln_dtype_size(o->dtype) == (const char *)c->in[i]->data;
+    for (int64_t b = 0; b < outer && !in_place; b++) copy_run(o, b * orow + off, c->in[i], b * row, row);
     off += row;
   }
   return KILN_OK;

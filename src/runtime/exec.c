@@ -206,6 +206,19 @@ done:
   return rc;
 }
 
+/* Whether the Concat n just run could have its inputs laid out inside its output: every axis
+ * before the concat axis has size 1, so each input is one contiguous block of the output. */
+static bool concat_in_place(const kiln_frame *f, const kiln_node *n) {
+  const kiln_tensor *y = f->vals[n->out[0]];
+  if (!y || y->kind != KILN_KIND_TENSOR || y->dtype == KILN_STRING || y->rank < 1) return false;
+  int64_t axis = kiln_attr_int(n, "axis", 0);
+  if (axis < 0) axis += y->rank;
+  if (axis < 0 || axis >= y->rank) return false;
+  for (int d = 0; d < axis; d++)
+    if (y->dims[d] != 1) return false;
+  return true;
+}
+
 /* The input-shape signature that keys memory plans: dtype and dims of every bound input. */
 static void input_signature(const kiln_graph *g, size_t n, const kiln_tensor *const *inputs,
                             char *buf, size_t cap) {
@@ -265,6 +278,8 @@ kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_g
   for (size_t i = 0; i < g->n_nodes && rc == KILN_OK; i++) {
     const kiln_node *n = &g->nodes[i];
     rc = run_node(&f, n, err);
+    if (rc == KILN_OK && planned && kiln_planner_concat_candidate(&mem, i))
+      kiln_planner_note_concat(&mem, i, concat_in_place(&f, n));
     for (size_t k = 0; rc == KILN_OK && k < n->n_in; k++) {
       int v = n->in[k];
       if (v >= 0 && remaining[v] > 0 && --remaining[v] == 0 && f.owned[v]) {

@@ -21,9 +21,10 @@ struct kiln_plan {
 
 struct kiln_planner {
   const kiln_graph *g;
-  size_t n_values;
+  size_t n_values, n_nodes;
   bool *plannable;         /* per value: may live in the arena */
   int *first, *last;       /* per value: defining node, last reading node */
+  bool *concat_cand;       /* per node: a Concat whose inputs may be placed inside its output */
   pthread_mutex_t mu;
   kiln_plan *plans[KILN_PLAN_CACHE];
   uint64_t clock;
@@ -37,6 +38,26 @@ static void plan_free(kiln_plan *p) {
   free(p->bytes);
   free(p->spare);
   free(p);
+}
+
+static bool is_concat(const kiln_node *n) {
+  return !strcmp(n->op_type, "Concat") && !*n->domain && n->n_out == 1 && n->out[0] >= 0;
+}
+
+/* Concats whose output and inputs are plannable, each input read by the Concat alone (once)
+ * and not itself the output of such a Concat (no nesting). A failed allocation leaves none. */
+static void find_concats(kiln_planner *p, const kiln_graph *g) {
+  if (!(p->concat_cand = kiln_calloc(g->n_nodes ? g->n_nodes : 1, sizeof *p->concat_cand))) return;
+  for (size_t i = 0; i < g->n_nodes; i++) {
+    const kiln_node *n = &g->nodes[i];
+    bool ok = is_concat(n) && n->n_in > 1 && p->plannable[n->out[0]];
+    for (size_t k = 0; ok && k < n->n_in; k++) {
+      int v = n->in[k];
+      ok = v >= 0 && p->plannable[v] && g->uses[v] == 1 && g->values[v].producer >= 0 &&
+           !is_concat(&g->nodes[g->values[v].producer]);
+    }
+    p->concat_cand[i] = ok;
+  }
 }
 
 kiln_planner *kiln_planner_new(const kiln_graph *g) {
@@ -54,6 +75,7 @@ kiln_planner *kiln_planner_new(const kiln_graph *g) {
     free(p);
     return NULL;
   }
+  p->n_nodes = g->n_nodes;
   /* Lifetimes in node order; g->uses counts graph outputs and subgraph readers, which must
    * outlive the plan, so a value is plannable only when its node readers account for all uses. */
   size_t *readers = kiln_calloc(g->n_values, sizeof *readers);
@@ -77,11 +99,13 @@ kiln_planner *kiln_planner_new(const kiln_graph *g) {
   for (size_t v = 0; readers && v < g->n_values; v++)
     p->plannable[v] = p->first[v] >= 0 && g->uses && readers[v] == g->uses[v];
   free(readers);
+  find_concats(p, g);
   return p;
 }
 
 void kiln_planner_free(kiln_planner *p) {
   if (!p) return;
+  free(p->concat_cand);
   for (int i = 0; i < KILN_PLAN_CACHE; i++) plan_free(p->plans[i]);
   pthread_mutex_destroy(&p->mu);
   free(p->plannable);
@@ -119,12 +143,15 @@ kiln_code kiln_planner_begin(kiln_planner *p, const char *signature, kiln_run_me
     return KILN_OK;
   }
   rm->recorded = kiln_calloc(p->n_values, sizeof *rm->recorded);
+  rm->concat_ok = kiln_calloc(p->n_nodes ? p->n_nodes : 1, sizeof *rm->concat_ok);
   rm->signature = kiln_strdup(signature);
-  if (!rm->recorded || !rm->signature) {
+  if (!rm->recorded || !rm->signature || !rm->concat_ok) {
     free(rm->recorded);
     free(rm->signature);
+    free(rm->concat_ok);
     rm->recorded = NULL;
     rm->signature = NULL;
+    rm->concat_ok = NULL;
     return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   }
   return KILN_OK;
@@ -141,21 +168,74 @@ void *kiln_planner_slot(kiln_run_mem *rm, int id, size_t nbytes) {
   return rm->arena + plan->offset[id];
 }
 
+bool kiln_planner_concat_candidate(const kiln_run_mem *rm, size_t node) {
+  return rm && rm->planner && rm->concat_ok && rm->planner->concat_cand && node < rm->planner->n_nodes &&
+         rm->planner->concat_cand[node];
+}
+
+void kiln_planner_note_concat(kiln_run_mem *rm, size_t node, bool in_place) {
+  if (kiln_planner_concat_candidate(rm, node)) rm->concat_ok[node] = in_place;
+}
+
+/* Concats laid out in place for this recording: the inputs' sizes add up to the output's and
+ * each starts 64-byte aligned. in_concat[v] gets the output value holding input v (else -1);
+ * first[] of each such output moves back to its earliest producer. */
+static void group_concats(const kiln_planner *p, const size_t *rec, const bool *ok, int *in_concat,
+                          int *first) {
+  const kiln_graph *g = p->g;
+  for (size_t i = 0; ok && p->concat_cand && i < p->n_nodes; i++) {
+    const kiln_node *n = &g->nodes[i];
+    if (!p->concat_cand[i] || !ok[i]) continue;
+    size_t sum = 0;
+    bool fits = rec[n->out[0]] > 0;
+    for (size_t k = 0; fits && k < n->n_in; k++) {
+      fits = rec[n->in[k]] > 0 && rec[n->in[k]] % ALIGN == 0;
+      sum += rec[n->in[k]];
+    }
+    if (!fits || sum != rec[n->out[0]]) continue;
+    for (size_t k = 0; k < n->n_in; k++) {
+      in_concat[n->in[k]] = n->out[0];
+      if (first[n->in[k]] < first[n->out[0]]) first[n->out[0]] = first[n->in[k]];
+    }
+  }
+}
+
+/* Inputs of in-place Concats: offsets inside their output's slot, in input order. */
+static void place_concat_inputs(const kiln_planner *p, const size_t *rec, const int *in_concat,
+                                kiln_plan *plan) {
+  const kiln_graph *g = p->g;
+  for (size_t i = 0; i < p->n_nodes; i++) {
+    const kiln_node *n = &g->nodes[i];
+    if (!p->concat_cand || !p->concat_cand[i] || in_concat[n->in[0]] != n->out[0]) continue;
+    size_t off = plan->offset[n->out[0]];
+    if (off == SIZE_MAX) continue;
+    for (size_t k = 0; k < n->n_in; k++) {
+      plan->offset[n->in[k]] = off;
+      plan->bytes[n->in[k]] = rec[n->in[k]];
+      off += rec[n->in[k]];
+    }
+  }
+}
+
 /* Greedy by size: each value, largest first, takes the lowest offset where it fits between the
  * already placed values whose lifetimes overlap its own (best fit among the gaps). */
-static kiln_plan *build(kiln_planner *p, const size_t *rec, const char *sig) {
+static kiln_plan *build(kiln_planner *p, const size_t *rec, const bool *concat_ok, const char *sig) {
   size_t nv = p->n_values, n = 0;
   kiln_plan *plan = calloc(1, sizeof *plan);
   int *order = kiln_malloc(nv * sizeof *order);
   size_t *placed = kiln_malloc(nv * sizeof *placed);
-  if (!plan || !order || !placed) goto fail;
+  int *in_concat = kiln_malloc(nv * sizeof *in_concat), *first = kiln_malloc(nv * sizeof *first);
+  if (!plan || !order || !placed || !in_concat || !first) goto fail;
+  for (size_t v = 0; v < nv; v++) in_concat[v] = -1;
+  memcpy(first, p->first, nv * sizeof *first);
+  group_concats(p, rec, concat_ok, in_concat, first);
   plan->offset = kiln_malloc(nv * sizeof *plan->offset);
   plan->bytes = kiln_calloc(nv, sizeof *plan->bytes);
   plan->signature = kiln_strdup(sig);
   if (!plan->offset || !plan->bytes || !plan->signature) goto fail;
   for (size_t v = 0; v < nv; v++) {
     plan->offset[v] = SIZE_MAX;
-    if (p->plannable[v] && rec[v]) order[n++] = (int)v;
+    if (p->plannable[v] && rec[v] && in_concat[v] < 0) order[n++] = (int)v;
   }
   /* insertion sort by size, descending (graphs have at most thousands of values) */
   for (size_t i = 1; i < n; i++) {
@@ -178,7 +258,7 @@ static kiln_plan *build(kiln_planner *p, const size_t *rec, const char *sig) {
       int u = -1;
       if (k < n_placed) {
         u = (int)placed[k];
-        if (p->last[u] < p->first[v] || p->last[v] < p->first[u]) continue; /* disjoint in time */
+        if (p->last[u] < first[v] || p->last[v] < first[u]) continue; /* disjoint in time */
         end_gap = plan->offset[u];
       }
       if (end_gap >= cursor && end_gap - cursor >= size && (best == SIZE_MAX || end_gap - cursor < best_gap)) {
@@ -201,12 +281,19 @@ static kiln_plan *build(kiln_planner *p, const size_t *rec, const char *sig) {
     }
     placed[pos] = (size_t)v;
   }
+  place_concat_inputs(p, rec, in_concat, plan);
+  for (size_t v = 0; v < nv; v++)
+    if (in_concat[v] >= 0 && plan->offset[v] != SIZE_MAX) plan->total_bytes += rec[v];
   free(order);
   free(placed);
+  free(in_concat);
+  free(first);
   return plan;
 fail:
   free(order);
   free(placed);
+  free(in_concat);
+  free(first);
   plan_free(plan);
   return NULL;
 }
@@ -215,7 +302,7 @@ void kiln_planner_end(kiln_run_mem *rm, bool ok) {
   kiln_planner *p = rm->planner;
   if (!p) return;
   if (rm->recorded) {
-    kiln_plan *plan = ok ? build(p, rm->recorded, rm->signature) : NULL;
+    kiln_plan *plan = ok ? build(p, rm->recorded, rm->concat_ok, rm->signature) : NULL;
     pthread_mutex_lock(&p->mu);
     if (plan && !find(p, plan->signature)) {
       int slot = 0;
@@ -239,6 +326,7 @@ void kiln_planner_end(kiln_run_mem *rm, bool ok) {
     pthread_mutex_unlock(&p->mu);
     plan_free(plan);
     free(rm->recorded);
+    free(rm->concat_ok);
     free(rm->signature);
   } else if (rm->plan) {
     pthread_mutex_lock(&p->mu);

@@ -8,7 +8,14 @@
  * arena and hand out its slices. A value whose size differs from the plan falls back to its own
  * allocation. Plans are cached per signature, at most KILN_PLAN_CACHE of them (least recently
  * used evicted), so changing input shapes cannot grow memory without bound. Graph outputs,
- * values read by subgraphs and strings are never planned. */
+ * values read by subgraphs and strings are never planned.
+ *
+ * Concat in place: when a Concat's inputs are intermediates read by it alone and, on the
+ * recording run, each input turned out to be one contiguous block of the output (every axis
+ * before the concat axis has size 1, e.g. channels of a batch-1 NCHW tensor) at a 64-byte
+ * aligned position, the plan places each input inside the output's slot: the producers write
+ * straight into the concatenated tensor and the Concat kernel finds nothing to copy. The
+ * output's slot then lives from the first producer to the output's last reader. */
 #ifndef KILN_RUNTIME_PLANNER_H
 #define KILN_RUNTIME_PLANNER_H
 
@@ -28,6 +35,7 @@ typedef struct kiln_run_mem {
   kiln_plan *plan;        /* NULL while recording */
   uint8_t *arena;
   size_t *recorded;       /* recording run: bytes per value id (0 = none) */
+  bool *concat_ok;        /* recording run: per node, a Concat whose inputs may live in place */
   char *signature;
 } kiln_run_mem;
 
@@ -40,6 +48,10 @@ kiln_code kiln_planner_begin(kiln_planner *p, const char *signature, kiln_run_me
 /* Arena memory for value `id` of `nbytes`, or NULL when it must be allocated on its own.
  * During a recording run, remembers the size. */
 void *kiln_planner_slot(kiln_run_mem *rm, int id, size_t nbytes);
+/* Whether node `node` is a Concat the planner could lay out in place (see above); the executor
+ * then checks the run-time condition and reports it with kiln_planner_note_concat. */
+bool kiln_planner_concat_candidate(const kiln_run_mem *rm, size_t node);
+void kiln_planner_note_concat(kiln_run_mem *rm, size_t node, bool in_place);
 /* Finish the run: a successful recording run builds and caches the plan. */
 void kiln_planner_end(kiln_run_mem *rm, bool ok);
 

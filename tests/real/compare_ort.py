@@ -3,7 +3,8 @@
 
     /usr/bin/python3 tests/real/compare_ort.py MODELS_DIR [--kiln build/kiln] [--rtol 1e-4]
 
-Prints one line per model with the max abs and relative error per output; exits 1 if any output
+kiln runs each model 3 times (the first run measures the memory plan, the later ones use it) and
+must give the same bytes every time; the last run's outputs are compared. Prints one line per model with the max abs and relative error per output; exits 1 if any output
 differs by more than rtol relative to the output's largest magnitude (plus a 1e-5 floor).
 """
 import argparse
@@ -36,7 +37,7 @@ def main():
         ins = os.path.join(d, "inputs")
         with tempfile.TemporaryDirectory() as tmp:
             kout, oout = os.path.join(tmp, "kiln"), os.path.join(tmp, "ort")
-            args = [a.kiln, "run", model, "--quiet", "--level", a.level, "--output-dir", kout]
+            args = [a.kiln, "run", model, "--quiet", "--level", a.level, "--runs", "3", "--output-dir", kout]
             for f in sorted(os.listdir(ins)):
                 args += ["--input", f"{f[:-4]}={os.path.join(ins, f)}"]
             r = subprocess.run(args, capture_output=True, text=True)

@@ -58,6 +58,8 @@ def torch_models(out):
     randomize_bn(r)
     export("resnet18", r, (torch.randn(1, 3, 224, 224),), ["input"],
            training=torch.onnx.TrainingMode.PRESERVE)
+    # fire modules: Concat of two conv outputs along channels (laid out in place by the planner)
+    export("squeezenet1_1", torchvision.models.squeezenet1_1(), (torch.randn(1, 3, 224, 224),), ["input"])
 
     class Encoder(nn.Module):
         def __init__(self):
