@@ -11,7 +11,7 @@ static void help(FILE *f) {
   fprintf(f,
           "usage: kiln run MODEL [--inputs DIR] [--input NAME=FILE.pb|.npy ...] [--output-dir DIR]\n"
           "                [--dim NAME=VALUE ...] [--seed N] [--level N] [--threads N] [--runs N]\n"
-          "                [--quiet]\n"
+          "                [--inter-op] [--quiet]\n"
           "Runs MODEL and prints each output's shape and a summary of its values.\n"
           "  --inputs DIR      read DIR/input_0.pb, input_1.pb, ... in graph-input order\n"
           "                    (initializers skipped), as the ONNX test data lays them out\n"
@@ -21,6 +21,7 @@ static void help(FILE *f) {
           "  --seed N          seed of the deterministic random inputs (default 0)\n"
           "  --level N         optimisation level 0, 1 or 2 (default 2)\n"
           "  --threads N       worker threads (default: one per core)\n"
+          "  --inter-op        run independent nodes at the same time (one thread each)\n"
           "  --runs N          run N times (default 1) and fail unless every run's tensor outputs\n"
           "                    are bytewise those of the first: the first run measures the memory\n"
           "                    plan, later runs use it; the last run's outputs are reported\n"
@@ -54,6 +55,8 @@ int cmd_run(int argc, char **argv) {
       return CLI_OK;
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
       quiet = 1;
+    } else if (!strcmp(a, "--inter-op")) {
+      o.inter_op = 1;
     } else if (next && !strcmp(a, "--inputs")) {
       inputs_dir = argv[++i];
     } else if (next && !strcmp(a, "--input") && n_input_args < 64) {

@@ -129,6 +129,11 @@ typedef struct kiln_options {
   /* Time every node of the main graph on every run (two clock reads per node) and count the
    * floating-point work of the compute-heavy ones. Results: kiln_session_profile. */
   int profile;
+  /* Inter-op parallelism: nodes of the main graph whose inputs are all ready run at the same
+   * time, each on one thread of the pool (kernels inside them then run single-threaded), in
+   * waves; the memory plan keeps nodes of one wave apart. Pays off on graphs with parallel
+   * branches of small nodes; off (0) by default. */
+  int inter_op;
 } kiln_options;
 
 /* Fill `o` with defaults. */

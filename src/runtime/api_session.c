@@ -90,9 +90,12 @@ static kiln_code finish_create(kiln_model *m, const kiln_options *opts, kiln_ses
   for (size_t i = 0; !rc && i < g->n_inputs; i++)
     if (!g->values[g->inputs[i]].init) s->feeds[s->n_feeds++] = g->inputs[i];
   if (!rc) rc = build_hist(s, err);
-  if (!rc && !(s->planner = kiln_planner_new(g))) rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   if (!rc && s->opts.threads < 0) rc = kiln_fail(err, KILN_ERR_INVALID_ARG, "threads must be >= 0 (0: one per core)");
   if (!rc) s->pool = kiln_pool_acquire(s->opts.threads);
+  if (!rc && s->opts.inter_op && kiln_threadpool_size(s->pool) > 1 && !(s->sched = kiln_schedule_new(g)))
+    rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  if (!rc && !(s->planner = kiln_planner_new(g, s->sched ? s->sched->level : NULL)))
+    rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   if (!rc && s->opts.profile && !(s->profile = kiln_profile_new(g->n_nodes)))
     rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   if (rc) {
@@ -137,6 +140,7 @@ void kiln_session_free(kiln_session *s) {
   kiln_planner_free(s->planner);
   kiln_pool_release(s->pool);
   kiln_profile_free(s->profile);
+  kiln_schedule_free(s->sched);
   free(s);
 }
 

@@ -219,6 +219,64 @@ static bool concat_in_place(const kiln_frame *f, const kiln_node *n) {
   return true;
 }
 
+/* After node i ran: tell a recording plan whether a Concat could be laid out in place, and free
+ * each input whose last reader this was (remaining[] counts the readers still to run). */
+static void after_node(kiln_frame *f, size_t i, size_t *remaining) {
+  const kiln_node *n = &f->g->nodes[i];
+  if (f->mem && kiln_planner_concat_candidate(f->mem, i))
+    kiln_planner_note_concat(f->mem, i, concat_in_place(f, n));
+  for (size_t k = 0; k < n->n_in; k++) {
+    int v = n->in[k];
+    if (v >= 0 && remaining[v] > 0 && --remaining[v] == 0 && f->owned[v]) {
+      kiln_tensor_free(f->vals[v]);
+      f->vals[v] = NULL;
+      f->owned[v] = false;
+    }
+  }
+}
+
+typedef struct wave_ctx {
+  kiln_frame *f;
+  const size_t *nodes; /* this wave's node indices */
+  kiln_code *rc;       /* per node of the wave */
+  kiln_error *err;
+} wave_ctx;
+
+static void wave_task(void *ctx, size_t begin, size_t end, int ti) {
+  (void)ti;
+  const wave_ctx *w = ctx;
+  for (size_t t = begin; t < end; t++) w->rc[t] = run_node(w->f, &w->f->g->nodes[w->nodes[t]], &w->err[t]);
+}
+
+/* Inter-op execution: the nodes of each wave run at the same time, one per pool thread (their
+ * kernels' own loops then run serially); frees and plan notes happen between waves, in graph
+ * order. The first failing node in graph order reports the error. */
+static kiln_code run_waves(kiln_frame *f, const kiln_schedule *sc, size_t *remaining, kiln_error *err) {
+  size_t widest = 0;
+  for (size_t w = 0; w < sc->n_waves; w++)
+    if (sc->wave_off[w + 1] - sc->wave_off[w] > widest) widest = sc->wave_off[w + 1] - sc->wave_off[w];
+  kiln_code *rcs = kiln_calloc(widest ? widest : 1, sizeof *rcs);
+  kiln_error *errs = kiln_calloc(widest ? widest : 1, sizeof *errs);
+  kiln_code rc = rcs && errs ? KILN_OK : kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  for (size_t w = 0; w < sc->n_waves && rc == KILN_OK; w++) {
+    const size_t *nodes = sc->order + sc->wave_off[w];
+    size_t n = sc->wave_off[w + 1] - sc->wave_off[w];
+    if (n == 1) {
+      rc = run_node(f, &f->g->nodes[nodes[0]], err);
+    } else {
+      memset(errs, 0, n * sizeof *errs);
+      wave_ctx ctx = {f, nodes, rcs, errs};
+      kiln_parallel_for(f->session->pool, n, wave_task, &ctx, 1);
+      for (size_t t = 0; t < n && rc == KILN_OK; t++)
+        if ((rc = rcs[t]) != KILN_OK && err) *err = errs[t];
+    }
+    for (size_t t = 0; t < n && rc == KILN_OK; t++) after_node(f, nodes[t], remaining);
+  }
+  free(rcs);
+  free(errs);
+  return rc;
+}
+
 /* The input-shape signature that keys memory plans: dtype and dims of every bound input. */
 static void input_signature(const kiln_graph *g, size_t n, const kiln_tensor *const *inputs,
                             char *buf, size_t cap) {
@@ -275,19 +333,12 @@ kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_g
   size_t *remaining = kiln_malloc(g->n_values * sizeof *remaining);
   if (!remaining) rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   else memcpy(remaining, g->uses, g->n_values * sizeof *remaining);
-  for (size_t i = 0; i < g->n_nodes && rc == KILN_OK; i++) {
-    const kiln_node *n = &g->nodes[i];
-    rc = run_node(&f, n, err);
-    if (rc == KILN_OK && planned && kiln_planner_concat_candidate(&mem, i))
-      kiln_planner_note_concat(&mem, i, concat_in_place(&f, n));
-    for (size_t k = 0; rc == KILN_OK && k < n->n_in; k++) {
-      int v = n->in[k];
-      if (v >= 0 && remaining[v] > 0 && --remaining[v] == 0 && f.owned[v]) {
-        kiln_tensor_free(f.vals[v]);
-        f.vals[v] = NULL;
-        f.owned[v] = false;
-      }
-    }
+  const kiln_schedule *sched = !parent && s && g == s->model->graph && !kiln_in_parallel_region() ? s->sched : NULL;
+  if (rc == KILN_OK && sched) {
+    rc = run_waves(&f, sched, remaining, err);
+  } else {
+    for (size_t i = 0; i < g->n_nodes && rc == KILN_OK; i++)
+      if ((rc = run_node(&f, &g->nodes[i], err)) == KILN_OK) after_node(&f, i, remaining);
   }
   free(remaining);
   for (size_t i = 0; i < g->n_outputs && rc == KILN_OK; i++) {

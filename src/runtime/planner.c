@@ -60,7 +60,7 @@ static void find_concats(kiln_planner *p, const kiln_graph *g) {
   }
 }
 
-kiln_planner *kiln_planner_new(const kiln_graph *g) {
+kiln_planner *kiln_planner_new(const kiln_graph *g, const int *time) {
   kiln_planner *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->g = g;
@@ -76,26 +76,28 @@ kiln_planner *kiln_planner_new(const kiln_graph *g) {
     return NULL;
   }
   p->n_nodes = g->n_nodes;
-  /* Lifetimes in node order; g->uses counts graph outputs and subgraph readers, which must
+  /* Lifetimes in node order (or in `time` units: nodes of one time step may run together); g->uses counts graph outputs and subgraph readers, which must
    * outlive the plan, so a value is plannable only when its node readers account for all uses. */
   size_t *readers = kiln_calloc(g->n_values, sizeof *readers);
+#define T(i) (time ? time[i] : (int)(i))
   for (size_t v = 0; v < g->n_values; v++) p->first[v] = p->last[v] = -1;
   for (size_t i = 0; i < g->n_nodes; i++) {
     const kiln_node *n = &g->nodes[i];
     for (size_t k = 0; k < n->n_in; k++)
       if (n->in[k] >= 0) {
-        p->last[n->in[k]] = (int)i;
+        p->last[n->in[k]] = T(i);
         if (readers) readers[n->in[k]]++;
       }
     for (size_t k = 0; k < n->n_out; k++)
-      if (n->out[k] >= 0) p->first[n->out[k]] = p->last[n->out[k]] = (int)i;
+      if (n->out[k] >= 0) p->first[n->out[k]] = p->last[n->out[k]] = T(i);
   }
   /* Reads happen after the definition; recompute last as the max of both. */
   for (size_t i = 0; i < g->n_nodes; i++) {
     const kiln_node *n = &g->nodes[i];
     for (size_t k = 0; k < n->n_in; k++)
-      if (n->in[k] >= 0 && p->last[n->in[k]] < (int)i) p->last[n->in[k]] = (int)i;
+      if (n->in[k] >= 0 && p->last[n->in[k]] < T(i)) p->last[n->in[k]] = T(i);
   }
+#undef T
   for (size_t v = 0; readers && v < g->n_values; v++)
     p->plannable[v] = p->first[v] >= 0 && g->uses && readers[v] == g->uses[v];
   free(readers);

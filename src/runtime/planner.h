@@ -39,7 +39,9 @@ typedef struct kiln_run_mem {
   char *signature;
 } kiln_run_mem;
 
-kiln_planner *kiln_planner_new(const kiln_graph *g);
+/* `time` gives each node's step (NULL: its index): values live from their producer's step to
+ * their last reader's, so nodes that share a step (run concurrently) never share memory. */
+kiln_planner *kiln_planner_new(const kiln_graph *g, const int *time);
 void kiln_planner_free(kiln_planner *p);
 
 /* Start a run for the given input signature (any string identifying the input shapes). */

@@ -7,6 +7,7 @@
 #include "opt/opt.h"
 #include "runtime/planner.h"
 #include "runtime/profile.h"
+#include "runtime/schedule.h"
 #include "runtime/threadpool.h"
 
 #define KILN_MAX_OPSET 18
@@ -32,6 +33,7 @@ struct kiln_session {
   size_t n_fallbacks;      /* fused nodes that fell back to their original chain (atomic) */
   struct kiln_plugin_set *plugins; /* this session's plugin ops and patterns (NULL: none) */
   kiln_profile *profile;   /* per-node times of the main graph (opts.profile), or NULL */
+  kiln_schedule *sched;    /* waves of the main graph (opts.inter_op with a pool), or NULL */
 };
 
 /* One activation of a graph: the values its nodes produced. */

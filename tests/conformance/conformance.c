@@ -31,12 +31,13 @@ typedef struct {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: kiln_conformance [--data DIR] [--expected FILE] [--write-expected FILE]\n"
-          "                        [--filter SUBSTR] [--level N] [--timeout SEC] [-v]\n"
+          "                        [--filter SUBSTR] [--level N] [--timeout SEC] [--inter-op] [-v]\n"
           "Runs every model under DIR/{node,pytorch-converted,pytorch-operator,simple} and compares\n"
           "its outputs with the reference (floats: |a-e| <= 1e-5 + 1e-3*|e|; NaN equals NaN).\n"
           "--expected FILE    known failures, one 'suite/test  # reason' per line; the run fails\n"
           "                   when a listed test passes or an unlisted one fails\n"
-          "--write-expected F write the current failures to F (with kiln's error as the reason)\n");
+          "--write-expected F write the current failures to F (with kiln's error as the reason)\n"
+          "--inter-op         two threads, independent nodes run at the same time\n");
 }
 
 /* ---- comparison ---- */
@@ -152,13 +153,17 @@ static void bf16_quirk(kiln_tensor *t, const kiln_io_info *info) {
     kiln_tensor_reinterpret(t, KILN_BFLOAT16, NULL);
 }
 
+/* --inter-op: run every model with two threads and independent nodes at the same time */
+static int g_inter_op;
+
 static int run_test(const char *dir, int level, char *why, size_t n) {
   char path[4096];
   kiln_error err = {0};
   kiln_options o;
   kiln_options_init(&o);
   o.opt_level = level;
-  o.threads = 1;
+  o.threads = g_inter_op ? 2 : 1;
+  o.inter_op = g_inter_op;
   snprintf(path, sizeof path, "%s/model.onnx", dir);
   kiln_session *s = NULL;
   if (kiln_session_create(path, &o, &s, &err)) {
@@ -322,6 +327,8 @@ int main(int argc, char **argv) {
       return 0;
     } else if (!strcmp(a, "-v")) {
       o.verbose = 1;
+    } else if (!strcmp(a, "--inter-op")) {
+      g_inter_op = 1;
     } else if (next && !strcmp(a, "--data")) {
       o.data = argv[++i];
     } else if (next && !strcmp(a, "--expected")) {

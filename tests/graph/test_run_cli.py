@@ -1,4 +1,4 @@
-"""kiln run --runs: planned runs (after the first, which measures the memory plan) must repeat
+"""kiln run --runs (and --inter-op): planned runs (after the first, which measures the memory plan) must repeat
 the first run's outputs byte for byte, including a Concat whose inputs the plan lays out in
 place; bad counts are usage errors."""
 import os
@@ -38,10 +38,10 @@ def expected():
     return 1 / (1 + np.exp(-np.concatenate([a, b], axis=1)))
 
 for level in ["0", "2"]:
-    for threads in ["1", "2"]:
-        out = os.path.join(TMP, f"fire_out_{level}_{threads}")
+    for threads in ["1", "2", "2 --inter-op"]:
+        out = os.path.join(TMP, f"fire_out_{level}_{threads.replace(' ', '')}")
         rc, text = kiln("run", path, "--input", f"x={xin}", "--runs", "4", "--level", level,
-                        "--threads", threads, "--quiet", "--output-dir", out)
+                        "--threads", *threads.split(), "--quiet", "--output-dir", out)
         check(rc == 0, f"level {level}, {threads} threads: 4 runs agree: {text[-300:]}")
         if rc == 0:
             y = numpy_helper.to_array(onnx.load_tensor(os.path.join(out, "output_0.pb")))

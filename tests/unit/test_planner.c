@@ -59,7 +59,7 @@ static void run_rows(kiln_session *s, int64_t n) {
 
 /* x[N,16] -> relu -> a, x -> neg -> b, Concat(a, b, axis) -> c -> abs -> y: with N = 1 and
  * axis 1 (or any N and axis 0) a and b can be written straight into c. */
-static kiln_session *concat_session(int64_t axis) {
+static kiln_session *concat_session_opts(int64_t axis, int inter_op) {
   static const int64_t in_dims[] = {-1, 16}, out_dims[] = {-1, -1};
   mg_model mm;
   mg_init(&mm, 13);
@@ -83,12 +83,16 @@ static kiln_session *concat_session(int64_t axis) {
   kiln_options o;
   kiln_options_init(&o);
   o.opt_level = 0;
+  o.inter_op = inter_op;
+  o.threads = inter_op ? 2 : 0;
   kiln_session *s = NULL;
   kiln_error err = {0};
   CHECK_MSG(kiln_session_create_from_memory(b, len, NULL, &o, &s, &err) == KILN_OK, "%s", err.message);
   free(b);
   return s;
 }
+
+static kiln_session *concat_session(int64_t axis) { return concat_session_opts(axis, 0); }
 
 /* y = |concat(relu(x), -x)|, checked element by element. */
 static void run_concat(kiln_session *s, int64_t axis, int64_t n) {
@@ -142,8 +146,26 @@ static void test_concat_in_place(void) {
   }
 }
 
+/* Inter-op: Relu and Neg both read x only, so they form wave 0; Concat is wave 1, Abs wave 2.
+ * Results equal the sequential ones, and planned runs keep the wave-mates apart. */
+static void test_inter_op_waves(void) {
+  kiln_session *s = concat_session_opts(1, 1);
+  if (!s) return;
+  const kiln_schedule *sc = s->sched;
+  CHECK_MSG(sc && sc->n_waves == 3, "3 waves, got %zu", sc ? sc->n_waves : 0);
+  if (sc && sc->n_waves == 3) {
+    CHECK(sc->wave_off[1] == 2 && sc->wave_off[2] == 3 && sc->wave_off[3] == 4);
+    CHECK(!strcmp(s->model->graph->nodes[sc->order[0]].op_type, "Relu") &&
+          !strcmp(s->model->graph->nodes[sc->order[1]].op_type, "Neg"));
+  }
+  for (int i = 0; i < 4; i++) run_concat(s, 1, 1);
+  for (int i = 0; i < 4; i++) run_concat(s, 1, 5);
+  kiln_session_free(s);
+}
+
 int main(void) {
   test_concat_in_place();
+  test_inter_op_waves();
   kiln_session *s = chain_session();
   if (!s) return kt_finish("test_planner");
   run_rows(s, 100); /* measures */
