@@ -37,6 +37,7 @@
  * masked out completely gives NaN, as the chain does. Run-time shapes the node cannot handle
  * (a mask that would grow Sq or Sk) fail the kernel, and the executor runs the chain. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -235,16 +236,18 @@ typedef struct attn_work {
 } attn_work;
 
 /* All buffers of one run: nslot packed K/V slots (one per batch element of a group) and
- * per-thread tiles for nthr threads. */
+ * per-thread tiles for nthr threads, plus the slot maps of a group. */
 typedef struct attn_bufs {
   float *kp, *vp, *q, *s, *acc;
   size_t kpn, vpn, qn, sn, accn; /* floats per slot / per thread */
+  size_t nslot, nthr;
+  size_t *slots; /* 2 * nslot */
 } attn_bufs;
 
 /* n floats rounded up to whole 64-byte lines, plus one line of padding */
 static size_t pad_line(size_t n) { return (n + 15) / 16 * 16 + 16; }
 
-static bool bufs_alloc(attn_bufs *w, const attn_plan *p, size_t nslot, size_t nthr) {
+static void bufs_sizes(attn_bufs *w, const attn_plan *p, size_t nslot, size_t nthr) {
   memset(w, 0, sizeof *w);
   w->kpn = (size_t)p->nkb * BK * (size_t)p->d;
   w->vpn = (size_t)p->nkb * BK * (size_t)p->dvp;
@@ -252,28 +255,73 @@ static bool bufs_alloc(attn_bufs *w, const attn_plan *p, size_t nslot, size_t nt
   w->qn = pad_line((size_t)QB * (size_t)(p->d ? p->d : 1));
   w->sn = pad_line((size_t)QB * BK);
   w->accn = pad_line((size_t)QB * (size_t)(p->dvp ? p->dvp : 1));
-  w->kp = calloc(w->kpn * nslot + 1, sizeof(float));
-  w->vp = calloc(w->vpn * nslot + 1, sizeof(float));
-  w->q = calloc(w->qn * nthr, sizeof(float));
-  w->s = calloc(w->sn * nthr, sizeof(float));
-  w->acc = calloc(w->accn * nthr, sizeof(float));
-  return w->kp && w->vp && w->q && w->s && w->acc;
+  w->nslot = nslot;
+  w->nthr = nthr;
 }
 
-static void bufs_free(attn_bufs *w) {
+static void bufs_free(void *wp) {
+  attn_bufs *w = wp;
+  if (!w) return;
   free(w->kp);
   free(w->vp);
   free(w->q);
   free(w->s);
   free(w->acc);
+  free(w->slots);
+  free(w);
+}
+
+/* The work buffers for a run of plan p: the node's cached set when it has the same geometry
+ * (taken out of the node, so concurrent runs never share one), else a fresh zeroed set. A
+ * set's padding (key columns past Sk, value columns past Dv) is zeroed at allocation and never
+ * written, so it stays valid for every run of the same geometry; reusing the set saves the
+ * allocation, the zeroing and the page faults of about 100 KiB per node and run. */
+static attn_bufs *bufs_take(const kiln_node *node, const attn_plan *p, size_t nslot, size_t nthr) {
+  kiln_node *n = (kiln_node *)(uintptr_t)node; /* node state is runtime cache */
+  attn_bufs want, *w = __atomic_exchange_n((attn_bufs **)&n->state, NULL, __ATOMIC_ACQ_REL);
+  bufs_sizes(&want, p, nslot, nthr);
+  if (w && w->kpn == want.kpn && w->vpn == want.vpn && w->qn == want.qn && w->sn == want.sn &&
+      w->accn == want.accn && w->nslot == nslot && w->nthr == nthr)
+    return w;
+  bufs_free(w);
+  if (!(w = malloc(sizeof *w))) return NULL;
+  *w = want;
+  w->kp = calloc(w->kpn * nslot + 1, sizeof(float));
+  w->vp = calloc(w->vpn * nslot + 1, sizeof(float));
+  w->q = calloc(w->qn * nthr, sizeof(float));
+  w->s = calloc(w->sn * nthr, sizeof(float));
+  w->acc = calloc(w->accn * nthr, sizeof(float));
+  w->slots = calloc(2 * nslot, sizeof *w->slots);
+  if (w->kp && w->vp && w->q && w->s && w->acc && w->slots) return w;
+  bufs_free(w);
+  return NULL;
+}
+
+/* Put the set back into the node for the next run (freed if another run put one back first). */
+static void bufs_give(const kiln_node *node, attn_bufs *w) {
+  kiln_node *n = (kiln_node *)(uintptr_t)node;
+  void *expected = NULL;
+  __atomic_store_n(&n->state_free, bufs_free, __ATOMIC_RELEASE);
+  if (!__atomic_compare_exchange_n(&n->state, &expected, w, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) bufs_free(w);
 }
 
 static void pack_k(const attn_plan *p, const float *k, float *kp) {
   int64_t sd = p->k.stride[p->k.rank - 2], sj = p->k.stride[p->k.rank - 1];
   for (int64_t kb = 0; kb < p->nkb; kb++) {
     int64_t j0 = kb * BK, nk = p->sk - j0 < BK ? p->sk - j0 : BK;
+    float *panel = kp + kb * p->d * BK;
+    if (sd == 1 && sj != 1) {
+      /* K stored (Sk, D), the usual layout: read each key's D values in a row and scatter
+       * them down the panel's column (the panel, D x BK floats, stays in L1), instead of
+       * gathering every column with a stride of a whole key row */
+      for (int64_t j = 0; j < nk; j++) {
+        const float *src = k + (j0 + j) * sj;
+        for (int64_t d = 0; d < p->d; d++) panel[d * BK + j] = src[d];
+      }
+      continue;
+    }
     for (int64_t d = 0; d < p->d; d++) {
-      float *dst = kp + (kb * p->d + d) * BK;
+      float *dst = panel + d * BK;
       const float *src = k + d * sd + j0 * sj;
       if (sj == 1) memcpy(dst, src, (size_t)nk * sizeof *dst);
       else
@@ -447,17 +495,16 @@ static kiln_code attention_run(kiln_kctx *c) {
   double work = (double)nbatch * (double)p.sq * (double)p.sk * (double)(p.d + p.dv);
   kiln_threadpool *pool = work >= 1 << 17 ? kiln_kpool(c) : NULL;
   size_t nthr = (size_t)kiln_threadpool_size(pool);
-  /* Batch elements go in groups of one per thread: the group's packed K and V are still in
-   * cache when its query tiles read them. */
-  int64_t group = (int64_t)nthr < nbatch ? (int64_t)nthr : nbatch;
-  attn_bufs w;
-  memset(&w, 0, sizeof w);
-  size_t *slots = malloc(2 * (size_t)group * sizeof *slots);
-  if (!slots || !bufs_alloc(&w, &p, (size_t)group, nthr)) {
-    free(slots);
-    bufs_free(&w);
-    return kiln_kfail(c, "out of memory for attention work buffers");
-  }
+  /* Batch elements go in groups whose packed K and V fit in about half an L2 (at least one
+   * element per thread): the group's panels are still in cache when its query tiles read
+   * them, and a small problem (one BERT layer's heads) is one group, i.e. two parallel loops
+   * per node rather than two per thread's worth of heads. */
+  int64_t per_elem = p.nkb * BK * (p.d + p.dvp) * (int64_t)sizeof(float);
+  int64_t group = ((int64_t)1 << 20) / (per_elem ? per_elem : 1);
+  if (group < (int64_t)nthr) group = (int64_t)nthr;
+  if (group > nbatch) group = nbatch;
+  attn_bufs *w = bufs_take(c->node, &p, (size_t)group, nthr);
+  if (!w) return kiln_kfail(c, "out of memory for attention work buffers");
   attend_fn attend = attend_v4;
 #ifdef AT_HAVE_AVX2
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("KILN_ATTENTION_PORTABLE"))
@@ -467,9 +514,9 @@ static kiln_code attention_run(kiln_kctx *c) {
   /* query tiles: 8 microkernel tiles, or fewer when there are few batch elements to share */
   int64_t qt = QB * 8;
   while (qt > QB && nbatch * ((p.sq + qt - 1) / qt) < 4 * (int64_t)nthr) qt /= 2;
-  attn_job j = {&p, &w, attend, kiln_in(c, 0)->data, kiln_in(c, 1)->data, kiln_in(c, 2)->data,
+  attn_job j = {&p, w, attend, kiln_in(c, 0)->data, kiln_in(c, 1)->data, kiln_in(c, 2)->data,
                 p.has_mask ? kiln_in(c, 3)->data : NULL, p.has_cond ? kiln_in(c, 4)->data : NULL,
-                y->data, 0, 0, (p.sq + qt - 1) / qt, qt, slots, slots + group};
+                y->data, 0, 0, (p.sq + qt - 1) / qt, qt, w->slots, w->slots + group};
   for (int64_t b0 = 0; b0 < nbatch; b0 += group) {
     j.b0 = b0;
     j.nbat = nbatch - b0 < group ? nbatch - b0 : group;
@@ -485,8 +532,7 @@ static kiln_code attention_run(kiln_kctx *c) {
     kiln_parallel_for(pool, (size_t)j.nbat, pack_task, &j, 1);
     kiln_parallel_for(pool, (size_t)(j.nbat * j.nqt), attend_task, &j, 1);
   }
-  free(slots);
-  bufs_free(&w);
+  bufs_give(c->node, w);
   return KILN_OK;
 }
 
