@@ -3,8 +3,14 @@
  *
  *   Attention(Q, K, V, [mask], [cond]) -> Y
  *
- * Each of Q, K, V is read through a permutation of its axes (attributes q_perm, k_perm,
- * v_perm; absent = identity), which is how the Transposes of the head split are absorbed:
+ * Each of Q, K, V may first be viewed through a Slice and a Reshape (attributes x_slice =
+ * [axis, start, end], a step-1 Slice of the input along one axis, then x_shape, a Reshape
+ * target with ONNX's 0 and -1, for x = q, k, v; made by src/opt/fuse_attention.c from the
+ * Slices that cut a packed QKV projection and the Reshapes of the head split, so neither is
+ * copied). The view must be expressible as strides over the input (it always is for these);
+ * when it is not the kernel fails and the chain runs. Then it is read through a permutation
+ * of its axes (attributes q_perm, k_perm, v_perm; absent = identity), which is how the
+ * Transposes of the head split are absorbed:
  *   Q' = transpose(Q, q_perm)   (..., Sq, D)
  *   K' = transpose(K, k_perm)   (..., D, Sk)  -- the second operand of MatMul(Q, K^T), so a
  *                                               pre-transposed K has the identity perm and
@@ -17,6 +23,8 @@
  *                                            where_after_mask = 1 applies the Where after it)
  *   O  = softmax(S, last axis) V'           (..., Sq, Dv)
  *   Y  = transpose(O, out_perm)             (absorbs the head merge Transpose)
+ *   Y  = reshape(Y, out_shape)              (optional; absorbs the head merge Reshape: the
+ *                                            data are contiguous, only the dims change)
  * The leading ("batch") axes of Q', K', V', mask and cond broadcast numpy-style, as MatMul
  * and Add would broadcast them; the mask's and cond's last two axes are 1 or Sq, and 1 or Sk.
  * float32 only; any rank >= 2 (rank 4 (B, H, S, D) and rank 3 (B*H, S, D) are the usual).
@@ -83,17 +91,182 @@ static bool read_perm(const kiln_node *n, const char *name, int r, int *perm) {
   return true;
 }
 
-static void make_view(view *v, int rank, const int64_t *dims, const int *perm) {
-  int64_t st[MAXR], s = 1;
+static void row_major(int rank, const int64_t *dims, int64_t *st) {
+  int64_t s = 1;
   for (int i = rank - 1; i >= 0; i--) {
     st[i] = s;
     s *= dims[i];
   }
+}
+
+/* v = the strided array (dims, st) with its axes permuted by perm (NULL: identity) */
+static void make_strided_view(view *v, int rank, const int64_t *dims, const int64_t *st, const int *perm) {
   v->rank = rank;
   for (int i = 0; i < rank; i++) {
     v->dims[i] = dims[perm ? perm[i] : i];
     v->stride[i] = st[perm ? perm[i] : i];
   }
+}
+
+static void make_view(view *v, int rank, const int64_t *dims, const int *perm) {
+  int64_t st[MAXR];
+  row_major(rank, dims, st);
+  make_strided_view(v, rank, dims, st, perm);
+}
+
+/* Resolve a Reshape target (ONNX, allowzero 0: 0 copies the input dim, one -1 is inferred)
+ * for input dims in[r]; dims of -1 in `in` (unknown, at load time) give -1 where they matter.
+ * False when the target cannot fit. */
+static bool reshape_target(int r, const int64_t *in, const int64_t *s, size_t n, int64_t *out) {
+  int neg = -1;
+  int64_t total = 1, prod = 1;
+  bool known = true;
+  if (n > MAXR) return false;
+  for (int k = 0; k < r; k++) {
+    if (in[k] < 0) known = false;
+    else total *= in[k];
+  }
+  for (size_t k = 0; k < n; k++) {
+    if (s[k] < -1 || (s[k] == -1 && neg >= 0)) return false;
+    if (s[k] == -1) {
+      neg = (int)k;
+      continue;
+    }
+    if (s[k] == 0 && (int)k >= r) return false;
+    out[k] = s[k] == 0 ? in[k] : s[k];
+    if (out[k] < 0) known = false;
+    else prod *= out[k];
+  }
+  if (neg >= 0) {
+    out[neg] = -1;
+    if (known) {
+      if (prod == 0 || total % prod) return false;
+      out[neg] = total / prod;
+    }
+  } else if (known && prod != total) {
+    return false;
+  }
+  return true;
+}
+
+/* Strides for viewing the strided array (od, os) of rank or as dims nd[nr] without a copy
+ * (numpy's rule: each group of old axes merged or split must be contiguous among itself);
+ * false when that needs a copy. Same element count assumed, and not zero. */
+static bool reshape_strides(int or, const int64_t *od, const int64_t *os, int nr, const int64_t *nd, int64_t *ns) {
+  int64_t d[MAXR], st[MAXR];
+  int n = 0;
+  for (int i = 0; i < or; i++) /* axes of 1 carry no layout */
+    if (od[i] != 1) {
+      d[n] = od[i];
+      st[n++] = os[i];
+    }
+  int oi = 0, ni = 0;
+  while (ni < nr && oi < n) {
+    int64_t np = nd[ni], op = d[oi];
+    int nj = ni + 1, oj = oi + 1;
+    while (np != op) {
+      if (np < op) {
+        if (nj >= nr) return false;
+        np *= nd[nj++];
+      } else {
+        if (oj >= n) return false;
+        op *= d[oj++];
+      }
+    }
+    for (int k = oi; k < oj - 1; k++)
+      if (st[k] != d[k + 1] * st[k + 1]) return false;
+    ns[nj - 1] = st[oj - 1];
+    for (int k = nj - 1; k > ni; k--) ns[k - 1] = ns[k] * nd[k];
+    ni = nj;
+    oi = oj;
+  }
+  for (; ni < nr; ni++) ns[ni] = 1; /* trailing axes of 1 */
+  return true;
+}
+
+/* The x_slice attribute ([axis, start, end]) on dims[r]: the first index and count along the
+ * axis (ONNX Slice clamping, step 1); false when absent. *ok is false when it is malformed. */
+static bool read_slice(const kiln_node *n, const char *name, int r, const int64_t *dims, int *axis,
+                       int64_t *first, int64_t *count, bool *ok) {
+  size_t cnt;
+  const int64_t *sl = kiln_attr_ints(n, name, &cnt);
+  *ok = true;
+  if (!sl) return false;
+  int64_t a = cnt == 3 ? (sl[0] < 0 ? sl[0] + r : sl[0]) : -1;
+  if (a < 0 || a >= r) {
+    *ok = false;
+    return true;
+  }
+  int64_t dim = dims[a], s = sl[1], e = sl[2];
+  *axis = (int)a;
+  if (dim < 0) { /* unknown (load time) */
+    *first = 0;
+    *count = -1;
+    return true;
+  }
+  if (s < 0) s += dim;
+  if (e < 0) e += dim;
+  s = s < 0 ? 0 : s > dim ? dim : s;
+  e = e < 0 ? 0 : e > dim ? dim : e;
+  *first = s;
+  *count = e > s ? e - s : 0;
+  return true;
+}
+
+/* dst = the strided array (dims, st) of src, copied in row-major order */
+static void gather_strided(float *dst, const float *src, int rank, const int64_t *dims, const int64_t *st) {
+  int64_t idx[MAXR] = {0}, inner = rank ? dims[rank - 1] : 1, is = rank ? st[rank - 1] : 1, outer = 1;
+  for (int d = 0; d + 1 < rank; d++) outer *= dims[d];
+  for (int64_t o = 0; o < outer; o++) {
+    const float *sp = src;
+    for (int d = 0; d + 1 < rank; d++) sp += idx[d] * st[d];
+    for (int64_t k = 0; k < inner; k++) dst[k] = sp[k * is];
+    dst += inner;
+    for (int d = rank - 2; d >= 0; d--) {
+      if (++idx[d] < dims[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+/* Input i's dims and strides after its x_slice and x_shape attributes, and where its data
+ * start (*data); false, with a message in c, when they do not fit. A view that strides cannot
+ * express (a Reshape merging axes the Slice left apart, e.g. batch and heads when the batch
+ * is over 1) is copied into *owned (the caller frees it), as the chain would have. */
+static bool input_view(kiln_kctx *c, size_t i, const kiln_tensor *t, int *rank, int64_t *dims, int64_t *st,
+                       const float **data, float **owned) {
+  static const char *slices[3] = {"q_slice", "k_slice", "v_slice"}, *shapes[3] = {"q_shape", "k_shape", "v_shape"};
+  int r = t->rank, axis;
+  int64_t first, count;
+  bool ok;
+  memcpy(dims, t->dims, (size_t)r * sizeof *dims);
+  row_major(r, dims, st);
+  *data = t->data;
+  if (read_slice(c->node, slices[i], r, dims, &axis, &first, &count, &ok)) {
+    if (!ok) return kiln_kfail(c, "%s is not [axis, start, end] for rank %d", slices[i], r), false;
+    *data += first * st[axis];
+    dims[axis] = count;
+  }
+  size_t n;
+  const int64_t *shape = kiln_attr_ints(c->node, shapes[i], &n);
+  if (shape) {
+    int64_t nd[MAXR], ns[MAXR], numel = 1;
+    if (!reshape_target(r, dims, shape, n, nd))
+      return kiln_kfail(c, "%s does not fit the input's %d dims", shapes[i], r), false;
+    for (int k = 0; k < r; k++) numel *= dims[k];
+    if (numel == 0 || !reshape_strides(r, dims, st, (int)n, nd, ns)) {
+      row_major((int)n, nd, ns);
+      if (numel && !(*owned = malloc((size_t)numel * sizeof **owned)))
+        return kiln_kfail(c, "out of memory for the attention's %s view", shapes[i]), false;
+      if (numel) gather_strided(*owned, *data, r, dims, st);
+      *data = *owned;
+    }
+    r = (int)n;
+    memcpy(dims, nd, n * sizeof *dims);
+    memcpy(st, ns, n * sizeof *st);
+  }
+  *rank = r;
+  return true;
 }
 
 /* Broadcast the batch axes (all but the last two) of views into dims[nb]; false on mismatch. */
@@ -132,6 +305,8 @@ typedef struct attn_plan {
   int64_t bdims[MAXR];
   int64_t qbs[MAXR], kbs[MAXR], vbs[MAXR], mbs[MAXR], cbs[MAXR], obs[MAXR];
   int64_t sq, sk, d, dv, dvp, nkb;
+  const float *in_data[3];       /* where the Q, K, V views start */
+  float *owned[3];               /* copies of views strides cannot express (freed by the run) */
   float scale, fill;
   bool has_mask, has_cond, keep_true, where_after;
 } attn_plan;
@@ -150,11 +325,12 @@ static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
   static const char *perms[3] = {"q_perm", "k_perm", "v_perm"};
   view *vw[3] = {&p->q, &p->k, &p->v};
   for (size_t i = 0; i < 3; i++) {
-    int perm[MAXR];
-    if (t[i]->rank < 2) return kiln_kfail(c, "input %zu must have rank >= 2", i);
-    if (!read_perm(c->node, perms[i], t[i]->rank, perm))
-      return kiln_kfail(c, "%s is not a permutation of %d axes", perms[i], t[i]->rank);
-    make_view(vw[i], t[i]->rank, t[i]->dims, perm);
+    int perm[MAXR], r;
+    int64_t dims[MAXR], st[MAXR];
+    if (!input_view(c, i, t[i], &r, dims, st, &p->in_data[i], &p->owned[i])) return c->err->code;
+    if (r < 2) return kiln_kfail(c, "input %zu must have rank >= 2", i);
+    if (!read_perm(c->node, perms[i], r, perm)) return kiln_kfail(c, "%s is not a permutation of %d axes", perms[i], r);
+    make_strided_view(vw[i], r, dims, st, perm);
   }
   p->has_mask = t[3] != NULL;
   p->has_cond = t[4] != NULL;
@@ -204,7 +380,12 @@ static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
   od[r - 1] = p->dv;
   if (!read_perm(c->node, "out_perm", r, perm)) return kiln_kfail(c, "out_perm is not a permutation of %d axes", r);
   for (int i = 0; i < r; i++) yd[i] = od[perm[i]];
-  kiln_tensor *y = kiln_out(c, 0, KILN_FLOAT, r, yd);
+  /* out_shape relabels the contiguous output's dims; the layout below is yd's */
+  size_t nos;
+  const int64_t *os = kiln_attr_ints(c->node, "out_shape", &nos);
+  int64_t sd[MAXR];
+  if (os && !reshape_target(r, yd, os, nos, sd)) return kiln_kfail(c, "out_shape does not fit the output");
+  kiln_tensor *y = os ? kiln_out(c, 0, KILN_FLOAT, (int)nos, sd) : kiln_out(c, 0, KILN_FLOAT, r, yd);
   if (!y) return c->err->code;
   view yv;
   make_view(&yv, r, yd, NULL);
@@ -476,11 +657,11 @@ static void attend_task(void *ctx, size_t begin, size_t end, int thread) {
   }
 }
 
-static kiln_code attention_run(kiln_kctx *c) {
+static kiln_code attention_exec(kiln_kctx *c, attn_plan *pp) {
   attn_plan p;
   kiln_tensor *y = NULL;
-  memset(&p, 0, sizeof p);
-  kiln_code rc = plan_views(c, &p, &y);
+  kiln_code rc = plan_views(c, pp, &y);
+  p = *pp;
   if (rc) return rc;
   if (y->numel == 0) return KILN_OK;
   if (p.sk == 0) { /* softmax over nothing times an empty V: zeros, as MatMul gives */
@@ -514,7 +695,7 @@ static kiln_code attention_run(kiln_kctx *c) {
   /* query tiles: 8 microkernel tiles, or fewer when there are few batch elements to share */
   int64_t qt = QB * 8;
   while (qt > QB && nbatch * ((p.sq + qt - 1) / qt) < 4 * (int64_t)nthr) qt /= 2;
-  attn_job j = {&p, w, attend, kiln_in(c, 0)->data, kiln_in(c, 1)->data, kiln_in(c, 2)->data,
+  attn_job j = {&p, w, attend, p.in_data[0], p.in_data[1], p.in_data[2],
                 p.has_mask ? kiln_in(c, 3)->data : NULL, p.has_cond ? kiln_in(c, 4)->data : NULL,
                 y->data, 0, 0, (p.sq + qt - 1) / qt, qt, w->slots, w->slots + group};
   for (int64_t b0 = 0; b0 < nbatch; b0 += group) {
@@ -536,6 +717,14 @@ static kiln_code attention_run(kiln_kctx *c) {
   return KILN_OK;
 }
 
+static kiln_code attention_run(kiln_kctx *c) {
+  attn_plan p;
+  memset(&p, 0, sizeof p);
+  kiln_code rc = attention_exec(c, &p);
+  for (size_t i = 0; i < 3; i++) free(p.owned[i]);
+  return rc;
+}
+
 /* ---- shape function: the same views on the static types ---- */
 
 static void type_view(const kiln_type *t, const int *perm, int64_t *dims, const char **sym) {
@@ -544,6 +733,32 @@ static void type_view(const kiln_type *t, const int *perm, int64_t *dims, const 
     dims[i] = t->dims[a];
     sym[i] = t->sym[a];
   }
+}
+
+/* The static type of input i viewed through its x_slice and x_shape (see input_view); dims of
+ * -1 where unknown (a Reshape keeps the names of the dims it copies). False when it cannot fit. */
+static bool type_input_view(const kiln_node *n, size_t i, const kiln_type *t, kiln_type *out) {
+  static const char *slices[3] = {"q_slice", "k_slice", "v_slice"}, *shapes[3] = {"q_shape", "k_shape", "v_shape"};
+  int axis;
+  int64_t first, count;
+  bool ok;
+  *out = *t;
+  if (read_slice(n, slices[i], t->rank, t->dims, &axis, &first, &count, &ok)) {
+    if (!ok) return false;
+    out->dims[axis] = count;
+    out->sym[axis] = NULL;
+  }
+  size_t cnt;
+  const int64_t *shape = kiln_attr_ints(n, shapes[i], &cnt);
+  if (!shape) return true;
+  int64_t nd[MAXR];
+  const char *ns[MAXR];
+  if (!reshape_target(out->rank, out->dims, shape, cnt, nd)) return false;
+  for (size_t k = 0; k < cnt; k++) ns[k] = shape[k] == 0 ? out->sym[k] : NULL;
+  out->rank = (int)cnt;
+  memcpy(out->dims, nd, cnt * sizeof *nd);
+  memcpy(out->sym, ns, cnt * sizeof *ns);
+  return true;
 }
 
 static kiln_code attention_infer(kiln_ictx *c) {
@@ -565,10 +780,13 @@ static kiln_code attention_infer(kiln_ictx *c) {
   for (size_t i = 0; i < 5; i++) {
     if (!t[i]) continue;
     int perm[MAXR];
-    rk[i] = t[i]->rank;
+    kiln_type vt;
+    if (i < 3 && !type_input_view(c->node, i, t[i], &vt)) return kiln_ifail(c, "input %zu: the slice or shape does not fit", i);
+    const kiln_type *ti = i < 3 ? &vt : t[i];
+    rk[i] = ti->rank;
     if (i < 3 && (rk[i] < 2 || !read_perm(c->node, perms[i], rk[i], perm)))
       return kiln_ifail(c, "input %zu: rank %d or %s does not fit", i, rk[i], perms[i]);
-    type_view(t[i], i < 3 ? perm : NULL, d[i], s[i]);
+    type_view(ti, i < 3 ? perm : NULL, d[i], s[i]);
   }
   /* batch axes: broadcast like kiln_infer_broadcast, keeping symbolic names */
   int nb = 0;
@@ -604,6 +822,17 @@ static kiln_code attention_infer(kiln_ictx *c) {
   for (int i = 0; i < r; i++) {
     yd[i] = od[perm[i]];
     ys[i] = yd[i] < 0 ? os[perm[i]] : NULL;
+  }
+  size_t nos;
+  const int64_t *osh = kiln_attr_ints(c->node, "out_shape", &nos);
+  if (osh) { /* the head merge Reshape: dims it copies (0) keep their names */
+    int64_t sd[MAXR];
+    const char *ss[MAXR];
+    if (!reshape_target(r, yd, osh, nos, sd)) return kiln_ifail(c, "out_shape does not fit the output");
+    for (size_t k = 0; k < nos; k++) ss[k] = osh[k] == 0 && sd[k] < 0 ? ys[k] : NULL;
+    r = (int)nos;
+    memcpy(yd, sd, nos * sizeof *sd);
+    memcpy(ys, ss, nos * sizeof *ss);
   }
   kiln_infer_tensor(c, 0, KILN_FLOAT, r, yd);
   if (c->n_out && c->out[0])
