@@ -38,20 +38,25 @@ static kiln_threadpool *pool_for(kiln_kctx *c, int64_t work) { return work >= PA
 /* Rows per task for rows of n values. */
 static size_t rows_chunk(int64_t n) { return n >= PAR_TASK ? 1 : (size_t)(PAR_TASK / (n ? n : 1)); }
 
-/* mean and 1 / sqrt(var + eps) of x[0..n). Float lanes inside a block of BLOCK values (the
- * compiler vectorises them), double across blocks so long rows keep their precision. */
+/* LANES floats as one GNU C vector: gcc turned the equivalent loop over float arrays into
+ * 16-wide loads followed by shuffles and scalar adds (7x slower); with the vector type the
+ * lanes stay in one register. Same lanes, same order as the array form, so the same sums. */
+typedef float lanes_f __attribute__((vector_size(LANES * sizeof(float))));
+
+/* mean and 1 / sqrt(var + eps) of x[0..n). Float lanes inside a block of BLOCK values, double
+ * across blocks so long rows keep their precision. */
 KILN_VECTORIZE static void row_stats(const float *x, int64_t n, float eps, float *mean, float *inv) {
   float k = n ? x[0] : 0.0f;
   double s1 = 0, s2 = 0;
   for (int64_t b = 0; b < n; b += BLOCK) {
     int64_t e = b + BLOCK < n ? b + BLOCK : n, j = b;
-    float a1[LANES] = {0}, a2[LANES] = {0};
-    for (; j + LANES <= e; j += LANES)
-      for (int l = 0; l < LANES; l++) {
-        float d = x[j + l] - k;
-        a1[l] += d;
-        a2[l] += d * d;
-      }
+    lanes_f a1 = {0}, a2 = {0}, v;
+    for (; j + LANES <= e; j += LANES) {
+      memcpy(&v, x + j, sizeof v);
+      v -= k;
+      a1 += v;
+      a2 += v * v;
+    }
     for (; j < e; j++) {
       float d = x[j] - k;
       a1[0] += d;
