@@ -321,7 +321,7 @@ static kiln_code fused_matmul_fast(kiln_kctx *c, bool *done) {
   if (res && (res->dtype != KILN_FLOAT || res->rank != a->rank || memcmp(res->dims, dims, sizeof(int64_t) * (size_t)a->rank)))
     return KILN_OK;
   if (!m || !n || !k) return KILN_OK;
-  kiln_tensor *y = kiln_out(c, 0, KILN_FLOAT, a->rank, dims);
+  kiln_tensor *y = kiln_out_uninit(c, 0, KILN_FLOAT, a->rank, dims); /* beta 0: C is only written */
   if (!y) return KILN_ERR_NOMEM;
   kiln_gemm_ctx g = {kiln_kpool(c), 0};
   /* the residual is added before the activation in both forms */
@@ -364,7 +364,7 @@ static kiln_code fused_gemm_fast(kiln_kctx *c, bool *done) {
              cc->dims[cc->rank - 1] == n;
   if (cc && (!vec || beta != 1.0f)) return KILN_OK;
   int64_t dims[2] = {m, n};
-  kiln_tensor *y = kiln_out(c, 0, KILN_FLOAT, 2, dims);
+  kiln_tensor *y = kiln_out_uninit(c, 0, KILN_FLOAT, 2, dims); /* beta 0: C is only written */
   if (!y) return KILN_ERR_NOMEM;
   kiln_gemm_ctx g = {kiln_kpool(c), 0};
   kiln_gemm_epilogue ep = {cc ? cc->data : NULL, act, NULL, 0, 0};

@@ -385,7 +385,8 @@ static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
   const int64_t *os = kiln_attr_ints(c->node, "out_shape", &nos);
   int64_t sd[MAXR];
   if (os && !reshape_target(r, yd, os, nos, sd)) return kiln_kfail(c, "out_shape does not fit the output");
-  kiln_tensor *y = os ? kiln_out(c, 0, KILN_FLOAT, (int)nos, sd) : kiln_out(c, 0, KILN_FLOAT, r, yd);
+  /* every output row is written (values, or NaN for a row masked out): no zeroing */
+  kiln_tensor *y = os ? kiln_out_uninit(c, 0, KILN_FLOAT, (int)nos, sd) : kiln_out_uninit(c, 0, KILN_FLOAT, r, yd);
   if (!y) return c->err->code;
   view yv;
   make_view(&yv, r, yd, NULL);

@@ -205,8 +205,9 @@ static kiln_code layernorm_common(kiln_kctx *c, bool skip) {
   const float *gamma = vec_in(c, gi, n, &ok), *beta = vec_in(c, gi + 1, n, &ok);
   if (!ok) return kiln_kfail(c, "gamma and beta must be float32 with %lld values", (long long)n);
   float eps = kiln_attr_float(c->node, "epsilon", 1e-5f);
-  kiln_tensor *y = kiln_out(c, 0, KILN_FLOAT, rank, dims);
-  kiln_tensor *s = y && skip && kiln_out_used(c, 1) ? kiln_out(c, 1, KILN_FLOAT, rank, dims) : NULL;
+  /* every row of y (and of the sum s) is written below: no zeroing */
+  kiln_tensor *y = kiln_out_uninit(c, 0, KILN_FLOAT, rank, dims);
+  kiln_tensor *s = y && skip && kiln_out_used(c, 1) ? kiln_out_uninit(c, 1, KILN_FLOAT, rank, dims) : NULL;
   if (!y || (skip && kiln_out_used(c, 1) && !s)) return c->err->code ? c->err->code : KILN_ERR_NOMEM;
   rowmap ma, mb;
   int64_t sa = 1, sb = 1;
@@ -402,8 +403,9 @@ static kiln_code embedding_run(kiln_kctx *c) {
   if (!ok) return kiln_kfail(c, "gamma and beta must be float32 with %lld values", (long long)d);
   float eps = kiln_attr_float(c->node, "epsilon", 1e-5f);
   dims[lrank] = d;
-  kiln_tensor *y = kiln_out(c, 0, KILN_FLOAT, lrank + 1, dims);
-  kiln_tensor *s = y && ln && kiln_out_used(c, 1) ? kiln_out(c, 1, KILN_FLOAT, lrank + 1, dims) : NULL;
+  /* every row of y (and of the pre-norm s) is written by emb_task: no zeroing */
+  kiln_tensor *y = kiln_out_uninit(c, 0, KILN_FLOAT, lrank + 1, dims);
+  kiln_tensor *s = y && ln && kiln_out_used(c, 1) ? kiln_out_uninit(c, 1, KILN_FLOAT, lrank + 1, dims) : NULL;
   if (!y || (ln && kiln_out_used(c, 1) && !s)) return c->err->code ? c->err->code : KILN_ERR_NOMEM;
   int64_t rows = d ? y->numel / d : 0, np = pids ? pos->dims[0] : 0;
   /* ids are checked first, so that the rows can then run on any thread */
