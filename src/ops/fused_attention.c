@@ -309,6 +309,8 @@ typedef struct attn_plan {
   float *owned[3];               /* copies of views strides cannot express (freed by the run) */
   float scale, fill;
   bool has_mask, has_cond, keep_true, where_after;
+  bool v_direct; /* V rows are contiguous and Dv is a whole number of tiles: read in place */
+  bool simd_pack; /* K may be transposed with AVX2 (the vector tiles are in use) */
 } attn_plan;
 
 static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
@@ -401,6 +403,7 @@ static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
   p->keep_true = kiln_attr_int(c->node, "cond_keep", 1) != 0;
   p->where_after = kiln_attr_int(c->node, "where_after_mask", 0) != 0;
   p->dvp = (p->dv + DVPAD - 1) / DVPAD * DVPAD;
+  p->v_direct = p->v.stride[p->v.rank - 1] == 1 && p->dv == p->dvp;
   p->nkb = (p->sk + BK - 1) / BK;
   *yout = y;
   return KILN_OK;
@@ -410,8 +413,9 @@ static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
  * is zeroed at allocation and never written, so the tiles may read it freely. A thread runs
  * attend() on an attn_work made of one packed slot (kp, vp) and its own q, s, acc. */
 typedef struct attn_work {
-  float *kp;   /* nkb panels of D x BK */
-  float *vp;   /* nkb*BK rows of dvp */
+  float *kp;       /* nkb panels of D x BK */
+  const float *v;  /* Sk rows of V: packed (vp, rows of dvp) or read in place */
+  int64_t vs;      /* V's row stride */
   float *q;    /* QB x D, scaled */
   float *s;    /* QB x BK scores, then probabilities */
   float *acc;  /* QB x dvp */
@@ -487,11 +491,53 @@ static void bufs_give(const kiln_node *node, attn_bufs *w) {
   if (!__atomic_compare_exchange_n(&n->state, &expected, w, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) bufs_free(w);
 }
 
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define AT_HAVE_X86 1
+/* panel[d][j] = k[j][d] for j < nk (rows sj apart), d < D (contiguous), in 8 x 8 blocks
+ * transposed in registers; the edges one value at a time. Pure data movement: the same
+ * result as the scalar loop. */
+__attribute__((target("avx2"))) static void pack_k_rows_avx2(const float *k, int64_t sj, int64_t nk, int64_t D,
+                                                             float *panel) {
+  int64_t j = 0;
+  for (; j + 8 <= nk; j += 8) {
+    int64_t d = 0;
+    for (; d + 8 <= D; d += 8) {
+      __m256 r[8], t[8], s[8];
+      for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(k + (j + i) * sj + d);
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        s[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+      for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(panel + (d + i) * BK + j, _mm256_permute2f128_ps(s[i], s[i + 4], 0x20));
+        _mm256_storeu_ps(panel + (d + i + 4) * BK + j, _mm256_permute2f128_ps(s[i], s[i + 4], 0x31));
+      }
+    }
+    for (; d < D; d++)
+      for (int i = 0; i < 8; i++) panel[d * BK + j + i] = k[(j + i) * sj + d];
+  }
+  for (; j < nk; j++)
+    for (int64_t d = 0; d < D; d++) panel[d * BK + j] = k[j * sj + d];
+}
+#endif
+
 static void pack_k(const attn_plan *p, const float *k, float *kp) {
   int64_t sd = p->k.stride[p->k.rank - 2], sj = p->k.stride[p->k.rank - 1];
   for (int64_t kb = 0; kb < p->nkb; kb++) {
     int64_t j0 = kb * BK, nk = p->sk - j0 < BK ? p->sk - j0 : BK;
     float *panel = kp + kb * p->d * BK;
+#ifdef AT_HAVE_X86
+    if (sd == 1 && sj != 1 && p->simd_pack) {
+      pack_k_rows_avx2(k + j0 * sj, sj, nk, p->d, panel);
+      continue;
+    }
+#endif
     if (sd == 1 && sj != 1) {
       /* K stored (Sk, D), the usual layout: read each key's D values in a row and scatter
        * them down the panel's column (the panel, D x BK floats, stays in L1), instead of
@@ -636,7 +682,7 @@ static void pack_task(void *ctx, size_t begin, size_t end, int thread) {
     int64_t off[6];
     batch_offsets(j->p, j->b0 + (int64_t)g, off);
     if (j->kslot[g] == g) pack_k(j->p, j->kd + off[1], j->w->kp + g * j->w->kpn);
-    if (j->vslot[g] == g) pack_v(j->p, j->vd + off[2], j->w->vp + g * j->w->vpn);
+    if (j->vslot[g] == g && !j->p->v_direct) pack_v(j->p, j->vd + off[2], j->w->vp + g * j->w->vpn);
   }
 }
 
@@ -651,8 +697,12 @@ static void attend_task(void *ctx, size_t begin, size_t end, int thread) {
     size_t g = t / (size_t)j->nqt;
     int64_t i0 = (int64_t)(t % (size_t)j->nqt) * j->qt, i1 = i0 + j->qt < p->sq ? i0 + j->qt : p->sq, off[6];
     batch_offsets(p, j->b0 + (int64_t)g, off);
-    attn_work w = {b->kp + j->kslot[g] * b->kpn, b->vp + j->vslot[g] * b->vpn, b->q + th * b->qn,
+    attn_work w = {b->kp + j->kslot[g] * b->kpn, b->vp + j->vslot[g] * b->vpn, p->dvp, b->q + th * b->qn,
                    b->s + th * b->sn, b->acc + th * b->accn};
+    if (p->v_direct) {
+      w.v = j->vd + off[2];
+      w.vs = p->v.stride[p->v.rank - 2];
+    }
     j->attend(p, &w, j->qd + off[0], j->md ? j->md + off[3] : NULL, j->cd ? j->cd + off[4] : NULL, j->yd + off[5],
               i0, i1);
   }
@@ -692,6 +742,7 @@ static kiln_code attention_exec(kiln_kctx *c, attn_plan *pp) {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("KILN_ATTENTION_PORTABLE"))
     attend = attend_avx2;
   if (kiln_cpu_isa() >= KILN_ISA_AVX512 && !getenv("KILN_ATTENTION_PORTABLE")) attend = attend_avx512;
+  p.simd_pack = attend != attend_v4;
 #endif
   /* query tiles: 8 microkernel tiles, or fewer when there are few batch elements to share */
   int64_t qt = QB * 8;

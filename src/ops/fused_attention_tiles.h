@@ -54,8 +54,9 @@ AT_TARGET static void AT_FN(qk_tile)(const float *restrict q, int64_t D, const f
   }
 }
 
-/* acc[r][c] += sum_j p[r][j] * v[j][c] for j < nk, c < dvp (a multiple of AT_NCI). */
-AT_TARGET static void AT_FN(pv_tile)(const float *restrict p, const float *restrict v, int64_t nk,
+/* acc[r][c] += sum_j p[r][j] * v[j][c] for j < nk, c < dvp (a multiple of AT_NCI); rows of v
+ * vs floats apart. */
+AT_TARGET static void AT_FN(pv_tile)(const float *restrict p, const float *restrict v, int64_t vs, int64_t nk,
                                      int64_t dvp, float *restrict acc) {
   for (int64_t c0 = 0; c0 < dvp; c0 += AT_NCI) {
     AT_VF a[AT_QB], b[AT_QB], va, vb;
@@ -66,7 +67,7 @@ AT_TARGET static void AT_FN(pv_tile)(const float *restrict p, const float *restr
       AT_LOAD(b[r], o + r * dvp + AT_VW);
     }
     for (int64_t j = 0; j < nk; j++) {
-      const float *vr = v + j * dvp + c0;
+      const float *vr = v + j * vs + c0;
       AT_LOAD(va, vr);
       AT_LOAD(vb, vr + AT_VW);
 #pragma GCC unroll 8
@@ -185,7 +186,7 @@ AT_TARGET static void AT_FN(attend)(const attn_plan *p, attn_work *w, const floa
         l[r] += AT_FN(exp_sum)(s, nk, mx[r]);
         for (int64_t j = nk; j < BK; j++) s[j] = 0;
       }
-      AT_FN(pv_tile)(w->s, w->vp + j0 * p->dvp, nk, p->dvp, w->acc);
+      AT_FN(pv_tile)(w->s, w->v + j0 * w->vs, w->vs, nk, p->dvp, w->acc);
     }
     for (int64_t r = 0; r < nr; r++) {
       const float *a = w->acc + r * p->dvp;

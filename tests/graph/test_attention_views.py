@@ -125,17 +125,17 @@ def run_feeds(path, feeds, *args, env=None):
 
 
 # raw (S, B, 3E) -> views (S, B*H, D) per q/k/v; B = 1 (strided view) and B = 2 (copied view);
-# S = 45 (not a multiple of the query tile), D = 20 (not a multiple of the vector padding);
-# out_shape (-1, E) from (S, B*H, D) after out_perm (1, 0, 2)
-for b in (1, 2):
-    s, h, d = 45, 3, 20
+# S = 45 (not a multiple of the query tile, nor of the 8 x 8 K transpose), D = 20 (not a
+# multiple of the vector padding: V packed), D = 32 and 64 (V read in place), S = 130 (a
+# second key block of 2 keys); out_shape (-1, E) from (S, B*H, D) after out_perm (1, 0, 2)
+for (b, s, h, d) in [(1, 45, 3, 20), (2, 45, 3, 20), (1, 45, 2, 32), (2, 45, 2, 32), (1, 130, 2, 64)]:
     e = h * d
     att = helper.make_node("Attention", ["qkv", "qkv", "qkv"], ["y"], domain=K, scale=0.3,
                            q_slice=[-1, 0, e], k_slice=[2, e, 2 * e], v_slice=[-1, 2 * e, 10 ** 9],
                            q_shape=[s, -1, d], k_shape=[0, -1, d], v_shape=[s, -1, d],
                            q_perm=[1, 0, 2], k_perm=[1, 2, 0], v_perm=[1, 0, 2], out_perm=[1, 0, 2],
                            out_shape=[-1, e])
-    p = save(kmodel([att], [vi("qkv", [s, b, 3 * e])], [vi("y", None)]), f"views_b{b}")
+    p = save(kmodel([att], [vi("qkv", [s, b, 3 * e])], [vi("y", None)]), f"views_b{b}_{s}_{d}")
     x = rng.standard_normal((s, b, 3 * e)).astype(np.float32)
     q, k, v = (x[..., i * e:(i + 1) * e].reshape(s, b * h, d).transpose(1, 0, 2) for i in range(3))
     want = ref_sdpa(q, k, v, 0.3).transpose(1, 0, 2).reshape(-1, e)
@@ -144,13 +144,13 @@ for b in (1, 2):
         y, raw, text = run_feeds(p, {"qkv": x}, "--threads", t)
         err = np.abs(y - want).max() if y is not None else None
         check(y is not None and y.shape == want.shape and err < 1e-4,
-              f"views_b{b} threads {t}: shape {None if y is None else y.shape}, max err {err} {text}")
+              f"views_b{b}_{s}_{d} threads {t}: shape {None if y is None else y.shape}, max err {err} {text}")
         outs.append(raw)
-    check(outs[0] is not None and outs[0] == outs[1], f"views_b{b}: identical at 1 and 2 threads")
+    check(outs[0] is not None and outs[0] == outs[1], f"views_b{b}_{s}_{d}: identical at 1 and 2 threads")
     # every instance of the tiles: AVX2, portable vectors (and the AVX-512 one above)
     for env in ({"KILN_ISA": "avx2"}, {"KILN_ATTENTION_PORTABLE": "1"}):
         y, _, text = run_feeds(p, {"qkv": x}, "--threads", "2", env=env)
-        check(y is not None and np.abs(y - want).max() < 1e-4, f"views_b{b} {env}: {text}")
+        check(y is not None and np.abs(y - want).max() < 1e-4, f"views_b{b}_{s}_{d} {env}: {text}")
 
 # one session over several batch sizes: the node's cached work buffers change geometry
 att = helper.make_node("Attention", ["q", "k", "v"], ["y"], domain=K, scale=0.25)
