@@ -623,7 +623,9 @@ static void apply_cond(const attn_plan *p, float *s, const uint8_t *crow, int64_
 #define AT_QB 4
 #define AT_TARGET __attribute__((target("avx2,fma")))
 #define AT_FMA(acc, a, b) ((acc) = _mm256_fmadd_ps((a), (b), (acc)))
+#define AT_FMA_SPLAT(e, r, c) ((e) = _mm256_fmadd_ps((e), (r), _mm256_set1_ps(c)))
 #include "ops/fused_attention_tiles.h"
+#undef AT_FMA_SPLAT
 #undef AT_FN
 #undef AT_VW
 #undef AT_QB
@@ -636,7 +638,9 @@ static void apply_cond(const attn_plan *p, float *s, const uint8_t *crow, int64_
 #define AT_QB 8
 #define AT_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma")))
 #define AT_FMA(acc, a, b) ((acc) = _mm512_fmadd_ps((a), (b), (acc)))
+#define AT_FMA_SPLAT(e, r, c) ((e) = _mm512_fmadd_ps((e), (r), _mm512_set1_ps(c)))
 #include "ops/fused_attention_tiles.h"
+#undef AT_FMA_SPLAT
 #undef AT_FN
 #undef AT_VW
 #undef AT_QB
