@@ -590,6 +590,22 @@ static bool block_masked(const attn_plan *p, const float *mrow, const uint8_t *c
   return false;
 }
 
+/* With an additive mask alone: one past the last key column of [j0, j0+nk) that the mask
+ * leaves to some row of [0, nr) (not -inf); the columns after it only add exp(-inf) = 0, so
+ * the tile stops there (a causal mask: the keys after the tile's last query). Rows from the
+ * last, which for a causal mask reaches furthest, so the others stop scanning early. */
+static int64_t mask_extent(const attn_plan *p, const float *mrow, int64_t nr, int64_t j0, int64_t nk) {
+  if (!p->has_mask || p->has_cond) return nk;
+  int64_t sq = p->m.stride[p->m.rank - 2], sj = p->m.stride[p->m.rank - 1], ext = 0;
+  for (int64_t r = nr - 1; r >= 0 && ext < nk; r--)
+    for (int64_t j = nk - 1; j >= ext; j--)
+      if (mrow[r * sq + (j0 + j) * sj] != -INFINITY) {
+        ext = j + 1;
+        break;
+      }
+  return ext;
+}
+
 static void apply_mask(const attn_plan *p, float *s, const float *mrow, int64_t j0, int64_t nk) {
   int64_t sj = p->m.stride[p->m.rank - 1];
   const float *mp = mrow + j0 * sj;

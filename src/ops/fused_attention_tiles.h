@@ -172,6 +172,7 @@ AT_TARGET static void AT_FN(attend)(const attn_plan *p, attn_work *w, const floa
     for (int64_t kb = 0; kb < p->nkb; kb++) {
       int64_t j0 = kb * BK, nk = p->sk - j0 < BK ? p->sk - j0 : BK;
       if (block_masked(p, mrow, crow, nr, j0, nk)) continue;
+      nk = mask_extent(p, mrow, nr, j0, nk); /* > 0: the block is not masked out */
       AT_FN(qk_tile)(w->q, p->d, w->kp + kb * p->d * BK, (nk + AT_NCI - 1) / AT_NCI * AT_NCI, w->s);
       for (int64_t r = 0; r < AT_QB; r++) {
         float *s = w->s + r * BK;

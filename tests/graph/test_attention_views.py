@@ -152,6 +152,40 @@ for (b, s, h, d) in [(1, 45, 3, 20), (2, 45, 3, 20), (1, 45, 2, 32), (2, 45, 2, 
         y, _, text = run_feeds(p, {"qkv": x}, "--threads", "2", env=env)
         check(y is not None and np.abs(y - want).max() < 1e-4, f"views_b{b}_{s}_{d} {env}: {text}")
 
+# additive masks that end the keys early: causal (each query tile stops after its last query),
+# one where the first row of every tile sees every key (the tile must not stop early), and a
+# random band; Sk = 300 (three key blocks, the last partial)
+def ref_masked(q, k, v, scale, mask):
+    sc = np.einsum("...id,...jd->...ij", q.astype(np.float64), k.astype(np.float64)) * scale + mask
+    ex = np.exp(sc - sc.max(-1, keepdims=True))
+    return (ex / ex.sum(-1, keepdims=True)) @ v.astype(np.float64)
+
+
+n = 300
+causal = np.triu(np.full((n, n), -np.inf, np.float32), 1)
+first_rows = causal.copy()
+first_rows[::8, :] = 0.0
+band = np.where(np.abs(np.arange(n)[:, None] - np.arange(n)[None, :] - 20) < 30, 0.0, -np.inf).astype(np.float32)
+band[band == 0] = rng.standard_normal(int((band == 0).sum())).astype(np.float32)
+for name, mask in (("causal", causal), ("first_rows", first_rows), ("band", band)):
+    att = helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"], domain=K, scale=0.2)
+    p = save(kmodel([att], [vi("q", [2, n, 32]), vi("k", [2, 32, n]), vi("v", [2, n, 32]), vi("mask", [n, n])],
+                    [vi("y", None)]), f"mask_{name}")
+    feeds = {"q": rng.standard_normal((2, n, 32)).astype(np.float32),
+             "k": rng.standard_normal((2, 32, n)).astype(np.float32),
+             "v": rng.standard_normal((2, n, 32)).astype(np.float32), "mask": mask}
+    want = ref_masked(feeds["q"], feeds["k"].transpose(0, 2, 1), feeds["v"], 0.2, mask)
+    with np.errstate(invalid="ignore"):
+        ok_rows = np.isfinite(want).all(-1)
+    raws = []
+    for t in ("1", "2"):
+        y, raw, text = run_feeds(p, feeds, "--threads", t)
+        err = np.abs(y - want)[ok_rows].max() if y is not None else None
+        check(y is not None and err < 1e-4 and np.isnan(y[~ok_rows]).all(),
+              f"mask_{name} threads {t}: max err {err} {text}")
+        raws.append(raw)
+    check(raws[0] is not None and raws[0] == raws[1], f"mask_{name}: identical at 1 and 2 threads")
+
 # one session over several batch sizes: the node's cached work buffers change geometry
 att = helper.make_node("Attention", ["q", "k", "v"], ["y"], domain=K, scale=0.25)
 p = save(kmodel([att], [vi("q", ["b", 2, 33, 16]), vi("k", ["b", 2, 16, 40]), vi("v", ["b", 2, 40, 24])],
