@@ -7,8 +7,9 @@
  * [axis, start, end], a step-1 Slice of the input along one axis, then x_shape, a Reshape
  * target with ONNX's 0 and -1, for x = q, k, v; made by src/opt/fuse_attention.c from the
  * Slices that cut a packed QKV projection and the Reshapes of the head split, so neither is
- * copied). The view must be expressible as strides over the input (it always is for these);
- * when it is not the kernel fails and the chain runs. Then it is read through a permutation
+ * copied). The view is read in place when strides over the input express it (always for a
+ * batch of 1); otherwise (the head split merging batch and heads of a larger batch) the
+ * kernel copies that view first, as the chain would have. Then it is read through a permutation
  * of its axes (attributes q_perm, k_perm, v_perm; absent = identity), which is how the
  * Transposes of the head split are absorbed:
  *   Q' = transpose(Q, q_perm)   (..., Sq, D)
@@ -31,7 +32,8 @@
  *
  * Algorithm (why it is fast): for each batch element, K' is packed once into key blocks of
  * BK columns stored as D x BK panels, and V' into BK x Dv rows (a K or V shared across a batch
- * axis is packed once); then for each block of QB query rows the key blocks are visited in
+ * axis is packed once; V is read in place when its rows are contiguous and Dv is a multiple
+ * of DVPAD); then for each block of QB query rows the key blocks are visited in
  * order with a streaming ("online") softmax: scores for the block come from a register-tiled
  * QB x (2 vectors) microkernel (dot products over D as broadcast-multiply-adds, no horizontal
  * sums), the running max m and sum l of each row are updated, the accumulator is rescaled by
@@ -149,13 +151,14 @@ static bool reshape_target(int r, const int64_t *in, const int64_t *s, size_t n,
   return true;
 }
 
-/* Strides for viewing the strided array (od, os) of rank or as dims nd[nr] without a copy
+/* Strides for viewing the strided array (od, os) of rank orank as dims nd[nr] without a copy
  * (numpy's rule: each group of old axes merged or split must be contiguous among itself);
  * false when that needs a copy. Same element count assumed, and not zero. */
-static bool reshape_strides(int or, const int64_t *od, const int64_t *os, int nr, const int64_t *nd, int64_t *ns) {
+static bool reshape_strides(int orank, const int64_t *od, const int64_t *os, int nr, const int64_t *nd,
+                            int64_t *ns) {
   int64_t d[MAXR], st[MAXR];
   int n = 0;
-  for (int i = 0; i < or; i++) /* axes of 1 carry no layout */
+  for (int i = 0; i < orank; i++) /* axes of 1 carry no layout */
     if (od[i] != 1) {
       d[n] = od[i];
       st[n++] = os[i];
@@ -427,7 +430,8 @@ typedef struct attn_bufs {
   float *kp, *vp, *q, *s, *acc;
   size_t kpn, vpn, qn, sn, accn; /* floats per slot / per thread */
   size_t nslot, nthr;
-  size_t *slots; /* 2 * nslot */
+  int64_t sk, dv; /* the padding (past Sk, past Dv) depends on them, not only on the sizes */
+  size_t *slots;  /* 2 * nslot */
 } attn_bufs;
 
 /* n floats rounded up to whole 64-byte lines, plus one line of padding */
@@ -443,6 +447,8 @@ static void bufs_sizes(attn_bufs *w, const attn_plan *p, size_t nslot, size_t nt
   w->accn = pad_line((size_t)QB * (size_t)(p->dvp ? p->dvp : 1));
   w->nslot = nslot;
   w->nthr = nthr;
+  w->sk = p->sk;
+  w->dv = p->dv;
 }
 
 static void bufs_free(void *wp) {
@@ -467,7 +473,7 @@ static attn_bufs *bufs_take(const kiln_node *node, const attn_plan *p, size_t ns
   attn_bufs want, *w = __atomic_exchange_n((attn_bufs **)&n->state, NULL, __ATOMIC_ACQ_REL);
   bufs_sizes(&want, p, nslot, nthr);
   if (w && w->kpn == want.kpn && w->vpn == want.vpn && w->qn == want.qn && w->sn == want.sn &&
-      w->accn == want.accn && w->nslot == nslot && w->nthr == nthr)
+      w->accn == want.accn && w->nslot == nslot && w->nthr == nthr && w->sk == want.sk && w->dv == want.dv)
     return w;
   bufs_free(w);
   if (!(w = malloc(sizeof *w))) return NULL;
