@@ -165,9 +165,38 @@ typedef struct ln_job {
   bool skip, same;
 } ln_job;
 
-/* s = a + b (the skip sum), vectorised for the widest ISA like row_stats/row_norm */
-KILN_VECTORIZE static void add_row(float *s, const float *a, const float *b, int64_t n) {
-  for (int64_t i = 0; i < n; i++) s[i] = a[i] + b[i];
+/* s = a + b (the skip sum) and row_stats(s) in the same pass: the same lanes in the same
+ * order as row_stats over the stored sum, so the same mean and inv, one pass fewer. */
+KILN_VECTORIZE static void add_row_stats(float *s, const float *a, const float *b, int64_t n, float eps, float *mean,
+                                         float *inv) {
+  float k = n ? a[0] + b[0] : 0.0f;
+  double s1 = 0, s2 = 0;
+  for (int64_t blk = 0; blk < n; blk += BLOCK) {
+    int64_t e = blk + BLOCK < n ? blk + BLOCK : n, j = blk;
+    lanes_f a1 = {0}, a2 = {0}, va, vb;
+    for (; j + LANES <= e; j += LANES) {
+      memcpy(&va, a + j, sizeof va);
+      memcpy(&vb, b + j, sizeof vb);
+      va += vb;
+      memcpy(s + j, &va, sizeof va);
+      va -= k;
+      a1 += va;
+      a2 += va * va;
+    }
+    for (; j < e; j++) {
+      s[j] = a[j] + b[j];
+      float d = s[j] - k;
+      a1[0] += d;
+      a2[0] += d * d;
+    }
+    for (int l = 0; l < LANES; l++) {
+      s1 += a1[l];
+      s2 += a2[l];
+    }
+  }
+  double m = n ? s1 / (double)n : 0, var = n ? s2 / (double)n - m * m : 0;
+  *mean = (float)(k + m);
+  *inv = (float)(1.0 / sqrt((var > 0 ? var : 0) + eps));
 }
 
 static void ln_task(void *ctx, size_t begin, size_t end, int thread) {
@@ -184,11 +213,12 @@ static void ln_task(void *ctx, size_t begin, size_t end, int thread) {
     const float *ra = j->pa + (j->same ? r * n : row_offset(j->ma, r));
     const float *rb = j->pb + (j->same ? r * n : row_offset(j->mb, r));
     float *sum = j->ps ? j->ps + r * n : j->py + r * n;
-    if (j->sa && j->sb)
-      add_row(sum, ra, rb, n);
-    else
+    if (j->sa && j->sb) {
+      add_row_stats(sum, ra, rb, n, j->eps, &mean, &inv);
+    } else {
       for (int64_t i = 0; i < n; i++) sum[i] = ra[i * j->sa] + rb[i * j->sb];
-    row_stats(sum, n, j->eps, &mean, &inv);
+      row_stats(sum, n, j->eps, &mean, &inv);
+    }
     row_norm(j->py + r * n, sum, n, mean, inv, j->gamma, j->beta);
   }
 }
