@@ -3,8 +3,15 @@
  *
  *   Attention(Q, K, V, [mask], [cond]) -> Y
  *
- * Each of Q, K, V is read through a permutation of its axes (attributes q_perm, k_perm,
- * v_perm; absent = identity), which is how the Transposes of the head split are absorbed:
+ * Each of Q, K, V may first be viewed through a Slice and a Reshape (attributes x_slice =
+ * [axis, start, end], a step-1 Slice of the input along one axis, then x_shape, a Reshape
+ * target with ONNX's 0 and -1, for x = q, k, v; made by src/opt/fuse_attention.c from the
+ * Slices that cut a packed QKV projection and the Reshapes of the head split, so neither is
+ * copied). The view is read in place when strides over the input express it (always for a
+ * batch of 1); otherwise (the head split merging batch and heads of a larger batch) the
+ * kernel copies that view first, as the chain would have. Then it is read through a permutation
+ * of its axes (attributes q_perm, k_perm, v_perm; absent = identity), which is how the
+ * Transposes of the head split are absorbed:
  *   Q' = transpose(Q, q_perm)   (..., Sq, D)
  *   K' = transpose(K, k_perm)   (..., D, Sk)  -- the second operand of MatMul(Q, K^T), so a
  *                                               pre-transposed K has the identity perm and
@@ -17,13 +24,16 @@
  *                                            where_after_mask = 1 applies the Where after it)
  *   O  = softmax(S, last axis) V'           (..., Sq, Dv)
  *   Y  = transpose(O, out_perm)             (absorbs the head merge Transpose)
+ *   Y  = reshape(Y, out_shape)              (optional; absorbs the head merge Reshape: the
+ *                                            data are contiguous, only the dims change)
  * The leading ("batch") axes of Q', K', V', mask and cond broadcast numpy-style, as MatMul
  * and Add would broadcast them; the mask's and cond's last two axes are 1 or Sq, and 1 or Sk.
  * float32 only; any rank >= 2 (rank 4 (B, H, S, D) and rank 3 (B*H, S, D) are the usual).
  *
  * Algorithm (why it is fast): for each batch element, K' is packed once into key blocks of
  * BK columns stored as D x BK panels, and V' into BK x Dv rows (a K or V shared across a batch
- * axis is packed once); then for each block of QB query rows the key blocks are visited in
+ * axis is packed once; V is read in place when its rows are contiguous and Dv is a multiple
+ * of DVPAD); then for each block of QB query rows the key blocks are visited in
  * order with a streaming ("online") softmax: scores for the block come from a register-tiled
  * QB x (2 vectors) microkernel (dot products over D as broadcast-multiply-adds, no horizontal
  * sums), the running max m and sum l of each row are updated, the accumulator is rescaled by
@@ -37,6 +47,7 @@
  * masked out completely gives NaN, as the chain does. Run-time shapes the node cannot handle
  * (a mask that would grow Sq or Sk) fail the kernel, and the executor runs the chain. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,17 +93,183 @@ static bool read_perm(const kiln_node *n, const char *name, int r, int *perm) {
   return true;
 }
 
-static void make_view(view *v, int rank, const int64_t *dims, const int *perm) {
-  int64_t st[MAXR], s = 1;
+static void row_major(int rank, const int64_t *dims, int64_t *st) {
+  int64_t s = 1;
   for (int i = rank - 1; i >= 0; i--) {
     st[i] = s;
     s *= dims[i];
   }
+}
+
+/* v = the strided array (dims, st) with its axes permuted by perm (NULL: identity) */
+static void make_strided_view(view *v, int rank, const int64_t *dims, const int64_t *st, const int *perm) {
   v->rank = rank;
   for (int i = 0; i < rank; i++) {
     v->dims[i] = dims[perm ? perm[i] : i];
     v->stride[i] = st[perm ? perm[i] : i];
   }
+}
+
+static void make_view(view *v, int rank, const int64_t *dims, const int *perm) {
+  int64_t st[MAXR];
+  row_major(rank, dims, st);
+  make_strided_view(v, rank, dims, st, perm);
+}
+
+/* Resolve a Reshape target (ONNX, allowzero 0: 0 copies the input dim, one -1 is inferred)
+ * for input dims in[r]; dims of -1 in `in` (unknown, at load time) give -1 where they matter.
+ * False when the target cannot fit. */
+static bool reshape_target(int r, const int64_t *in, const int64_t *s, size_t n, int64_t *out) {
+  int neg = -1;
+  int64_t total = 1, prod = 1;
+  bool known = true;
+  if (n > MAXR) return false;
+  for (int k = 0; k < r; k++) {
+    if (in[k] < 0) known = false;
+    else total *= in[k];
+  }
+  for (size_t k = 0; k < n; k++) {
+    if (s[k] < -1 || (s[k] == -1 && neg >= 0)) return false;
+    if (s[k] == -1) {
+      neg = (int)k;
+      continue;
+    }
+    if (s[k] == 0 && (int)k >= r) return false;
+    out[k] = s[k] == 0 ? in[k] : s[k];
+    if (out[k] < 0) known = false;
+    else prod *= out[k];
+  }
+  if (neg >= 0) {
+    out[neg] = -1;
+    if (known) {
+      if (prod == 0 || total % prod) return false;
+      out[neg] = total / prod;
+    }
+  } else if (known && prod != total) {
+    return false;
+  }
+  return true;
+}
+
+/* Strides for viewing the strided array (od, os) of rank orank as dims nd[nr] without a copy
+ * (numpy's rule: each group of old axes merged or split must be contiguous among itself);
+ * false when that needs a copy. Same element count assumed, and not zero. */
+static bool reshape_strides(int orank, const int64_t *od, const int64_t *os, int nr, const int64_t *nd,
+                            int64_t *ns) {
+  int64_t d[MAXR], st[MAXR];
+  int n = 0;
+  for (int i = 0; i < orank; i++) /* axes of 1 carry no layout */
+    if (od[i] != 1) {
+      d[n] = od[i];
+      st[n++] = os[i];
+    }
+  int oi = 0, ni = 0;
+  while (ni < nr && oi < n) {
+    int64_t np = nd[ni], op = d[oi];
+    int nj = ni + 1, oj = oi + 1;
+    while (np != op) {
+      if (np < op) {
+        if (nj >= nr) return false;
+        np *= nd[nj++];
+      } else {
+        if (oj >= n) return false;
+        op *= d[oj++];
+      }
+    }
+    for (int k = oi; k < oj - 1; k++)
+      if (st[k] != d[k + 1] * st[k + 1]) return false;
+    ns[nj - 1] = st[oj - 1];
+    for (int k = nj - 1; k > ni; k--) ns[k - 1] = ns[k] * nd[k];
+    ni = nj;
+    oi = oj;
+  }
+  for (; ni < nr; ni++) ns[ni] = 1; /* trailing axes of 1 */
+  return true;
+}
+
+/* The x_slice attribute ([axis, start, end]) on dims[r]: the first index and count along the
+ * axis (ONNX Slice clamping, step 1); false when absent. *ok is false when it is malformed. */
+static bool read_slice(const kiln_node *n, const char *name, int r, const int64_t *dims, int *axis,
+                       int64_t *first, int64_t *count, bool *ok) {
+  size_t cnt;
+  const int64_t *sl = kiln_attr_ints(n, name, &cnt);
+  *ok = true;
+  if (!sl) return false;
+  int64_t a = cnt == 3 ? (sl[0] < 0 ? sl[0] + r : sl[0]) : -1;
+  if (a < 0 || a >= r) {
+    *ok = false;
+    return true;
+  }
+  int64_t dim = dims[a], s = sl[1], e = sl[2];
+  *axis = (int)a;
+  if (dim < 0) { /* unknown (load time) */
+    *first = 0;
+    *count = -1;
+    return true;
+  }
+  if (s < 0) s += dim;
+  if (e < 0) e += dim;
+  s = s < 0 ? 0 : s > dim ? dim : s;
+  e = e < 0 ? 0 : e > dim ? dim : e;
+  *first = s;
+  *count = e > s ? e - s : 0;
+  return true;
+}
+
+/* dst = the strided array (dims, st) of src, copied in row-major order */
+static void gather_strided(float *dst, const float *src, int rank, const int64_t *dims, const int64_t *st) {
+  int64_t idx[MAXR] = {0}, inner = rank ? dims[rank - 1] : 1, is = rank ? st[rank - 1] : 1, outer = 1;
+  for (int d = 0; d + 1 < rank; d++) outer *= dims[d];
+  for (int64_t o = 0; o < outer; o++) {
+    const float *sp = src;
+    for (int d = 0; d + 1 < rank; d++) sp += idx[d] * st[d];
+    for (int64_t k = 0; k < inner; k++) dst[k] = sp[k * is];
+    dst += inner;
+    for (int d = rank - 2; d >= 0; d--) {
+      if (++idx[d] < dims[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+/* Input i's dims and strides after its x_slice and x_shape attributes, and where its data
+ * start (*data); false, with a message in c, when they do not fit. A view that strides cannot
+ * express (a Reshape merging axes the Slice left apart, e.g. batch and heads when the batch
+ * is over 1) is copied into *owned (the caller frees it), as the chain would have. */
+static bool input_view(kiln_kctx *c, size_t i, const kiln_tensor *t, int *rank, int64_t *dims, int64_t *st,
+                       const float **data, float **owned) {
+  static const char *slices[3] = {"q_slice", "k_slice", "v_slice"}, *shapes[3] = {"q_shape", "k_shape", "v_shape"};
+  int r = t->rank, axis;
+  int64_t first, count;
+  bool ok;
+  memcpy(dims, t->dims, (size_t)r * sizeof *dims);
+  row_major(r, dims, st);
+  *data = t->data;
+  if (read_slice(c->node, slices[i], r, dims, &axis, &first, &count, &ok)) {
+    if (!ok) return kiln_kfail(c, "%s is not [axis, start, end] for rank %d", slices[i], r), false;
+    *data += first * st[axis];
+    dims[axis] = count;
+  }
+  size_t n;
+  const int64_t *shape = kiln_attr_ints(c->node, shapes[i], &n);
+  if (shape) {
+    int64_t nd[MAXR], ns[MAXR], numel = 1;
+    if (!reshape_target(r, dims, shape, n, nd))
+      return kiln_kfail(c, "%s does not fit the input's %d dims", shapes[i], r), false;
+    for (int k = 0; k < r; k++) numel *= dims[k];
+    if (numel == 0 || !reshape_strides(r, dims, st, (int)n, nd, ns)) {
+      row_major((int)n, nd, ns);
+      if (numel && !(*owned = malloc((size_t)numel * sizeof **owned)))
+        return kiln_kfail(c, "out of memory for the attention's %s view", shapes[i]), false;
+      if (numel) gather_strided(*owned, *data, r, dims, st);
+      *data = *owned;
+    }
+    r = (int)n;
+    memcpy(dims, nd, n * sizeof *dims);
+    memcpy(st, ns, n * sizeof *st);
+  }
+  *rank = r;
+  return true;
 }
 
 /* Broadcast the batch axes (all but the last two) of views into dims[nb]; false on mismatch. */
@@ -131,8 +308,12 @@ typedef struct attn_plan {
   int64_t bdims[MAXR];
   int64_t qbs[MAXR], kbs[MAXR], vbs[MAXR], mbs[MAXR], cbs[MAXR], obs[MAXR];
   int64_t sq, sk, d, dv, dvp, nkb;
+  const float *in_data[3];       /* where the Q, K, V views start */
+  float *owned[3];               /* copies of views strides cannot express (freed by the run) */
   float scale, fill;
   bool has_mask, has_cond, keep_true, where_after;
+  bool v_direct; /* V rows are contiguous and Dv is a whole number of tiles: read in place */
+  bool simd_pack; /* K may be transposed with AVX2 (the vector tiles are in use) */
 } attn_plan;
 
 static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
@@ -149,11 +330,12 @@ static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
   static const char *perms[3] = {"q_perm", "k_perm", "v_perm"};
   view *vw[3] = {&p->q, &p->k, &p->v};
   for (size_t i = 0; i < 3; i++) {
-    int perm[MAXR];
-    if (t[i]->rank < 2) return kiln_kfail(c, "input %zu must have rank >= 2", i);
-    if (!read_perm(c->node, perms[i], t[i]->rank, perm))
-      return kiln_kfail(c, "%s is not a permutation of %d axes", perms[i], t[i]->rank);
-    make_view(vw[i], t[i]->rank, t[i]->dims, perm);
+    int perm[MAXR], r;
+    int64_t dims[MAXR], st[MAXR];
+    if (!input_view(c, i, t[i], &r, dims, st, &p->in_data[i], &p->owned[i])) return c->err->code;
+    if (r < 2) return kiln_kfail(c, "input %zu must have rank >= 2", i);
+    if (!read_perm(c->node, perms[i], r, perm)) return kiln_kfail(c, "%s is not a permutation of %d axes", perms[i], r);
+    make_strided_view(vw[i], r, dims, st, perm);
   }
   p->has_mask = t[3] != NULL;
   p->has_cond = t[4] != NULL;
@@ -203,7 +385,13 @@ static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
   od[r - 1] = p->dv;
   if (!read_perm(c->node, "out_perm", r, perm)) return kiln_kfail(c, "out_perm is not a permutation of %d axes", r);
   for (int i = 0; i < r; i++) yd[i] = od[perm[i]];
-  kiln_tensor *y = kiln_out(c, 0, KILN_FLOAT, r, yd);
+  /* out_shape relabels the contiguous output's dims; the layout below is yd's */
+  size_t nos;
+  const int64_t *os = kiln_attr_ints(c->node, "out_shape", &nos);
+  int64_t sd[MAXR];
+  if (os && !reshape_target(r, yd, os, nos, sd)) return kiln_kfail(c, "out_shape does not fit the output");
+  /* every output row is written (values, or NaN for a row masked out): no zeroing */
+  kiln_tensor *y = os ? kiln_out_uninit(c, 0, KILN_FLOAT, (int)nos, sd) : kiln_out_uninit(c, 0, KILN_FLOAT, r, yd);
   if (!y) return c->err->code;
   view yv;
   make_view(&yv, r, yd, NULL);
@@ -218,6 +406,7 @@ static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
   p->keep_true = kiln_attr_int(c->node, "cond_keep", 1) != 0;
   p->where_after = kiln_attr_int(c->node, "where_after_mask", 0) != 0;
   p->dvp = (p->dv + DVPAD - 1) / DVPAD * DVPAD;
+  p->v_direct = p->v.stride[p->v.rank - 1] == 1 && p->dv == p->dvp;
   p->nkb = (p->sk + BK - 1) / BK;
   *yout = y;
   return KILN_OK;
@@ -227,24 +416,28 @@ static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
  * is zeroed at allocation and never written, so the tiles may read it freely. A thread runs
  * attend() on an attn_work made of one packed slot (kp, vp) and its own q, s, acc. */
 typedef struct attn_work {
-  float *kp;   /* nkb panels of D x BK */
-  float *vp;   /* nkb*BK rows of dvp */
+  float *kp;       /* nkb panels of D x BK */
+  const float *v;  /* Sk rows of V: packed (vp, rows of dvp) or read in place */
+  int64_t vs;      /* V's row stride */
   float *q;    /* QB x D, scaled */
   float *s;    /* QB x BK scores, then probabilities */
   float *acc;  /* QB x dvp */
 } attn_work;
 
 /* All buffers of one run: nslot packed K/V slots (one per batch element of a group) and
- * per-thread tiles for nthr threads. */
+ * per-thread tiles for nthr threads, plus the slot maps of a group. */
 typedef struct attn_bufs {
   float *kp, *vp, *q, *s, *acc;
   size_t kpn, vpn, qn, sn, accn; /* floats per slot / per thread */
+  size_t nslot, nthr;
+  int64_t sk, dv; /* the padding (past Sk, past Dv) depends on them, not only on the sizes */
+  size_t *slots;  /* 2 * nslot */
 } attn_bufs;
 
 /* n floats rounded up to whole 64-byte lines, plus one line of padding */
 static size_t pad_line(size_t n) { return (n + 15) / 16 * 16 + 16; }
 
-static bool bufs_alloc(attn_bufs *w, const attn_plan *p, size_t nslot, size_t nthr) {
+static void bufs_sizes(attn_bufs *w, const attn_plan *p, size_t nslot, size_t nthr) {
   memset(w, 0, sizeof *w);
   w->kpn = (size_t)p->nkb * BK * (size_t)p->d;
   w->vpn = (size_t)p->nkb * BK * (size_t)p->dvp;
@@ -252,28 +445,117 @@ static bool bufs_alloc(attn_bufs *w, const attn_plan *p, size_t nslot, size_t nt
   w->qn = pad_line((size_t)QB * (size_t)(p->d ? p->d : 1));
   w->sn = pad_line((size_t)QB * BK);
   w->accn = pad_line((size_t)QB * (size_t)(p->dvp ? p->dvp : 1));
-  w->kp = calloc(w->kpn * nslot + 1, sizeof(float));
-  w->vp = calloc(w->vpn * nslot + 1, sizeof(float));
-  w->q = calloc(w->qn * nthr, sizeof(float));
-  w->s = calloc(w->sn * nthr, sizeof(float));
-  w->acc = calloc(w->accn * nthr, sizeof(float));
-  return w->kp && w->vp && w->q && w->s && w->acc;
+  w->nslot = nslot;
+  w->nthr = nthr;
+  w->sk = p->sk;
+  w->dv = p->dv;
 }
 
-static void bufs_free(attn_bufs *w) {
+static void bufs_free(void *wp) {
+  attn_bufs *w = wp;
+  if (!w) return;
   free(w->kp);
   free(w->vp);
   free(w->q);
   free(w->s);
   free(w->acc);
+  free(w->slots);
+  free(w);
 }
+
+/* The work buffers for a run of plan p: the node's cached set when it has the same geometry
+ * (taken out of the node, so concurrent runs never share one), else a fresh zeroed set. A
+ * set's padding (key columns past Sk, value columns past Dv) is zeroed at allocation and never
+ * written, so it stays valid for every run of the same geometry; reusing the set saves the
+ * allocation, the zeroing and the page faults of about 100 KiB per node and run. */
+static attn_bufs *bufs_take(const kiln_node *node, const attn_plan *p, size_t nslot, size_t nthr) {
+  kiln_node *n = (kiln_node *)(uintptr_t)node; /* node state is runtime cache */
+  attn_bufs want, *w = __atomic_exchange_n((attn_bufs **)&n->state, NULL, __ATOMIC_ACQ_REL);
+  bufs_sizes(&want, p, nslot, nthr);
+  if (w && w->kpn == want.kpn && w->vpn == want.vpn && w->qn == want.qn && w->sn == want.sn &&
+      w->accn == want.accn && w->nslot == nslot && w->nthr == nthr && w->sk == want.sk && w->dv == want.dv)
+    return w;
+  bufs_free(w);
+  if (!(w = malloc(sizeof *w))) return NULL;
+  *w = want;
+  w->kp = calloc(w->kpn * nslot + 1, sizeof(float));
+  w->vp = calloc(w->vpn * nslot + 1, sizeof(float));
+  w->q = calloc(w->qn * nthr, sizeof(float));
+  w->s = calloc(w->sn * nthr, sizeof(float));
+  w->acc = calloc(w->accn * nthr, sizeof(float));
+  w->slots = calloc(2 * nslot, sizeof *w->slots);
+  if (w->kp && w->vp && w->q && w->s && w->acc && w->slots) return w;
+  bufs_free(w);
+  return NULL;
+}
+
+/* Put the set back into the node for the next run (freed if another run put one back first). */
+static void bufs_give(const kiln_node *node, attn_bufs *w) {
+  kiln_node *n = (kiln_node *)(uintptr_t)node;
+  void *expected = NULL;
+  __atomic_store_n(&n->state_free, bufs_free, __ATOMIC_RELEASE);
+  if (!__atomic_compare_exchange_n(&n->state, &expected, w, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) bufs_free(w);
+}
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define AT_HAVE_X86 1
+/* panel[d][j] = k[j][d] for j < nk (rows sj apart), d < D (contiguous), in 8 x 8 blocks
+ * transposed in registers; the edges one value at a time. Pure data movement: the same
+ * result as the scalar loop. */
+__attribute__((target("avx2"))) static void pack_k_rows_avx2(const float *k, int64_t sj, int64_t nk, int64_t D,
+                                                             float *panel) {
+  int64_t j = 0;
+  for (; j + 8 <= nk; j += 8) {
+    int64_t d = 0;
+    for (; d + 8 <= D; d += 8) {
+      __m256 r[8], t[8], s[8];
+      for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(k + (j + i) * sj + d);
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        s[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+      for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(panel + (d + i) * BK + j, _mm256_permute2f128_ps(s[i], s[i + 4], 0x20));
+        _mm256_storeu_ps(panel + (d + i + 4) * BK + j, _mm256_permute2f128_ps(s[i], s[i + 4], 0x31));
+      }
+    }
+    for (; d < D; d++)
+      for (int i = 0; i < 8; i++) panel[d * BK + j + i] = k[(j + i) * sj + d];
+  }
+  for (; j < nk; j++)
+    for (int64_t d = 0; d < D; d++) panel[d * BK + j] = k[j * sj + d];
+}
+#endif
 
 static void pack_k(const attn_plan *p, const float *k, float *kp) {
   int64_t sd = p->k.stride[p->k.rank - 2], sj = p->k.stride[p->k.rank - 1];
   for (int64_t kb = 0; kb < p->nkb; kb++) {
     int64_t j0 = kb * BK, nk = p->sk - j0 < BK ? p->sk - j0 : BK;
+    float *panel = kp + kb * p->d * BK;
+#ifdef AT_HAVE_X86
+    if (sd == 1 && sj != 1 && p->simd_pack) {
+      pack_k_rows_avx2(k + j0 * sj, sj, nk, p->d, panel);
+      continue;
+    }
+#endif
+    if (sd == 1 && sj != 1) {
+      /* K stored (Sk, D), the usual layout: read each key's D values in a row and scatter
+       * them down the panel's column (the panel, D x BK floats, stays in L1), instead of
+       * gathering every column with a stride of a whole key row */
+      for (int64_t j = 0; j < nk; j++) {
+        const float *src = k + (j0 + j) * sj;
+        for (int64_t d = 0; d < p->d; d++) panel[d * BK + j] = src[d];
+      }
+      continue;
+    }
     for (int64_t d = 0; d < p->d; d++) {
-      float *dst = kp + (kb * p->d + d) * BK;
+      float *dst = panel + d * BK;
       const float *src = k + d * sd + j0 * sj;
       if (sj == 1) memcpy(dst, src, (size_t)nk * sizeof *dst);
       else
@@ -314,6 +596,22 @@ static bool block_masked(const attn_plan *p, const float *mrow, const uint8_t *c
   return false;
 }
 
+/* With an additive mask alone: one past the last key column of [j0, j0+nk) that the mask
+ * leaves to some row of [0, nr) (not -inf); the columns after it only add exp(-inf) = 0, so
+ * the tile stops there (a causal mask: the keys after the tile's last query). Rows from the
+ * last, which for a causal mask reaches furthest, so the others stop scanning early. */
+static int64_t mask_extent(const attn_plan *p, const float *mrow, int64_t nr, int64_t j0, int64_t nk) {
+  if (!p->has_mask || p->has_cond) return nk;
+  int64_t sq = p->m.stride[p->m.rank - 2], sj = p->m.stride[p->m.rank - 1], ext = 0;
+  for (int64_t r = nr - 1; r >= 0 && ext < nk; r--)
+    for (int64_t j = nk - 1; j >= ext; j--)
+      if (mrow[r * sq + (j0 + j) * sj] != -INFINITY) {
+        ext = j + 1;
+        break;
+      }
+  return ext;
+}
+
 static void apply_mask(const attn_plan *p, float *s, const float *mrow, int64_t j0, int64_t nk) {
   int64_t sj = p->m.stride[p->m.rank - 1];
   const float *mp = mrow + j0 * sj;
@@ -347,7 +645,9 @@ static void apply_cond(const attn_plan *p, float *s, const uint8_t *crow, int64_
 #define AT_QB 4
 #define AT_TARGET __attribute__((target("avx2,fma")))
 #define AT_FMA(acc, a, b) ((acc) = _mm256_fmadd_ps((a), (b), (acc)))
+#define AT_FMA_SPLAT(e, r, c) ((e) = _mm256_fmadd_ps((e), (r), _mm256_set1_ps(c)))
 #include "ops/fused_attention_tiles.h"
+#undef AT_FMA_SPLAT
 #undef AT_FN
 #undef AT_VW
 #undef AT_QB
@@ -360,7 +660,9 @@ static void apply_cond(const attn_plan *p, float *s, const uint8_t *crow, int64_
 #define AT_QB 8
 #define AT_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma")))
 #define AT_FMA(acc, a, b) ((acc) = _mm512_fmadd_ps((a), (b), (acc)))
+#define AT_FMA_SPLAT(e, r, c) ((e) = _mm512_fmadd_ps((e), (r), _mm512_set1_ps(c)))
 #include "ops/fused_attention_tiles.h"
+#undef AT_FMA_SPLAT
 #undef AT_FN
 #undef AT_VW
 #undef AT_QB
@@ -406,7 +708,7 @@ static void pack_task(void *ctx, size_t begin, size_t end, int thread) {
     int64_t off[6];
     batch_offsets(j->p, j->b0 + (int64_t)g, off);
     if (j->kslot[g] == g) pack_k(j->p, j->kd + off[1], j->w->kp + g * j->w->kpn);
-    if (j->vslot[g] == g) pack_v(j->p, j->vd + off[2], j->w->vp + g * j->w->vpn);
+    if (j->vslot[g] == g && !j->p->v_direct) pack_v(j->p, j->vd + off[2], j->w->vp + g * j->w->vpn);
   }
 }
 
@@ -421,18 +723,22 @@ static void attend_task(void *ctx, size_t begin, size_t end, int thread) {
     size_t g = t / (size_t)j->nqt;
     int64_t i0 = (int64_t)(t % (size_t)j->nqt) * j->qt, i1 = i0 + j->qt < p->sq ? i0 + j->qt : p->sq, off[6];
     batch_offsets(p, j->b0 + (int64_t)g, off);
-    attn_work w = {b->kp + j->kslot[g] * b->kpn, b->vp + j->vslot[g] * b->vpn, b->q + th * b->qn,
+    attn_work w = {b->kp + j->kslot[g] * b->kpn, b->vp + j->vslot[g] * b->vpn, p->dvp, b->q + th * b->qn,
                    b->s + th * b->sn, b->acc + th * b->accn};
+    if (p->v_direct) {
+      w.v = j->vd + off[2];
+      w.vs = p->v.stride[p->v.rank - 2];
+    }
     j->attend(p, &w, j->qd + off[0], j->md ? j->md + off[3] : NULL, j->cd ? j->cd + off[4] : NULL, j->yd + off[5],
               i0, i1);
   }
 }
 
-static kiln_code attention_run(kiln_kctx *c) {
+static kiln_code attention_exec(kiln_kctx *c, attn_plan *pp) {
   attn_plan p;
   kiln_tensor *y = NULL;
-  memset(&p, 0, sizeof p);
-  kiln_code rc = plan_views(c, &p, &y);
+  kiln_code rc = plan_views(c, pp, &y);
+  p = *pp;
   if (rc) return rc;
   if (y->numel == 0) return KILN_OK;
   if (p.sk == 0) { /* softmax over nothing times an empty V: zeros, as MatMul gives */
@@ -447,29 +753,29 @@ static kiln_code attention_run(kiln_kctx *c) {
   double work = (double)nbatch * (double)p.sq * (double)p.sk * (double)(p.d + p.dv);
   kiln_threadpool *pool = work >= 1 << 17 ? kiln_kpool(c) : NULL;
   size_t nthr = (size_t)kiln_threadpool_size(pool);
-  /* Batch elements go in groups of one per thread: the group's packed K and V are still in
-   * cache when its query tiles read them. */
-  int64_t group = (int64_t)nthr < nbatch ? (int64_t)nthr : nbatch;
-  attn_bufs w;
-  memset(&w, 0, sizeof w);
-  size_t *slots = malloc(2 * (size_t)group * sizeof *slots);
-  if (!slots || !bufs_alloc(&w, &p, (size_t)group, nthr)) {
-    free(slots);
-    bufs_free(&w);
-    return kiln_kfail(c, "out of memory for attention work buffers");
-  }
+  /* Batch elements go in groups whose packed K and V fit in about half an L2 (at least one
+   * element per thread): the group's panels are still in cache when its query tiles read
+   * them, and a small problem (one BERT layer's heads) is one group, i.e. two parallel loops
+   * per node rather than two per thread's worth of heads. */
+  int64_t per_elem = p.nkb * BK * (p.d + p.dvp) * (int64_t)sizeof(float);
+  int64_t group = ((int64_t)1 << 20) / (per_elem ? per_elem : 1);
+  if (group < (int64_t)nthr) group = (int64_t)nthr;
+  if (group > nbatch) group = nbatch;
+  attn_bufs *w = bufs_take(c->node, &p, (size_t)group, nthr);
+  if (!w) return kiln_kfail(c, "out of memory for attention work buffers");
   attend_fn attend = attend_v4;
 #ifdef AT_HAVE_AVX2
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("KILN_ATTENTION_PORTABLE"))
     attend = attend_avx2;
   if (kiln_cpu_isa() >= KILN_ISA_AVX512 && !getenv("KILN_ATTENTION_PORTABLE")) attend = attend_avx512;
+  p.simd_pack = attend != attend_v4;
 #endif
   /* query tiles: 8 microkernel tiles, or fewer when there are few batch elements to share */
   int64_t qt = QB * 8;
   while (qt > QB && nbatch * ((p.sq + qt - 1) / qt) < 4 * (int64_t)nthr) qt /= 2;
-  attn_job j = {&p, &w, attend, kiln_in(c, 0)->data, kiln_in(c, 1)->data, kiln_in(c, 2)->data,
+  attn_job j = {&p, w, attend, p.in_data[0], p.in_data[1], p.in_data[2],
                 p.has_mask ? kiln_in(c, 3)->data : NULL, p.has_cond ? kiln_in(c, 4)->data : NULL,
-                y->data, 0, 0, (p.sq + qt - 1) / qt, qt, slots, slots + group};
+                y->data, 0, 0, (p.sq + qt - 1) / qt, qt, w->slots, w->slots + group};
   for (int64_t b0 = 0; b0 < nbatch; b0 += group) {
     j.b0 = b0;
     j.nbat = nbatch - b0 < group ? nbatch - b0 : group;
@@ -485,9 +791,16 @@ static kiln_code attention_run(kiln_kctx *c) {
     kiln_parallel_for(pool, (size_t)j.nbat, pack_task, &j, 1);
     kiln_parallel_for(pool, (size_t)(j.nbat * j.nqt), attend_task, &j, 1);
   }
-  free(slots);
-  bufs_free(&w);
+  bufs_give(c->node, w);
   return KILN_OK;
+}
+
+static kiln_code attention_run(kiln_kctx *c) {
+  attn_plan p;
+  memset(&p, 0, sizeof p);
+  kiln_code rc = attention_exec(c, &p);
+  for (size_t i = 0; i < 3; i++) free(p.owned[i]);
+  return rc;
 }
 
 /* ---- shape function: the same views on the static types ---- */
@@ -498,6 +811,32 @@ static void type_view(const kiln_type *t, const int *perm, int64_t *dims, const 
     dims[i] = t->dims[a];
     sym[i] = t->sym[a];
   }
+}
+
+/* The static type of input i viewed through its x_slice and x_shape (see input_view); dims of
+ * -1 where unknown (a Reshape keeps the names of the dims it copies). False when it cannot fit. */
+static bool type_input_view(const kiln_node *n, size_t i, const kiln_type *t, kiln_type *out) {
+  static const char *slices[3] = {"q_slice", "k_slice", "v_slice"}, *shapes[3] = {"q_shape", "k_shape", "v_shape"};
+  int axis;
+  int64_t first, count;
+  bool ok;
+  *out = *t;
+  if (read_slice(n, slices[i], t->rank, t->dims, &axis, &first, &count, &ok)) {
+    if (!ok) return false;
+    out->dims[axis] = count;
+    out->sym[axis] = NULL;
+  }
+  size_t cnt;
+  const int64_t *shape = kiln_attr_ints(n, shapes[i], &cnt);
+  if (!shape) return true;
+  int64_t nd[MAXR];
+  const char *ns[MAXR];
+  if (!reshape_target(out->rank, out->dims, shape, cnt, nd)) return false;
+  for (size_t k = 0; k < cnt; k++) ns[k] = shape[k] == 0 ? out->sym[k] : NULL;
+  out->rank = (int)cnt;
+  memcpy(out->dims, nd, cnt * sizeof *nd);
+  memcpy(out->sym, ns, cnt * sizeof *ns);
+  return true;
 }
 
 static kiln_code attention_infer(kiln_ictx *c) {
@@ -519,10 +858,13 @@ static kiln_code attention_infer(kiln_ictx *c) {
   for (size_t i = 0; i < 5; i++) {
     if (!t[i]) continue;
     int perm[MAXR];
-    rk[i] = t[i]->rank;
+    kiln_type vt;
+    if (i < 3 && !type_input_view(c->node, i, t[i], &vt)) return kiln_ifail(c, "input %zu: the slice or shape does not fit", i);
+    const kiln_type *ti = i < 3 ? &vt : t[i];
+    rk[i] = ti->rank;
     if (i < 3 && (rk[i] < 2 || !read_perm(c->node, perms[i], rk[i], perm)))
       return kiln_ifail(c, "input %zu: rank %d or %s does not fit", i, rk[i], perms[i]);
-    type_view(t[i], i < 3 ? perm : NULL, d[i], s[i]);
+    type_view(ti, i < 3 ? perm : NULL, d[i], s[i]);
   }
   /* batch axes: broadcast like kiln_infer_broadcast, keeping symbolic names */
   int nb = 0;
@@ -558,6 +900,17 @@ static kiln_code attention_infer(kiln_ictx *c) {
   for (int i = 0; i < r; i++) {
     yd[i] = od[perm[i]];
     ys[i] = yd[i] < 0 ? os[perm[i]] : NULL;
+  }
+  size_t nos;
+  const int64_t *osh = kiln_attr_ints(c->node, "out_shape", &nos);
+  if (osh) { /* the head merge Reshape: dims it copies (0) keep their names */
+    int64_t sd[MAXR];
+    const char *ss[MAXR];
+    if (!reshape_target(r, yd, osh, nos, sd)) return kiln_ifail(c, "out_shape does not fit the output");
+    for (size_t k = 0; k < nos; k++) ss[k] = osh[k] == 0 && sd[k] < 0 ? ys[k] : NULL;
+    r = (int)nos;
+    memcpy(yd, sd, nos * sizeof *sd);
+    memcpy(ys, ss, nos * sizeof *ss);
   }
   kiln_infer_tensor(c, 0, KILN_FLOAT, r, yd);
   if (c->n_out && c->out[0])

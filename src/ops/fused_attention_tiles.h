@@ -24,6 +24,12 @@ typedef uint32_t AT_VU __attribute__((vector_size(AT_VW * 4)));
 #define AT_FMA(acc, a, b) ((acc) += (a) * (b))
 #define AT_FMA_DEFAULT 1
 #endif
+/* e = e * r + c (the exp polynomial's Horner step), fused where the instance has FMA */
+#ifdef AT_FMA_DEFAULT
+#define AT_MULADD(e, r, c) ((e) = (e) * (r) + (c))
+#else
+#define AT_MULADD(e, r, c) AT_FMA_SPLAT(e, r, c)
+#endif
 
 /* s[r][j] = sum_d q[r][d] * kp[d][j] for AT_QB rows and columns [0, ncols), ncols a multiple
  * of AT_NCI: the AT_QB x AT_NCI tile stays in registers over the whole d loop (the fixed-count
@@ -54,8 +60,9 @@ AT_TARGET static void AT_FN(qk_tile)(const float *restrict q, int64_t D, const f
   }
 }
 
-/* acc[r][c] += sum_j p[r][j] * v[j][c] for j < nk, c < dvp (a multiple of AT_NCI). */
-AT_TARGET static void AT_FN(pv_tile)(const float *restrict p, const float *restrict v, int64_t nk,
+/* acc[r][c] += sum_j p[r][j] * v[j][c] for j < nk, c < dvp (a multiple of AT_NCI); rows of v
+ * vs floats apart. */
+AT_TARGET static void AT_FN(pv_tile)(const float *restrict p, const float *restrict v, int64_t vs, int64_t nk,
                                      int64_t dvp, float *restrict acc) {
   for (int64_t c0 = 0; c0 < dvp; c0 += AT_NCI) {
     AT_VF a[AT_QB], b[AT_QB], va, vb;
@@ -66,7 +73,7 @@ AT_TARGET static void AT_FN(pv_tile)(const float *restrict p, const float *restr
       AT_LOAD(b[r], o + r * dvp + AT_VW);
     }
     for (int64_t j = 0; j < nk; j++) {
-      const float *vr = v + j * dvp + c0;
+      const float *vr = v + j * vs + c0;
       AT_LOAD(va, vr);
       AT_LOAD(vb, vr + AT_VW);
 #pragma GCC unroll 8
@@ -93,8 +100,13 @@ AT_TARGET static float AT_FN(row_max)(const float *x, int64_t n) {
     AT_VI gt = v > mv;
     mv = (AT_VF)(((AT_VI)v & gt) | ((AT_VI)mv & ~gt));
   }
-  float m = -INFINITY;
-  for (int c = 0; c < AT_VW; c++) m = mv[c] > m ? mv[c] : m;
+  /* lanes folded in halves (a tree, not a serial chain of AT_VW dependent compares); max is
+   * exact, so the order does not matter */
+  float t[AT_VW], m;
+  memcpy(t, &mv, sizeof t);
+  for (int w = AT_VW / 2; w >= 1; w /= 2)
+    for (int c = 0; c < w; c++) t[c] = t[c + w] > t[c] ? t[c + w] : t[c];
+  m = t[0];
   for (; j < n; j++) m = x[j] > m ? x[j] : m;
   return m;
 }
@@ -115,24 +127,27 @@ AT_TARGET static float AT_FN(exp_sum)(float *x, int64_t n, float m) {
     AT_VF r = xc - k * 0.693145751953125f;
     r = r - k * 1.428606765330187045e-06f;
     AT_VF e = AT_SPLAT(1.0f / 720);
-    e = e * r + 1.0f / 120;
-    e = e * r + 1.0f / 24;
-    e = e * r + 1.0f / 6;
-    e = e * r + 0.5f;
-    e = e * r + 1.0f;
-    e = e * r + 1.0f;
+    AT_MULADD(e, r, 1.0f / 120);
+    AT_MULADD(e, r, 1.0f / 24);
+    AT_MULADD(e, r, 1.0f / 6);
+    AT_MULADD(e, r, 0.5f);
+    AT_MULADD(e, r, 1.0f);
+    AT_MULADD(e, r, 1.0f);
     AT_VU bits = ((AT_VU)t - 0x4B400000u + 127u) << 23;
     AT_VF y = (AT_VF)((AT_VI)(e * (AT_VF)bits) & ~under);
     AT_STORE(x + j, y);
     sum += y;
   }
-  float total = 0;
+  float total = 0, t[AT_VW];
   for (; j < n; j++) {
     x[j] = kiln_exp_le0(x[j] - m);
     total += x[j];
   }
-  for (int c = 0; c < AT_VW; c++) total += sum[c];
-  return total;
+  /* lanes summed as a tree (log2 AT_VW dependent adds instead of AT_VW) */
+  memcpy(t, &sum, sizeof t);
+  for (int w = AT_VW / 2; w >= 1; w /= 2)
+    for (int c = 0; c < w; c++) t[c] += t[c + w];
+  return total + t[0];
 }
 
 /* One batch element, query rows [i_begin, i_end) (i_begin a multiple of AT_QB): Q rows through all
@@ -157,6 +172,7 @@ AT_TARGET static void AT_FN(attend)(const attn_plan *p, attn_work *w, const floa
     for (int64_t kb = 0; kb < p->nkb; kb++) {
       int64_t j0 = kb * BK, nk = p->sk - j0 < BK ? p->sk - j0 : BK;
       if (block_masked(p, mrow, crow, nr, j0, nk)) continue;
+      nk = mask_extent(p, mrow, nr, j0, nk); /* > 0: the block is not masked out */
       AT_FN(qk_tile)(w->q, p->d, w->kp + kb * p->d * BK, (nk + AT_NCI - 1) / AT_NCI * AT_NCI, w->s);
       for (int64_t r = 0; r < AT_QB; r++) {
         float *s = w->s + r * BK;
@@ -185,7 +201,7 @@ AT_TARGET static void AT_FN(attend)(const attn_plan *p, attn_work *w, const floa
         l[r] += AT_FN(exp_sum)(s, nk, mx[r]);
         for (int64_t j = nk; j < BK; j++) s[j] = 0;
       }
-      AT_FN(pv_tile)(w->s, w->vp + j0 * p->dvp, nk, p->dvp, w->acc);
+      AT_FN(pv_tile)(w->s, w->v + j0 * w->vs, w->vs, nk, p->dvp, w->acc);
     }
     for (int64_t r = 0; r < nr; r++) {
       const float *a = w->acc + r * p->dvp;
@@ -207,6 +223,7 @@ AT_TARGET static void AT_FN(attend)(const attn_plan *p, attn_work *w, const floa
 #undef AT_LOAD
 #undef AT_STORE
 #undef AT_SPLAT
+#undef AT_MULADD
 #ifdef AT_FMA_DEFAULT
 #undef AT_FMA
 #undef AT_FMA_DEFAULT

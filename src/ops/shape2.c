@@ -130,9 +130,19 @@ static kiln_code run_transpose(kiln_kctx *c) {
     out[i] = x->dims[perm[i]];
     sstride[i] = istride[perm[i]];
   }
-  kiln_tensor *o = kiln_out(c, 0, x->dtype, x->rank, out);
+  kiln_tensor *o = kiln_out_uninit(c, 0, x->dtype, x->rank, out); /* gather_view writes it all */
   if (!o) return c->err->code;
-  gather_view(o, o->rank, o->dims, x, 0, sstride);
+  /* A perm that only moves axes of size 1 (e.g. (1, S, E) -> (S, 1, E)) keeps the memory
+   * order: one copy instead of one per row. */
+  int last = -1;
+  bool same_order = true;
+  for (int i = 0; i < x->rank; i++) {
+    if (out[i] == 1) continue;
+    same_order &= perm[i] > last;
+    last = perm[i];
+  }
+  if (same_order && o->numel) copy_run(o, 0, x, 0, x->numel);
+  else gather_view(o, o->rank, o->dims, x, 0, sstride);
   return KILN_OK;
 }
 
@@ -251,7 +261,7 @@ static kiln_code run_slice(kiln_kctx *c) {
     base += first[d] * istride[d];
     sstride[d] = step[d] * istride[d];
   }
-  kiln_tensor *o = kiln_out(c, 0, x->dtype, x->rank, count);
+  kiln_tensor *o = kiln_out_uninit(c, 0, x->dtype, x->rank, count); /* gather_view writes it all */
   if (!o) return c->err->code;
   gather_view(o, o->rank, o->dims, x, base, sstride);
   return KILN_OK;

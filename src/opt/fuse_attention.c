@@ -17,9 +17,13 @@
  * elsewhere). The scale may sit on the scores, on Q or on K (PyTorch scales Q); all constant
  * factors multiply into the `scale` attribute. The Transposes of the head split and merge
  * (and the K^T transpose, whatever its perm) are absorbed as the permutation attributes when
- * they are read only by the attention, so the kernel reads Q, K, V in place; the Reshapes
- * around them stay (they are cheap, and their shape inputs may be computed or folded by
- * fold_shapes, which this pass does not depend on). Q/K/V projections are left to fuse_matmul.
+ * they are read only by the attention, so the kernel reads Q, K, V in place. Below those
+ * Transposes, a Reshape with a constant target (the head split, once fold_shapes has folded
+ * its shape) and below it a one-axis step-1 Slice with constant bounds (the cut of a packed
+ * QKV projection, as PyTorch's MultiheadAttention exports it) become the x_shape / x_slice
+ * views, and a constant-target Reshape after the output Transposes (the head merge) becomes
+ * out_shape: none of them is copied any more. Reshapes with computed targets stay. Q/K/V
+ * projections are left to fuse_matmul.
  *
  * Not fused: Softmax on another axis, non-float32 chains (a Cast anywhere breaks the chain),
  * a non-constant or non-scalar scale, masks whose trailing axes statically neither are 1 nor
@@ -47,6 +51,10 @@ typedef struct amatch {
   double fill;                 /* Where: the constant it puts where the scores are dropped */
   int keep, where_after;       /* Where keeps the scores where cond is true; Add before Where */
   size_t mm1;                  /* the first MatMul (Q K^T) */
+  /* Q, K, V views absorbed below the Transposes: a Slice [axis, start, end] and a Reshape */
+  bool has_slice[3], has_shape[3], has_oshape;
+  int64_t slice[3][3], shape[3][MAXR], oshape[MAXR];
+  size_t shape_n[3], oshape_n;
 } amatch;
 
 typedef struct actx {
@@ -148,6 +156,57 @@ static int absorb_input(const actx *c, amatch *a, int v, int *r, int *perm, bool
       v = chain;
     }
     push(a, (size_t)p);
+  }
+}
+
+/* A Reshape whose target is a constant list of at most MAXR ints, without allowzero: its
+ * target in shape[*n]. */
+static bool const_reshape(const kiln_graph *g, const kiln_node *n, int64_t *shape, size_t *cnt) {
+  if (!kiln_op_is(n, "Reshape") || n->n_in != 2 || n->n_out != 1 || !is_float(g, n->in[0])) return false;
+  if (n->opset >= 14 && kiln_attr_int(n, "allowzero", 0)) return false;
+  const kiln_tensor *t = kiln_const_input(g, n, 1);
+  if (!t || t->rank != 1 || t->numel > MAXR || t->numel < 1 || !kiln_dtype_is_int(t->dtype)) return false;
+  for (int64_t i = 0; i < t->numel; i++) shape[i] = kiln_get_i64(t, i);
+  *cnt = (size_t)t->numel;
+  return true;
+}
+
+/* The constant 1-element integer input i of n (absent: *v = dflt). */
+static bool const_one(const kiln_graph *g, const kiln_node *n, size_t i, int64_t dflt, int64_t *v) {
+  if (i >= n->n_in || n->in[i] < 0) {
+    *v = dflt;
+    return true;
+  }
+  const kiln_tensor *t = kiln_const_input(g, n, i);
+  if (!t || t->rank != 1 || t->numel != 1 || !kiln_dtype_is_int(t->dtype)) return false;
+  *v = kiln_get_i64(t, 0);
+  return true;
+}
+
+/* A Slice (opset >= 10) of one axis with step 1 and constant bounds: [axis, start, end]. */
+static bool const_slice(const kiln_graph *g, const kiln_node *n, int64_t *sl) {
+  int64_t step;
+  if (!kiln_op_is(n, "Slice") || n->opset < 10 || n->n_in < 3 || n->n_out != 1 || !is_float(g, n->in[0]))
+    return false;
+  return const_one(g, n, 1, 0, &sl[1]) && const_one(g, n, 2, 0, &sl[2]) && const_one(g, n, 3, 0, &sl[0]) &&
+         const_one(g, n, 4, 1, &step) && step == 1;
+}
+
+/* Below the Transposes of input x (value *v): a Reshape and/or a Slice read only by the
+ * attention become the x_shape / x_slice view, so the kernel reads the sliced tensor (e.g.
+ * a packed QKV projection) in place. */
+static void absorb_view(const actx *c, amatch *a, size_t x, int *v) {
+  int p = sole_producer(c, *v);
+  if (p >= 0 && a->n < KILN_PAT_MAX && const_reshape(c->g, &c->g->nodes[p], a->shape[x], &a->shape_n[x])) {
+    a->has_shape[x] = true;
+    push(a, (size_t)p);
+    *v = c->g->nodes[p].in[0];
+    p = sole_producer(c, *v);
+  }
+  if (p >= 0 && a->n < KILN_PAT_MAX && const_slice(c->g, &c->g->nodes[p], a->slice[x])) {
+    a->has_slice[x] = true;
+    push(a, (size_t)p);
+    *v = c->g->nodes[p].in[0];
   }
 }
 
@@ -271,6 +330,9 @@ static bool match_at(const actx *c, size_t anchor, amatch *a) {
   a->q = absorb_input(c, a, mm1->in[0], &a->qr, a->qperm, true);
   a->k = absorb_input(c, a, mm1->in[1], &a->kr, a->kperm, true);
   a->v = absorb_input(c, a, mm2->in[1], &a->vr, a->vperm, false);
+  absorb_view(c, a, 0, &a->q);
+  absorb_view(c, a, 1, &a->k);
+  absorb_view(c, a, 2, &a->v);
   if (!isfinite(a->scale) || !isfinite((float)a->scale)) return false;
   /* Output Transposes: the anchor becomes the last one. */
   int o = mm2->out[0];
@@ -290,6 +352,14 @@ static bool match_at(const actx *c, size_t anchor, amatch *a) {
     push(a, (size_t)rdr);
     last = (size_t)rdr;
     o = t->out[0];
+  }
+  /* then the head merge Reshape: the output is contiguous, so only its dims change */
+  int rdr = a->n < KILN_PAT_MAX && !kiln_graph_is_output(g, o) ? sole_reader(g, c->uses, o) : -1;
+  if (rdr >= 0 && !c->dead[rdr] && g->nodes[rdr].in[0] == o &&
+      const_reshape(g, &g->nodes[rdr], a->oshape, &a->oshape_n)) {
+    a->has_oshape = true;
+    push(a, (size_t)rdr);
+    last = (size_t)rdr;
   }
   /* kiln_fuse_chain takes the last node as the anchor: move the core's MatMul2 before the
    * sides and put the last output Transpose at the end. */
@@ -329,6 +399,12 @@ static kiln_code rewrite(kiln_pass_ctx *ctx, kiln_graph *g, const amatch *a, boo
   if (!rc) rc = set_perm(f, "k_perm", a->kperm, a->kr);
   if (!rc) rc = set_perm(f, "v_perm", a->vperm, a->vr);
   if (!rc) rc = set_perm(f, "out_perm", a->operm, a->orank);
+  static const char *slices[3] = {"q_slice", "k_slice", "v_slice"}, *shapes[3] = {"q_shape", "k_shape", "v_shape"};
+  for (size_t x = 0; x < 3 && !rc; x++) {
+    if (a->has_slice[x]) rc = kiln_node_set_ints(f, slices[x], a->slice[x], 3);
+    if (!rc && a->has_shape[x]) rc = kiln_node_set_ints(f, shapes[x], a->shape[x], a->shape_n[x]);
+  }
+  if (!rc && a->has_oshape) rc = kiln_node_set_ints(f, "out_shape", a->oshape, a->oshape_n);
   if (!rc && a->cond >= 0) {
     rc = kiln_node_set_float(f, "mask_fill", (float)a->fill);
     if (!rc) rc = kiln_node_set_int(f, "cond_keep", a->keep);

@@ -1,5 +1,8 @@
 /* MatMul fusions: MatMul -> Add(bias) [-> activation] and Gemm -> activation become
- * ai.kiln::FusedMatMul / ai.kiln::FusedGemm with the bias and activation in the epilogue. */
+ * ai.kiln::FusedMatMul / ai.kiln::FusedGemm with the bias and activation in the epilogue.
+ * A lone Gemm with constant weights and a bias vector (the usual linear layer) becomes a
+ * FusedGemm without activation: its weights are then packed once per node, not per run, and
+ * the bias is added in the GEMM's epilogue instead of a pass over the output before it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,11 +43,25 @@ static bool gemm_plain(const kiln_graph *g, const kiln_node *n) {
   return n->n_in >= 2 && kiln_attr_int(n, "transA", 0) == 0 && g->values[n->in[0]].type.dtype == KILN_FLOAT;
 }
 
+/* Gemm(A, const B, [const C of N values, beta 1]) with A not transposed: what FusedGemm's fast
+ * path runs with packed weights (src/ops/fused.c). */
+static bool gemm_linear(const kiln_graph *g, const kiln_node *n) {
+  if (!gemm_plain(g, n)) return false;
+  const kiln_tensor *b = kiln_const_input(g, n, 1);
+  if (!b || b->dtype != KILN_FLOAT || b->rank != 2) return false;
+  int64_t cols = b->dims[kiln_attr_int(n, "transB", 0) != 0 ? 0 : 1];
+  if (n->n_in < 3 || n->in[2] < 0) return true;
+  const kiln_tensor *c = kiln_const_input(g, n, 2);
+  return c && c->dtype == KILN_FLOAT && c->rank >= 1 && c->numel == cols && c->dims[c->rank - 1] == cols &&
+         kiln_attr_float(n, "beta", 1.0f) == 1.0f;
+}
+
 #define ACTS "Relu|LeakyRelu|Clip|Sigmoid|HardSigmoid|HardSwish|Tanh"
 static const kiln_pattern patterns[] = {
     {"matmul_add_act", 3, {{"MatMul", -1, float_matmul}, {"Add", -1, bias_add}, {ACTS, 0, NULL}}},
     {"matmul_add", 2, {{"MatMul", -1, float_matmul}, {"Add", -1, bias_add}}},
     {"gemm_act", 2, {{"Gemm", -1, gemm_plain}, {ACTS, 0, NULL}}},
+    {"gemm_linear", 1, {{"Gemm", -1, gemm_linear}}},
 };
 
 kiln_code kiln_pass_fuse_matmul(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
@@ -64,7 +81,8 @@ kiln_code kiln_pass_fuse_matmul(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count
         const kiln_node *add = &g->nodes[m.nodes[1]];
         in[2] = add->in[0] == first->out[0] ? add->in[1] : add->in[0];
       }
-      const kiln_node *act = kiln_op_is(&g->nodes[m.nodes[m.n - 1]], "Add") ? NULL : &g->nodes[m.nodes[m.n - 1]];
+      const kiln_node *last = &g->nodes[m.nodes[m.n - 1]];
+      const kiln_node *act = kiln_op_is(last, "Add|Gemm") ? NULL : last;
       kiln_node tmp = {0};
       rc = gemm ? kiln_node_copy_attrs(&tmp, first) : KILN_OK;
       if (!rc) rc = kiln_fuse_set_activation(&tmp, g, act);

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdalign.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -154,6 +155,18 @@ static void wait_for(kiln_threadpool *p, atomic_size_t *sz_counter, atomic_int *
 #undef REACHED_MO
 }
 
+/* Whether every worker has let go of the last job, spinning up to LATE_SPIN_NS for it. */
+enum { LATE_SPIN_NS = 20000 };
+static bool pending_clear(kiln_threadpool *p) {
+  if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return true;
+  unsigned long long t0 = now_ns();
+  for (unsigned i = 1;; i++) {
+    CPU_RELAX();
+    if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return true;
+    if ((i & 63) == 0 && now_ns() - t0 > LATE_SPIN_NS) return false;
+  }
+}
+
 static void bump_generation(kiln_threadpool *p) {
   atomic_fetch_add(&p->generation, 1); /* seq_cst: pairs with n_sleeping below */
   if (atomic_load(&p->n_sleeping) > 0) {
@@ -242,7 +255,17 @@ void kiln_parallel_for(kiln_threadpool *p, size_t n_tasks, kiln_task_fn fn, void
     tl_depth--;
     return;
   }
-  wait_for(p, NULL, &p->pending, 0); /* every worker has let go of the previous job */
+  /* Every worker must have let go of the previous job before its fields are rewritten. A
+   * worker that has not (descheduled on a busy machine: it may not run again for a whole
+   * time slice) is not waited for beyond a short spin: this loop then runs on the caller
+   * alone, as on a busy pool (tasks give the same results however they are spread). */
+  if (!pending_clear(p)) {
+    pthread_mutex_unlock(&p->busy);
+    tl_depth++;
+    fn(ctx, 0, n_tasks, 0);
+    tl_depth--;
+    return;
+  }
   p->fn = fn;
   p->ctx = ctx;
   p->n_tasks = n_tasks;

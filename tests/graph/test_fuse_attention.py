@@ -165,7 +165,8 @@ def bert_block(b, s, e, h, dynamic):
 
 
 m = bert_block(2, 128, 64, 4, False)
-expect("bert_block_static", m, {"Attention": 1, "FusedMatMul": 3, "Reshape": 4, "MatMul": 1})
+# the head split Reshapes (constant shapes) and the merge Reshape are absorbed as views too
+expect("bert_block_static", m, {"Attention": 1, "FusedMatMul": 3, "MatMul": 1})
 m = bert_block(2, 128, 64, 4, True)
 p = save(m, "bert_block_dynamic")
 ops, text = fused(p)
