@@ -365,6 +365,29 @@ static void wino_out_row(const wino_blk *b, const float *o, int64_t ps, float *c
     wino_out_c(o, ps, b->tw, r[0], r[1]);
 }
 
+#ifdef KILN_HAVE_X86_KERNELS
+T512 static void wino_copy_rows_avx512(float *d, int64_t ld, const float *s, int64_t ls, int64_t rows, int64_t n) {
+  __mmask16 mk = (__mmask16)((1u << (n & 15)) - 1);
+  for (int64_t r = 0; r < rows; r++, d += ld, s += ls) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, _mm512_loadu_ps(s + i));
+    if (i < n) _mm512_mask_storeu_ps(d + i, mk, _mm512_maskz_loadu_ps(mk, s + i));
+  }
+}
+#endif
+
+/* rows rows of n floats from s (stride ls) to d (stride ld): short rows, inline rather than
+ * through memcpy calls. */
+static void wino_copy_rows(int isa, float *d, int64_t ld, const float *s, int64_t ls, int64_t rows, int64_t n) {
+#ifdef KILN_HAVE_X86_KERNELS
+  if (isa >= KILN_ISA_AVX512) {
+    wino_copy_rows_avx512(d, ld, s, ls, rows, n);
+    return;
+  }
+#endif
+  for (int64_t r = 0; r < rows; r++) memcpy(d + r * ld, s + r * ls, sizeof(float) * (size_t)n);
+}
+
 /* Input transform of channels [begin, end): each channel's padded input rows of the block are
  * copied once into the thread's scratch (zeroed once, so padding stays zero), and the tiles
  * are transformed from there. */
@@ -378,8 +401,7 @@ static void wino_in_task(void *ctx, size_t begin, size_t end, int ti) {
   int64_t l = p->pl < rw ? p->pl : rw, n = p->w < rw - l ? p->w : rw - l;
   for (size_t c = begin; c < end; c++) {
     const float *xp = b->x + (int64_t)c * p->h * p->w;
-    for (int64_t iy = lo; iy < hi; iy++)
-      memcpy(buf + (iy - iy0) * rw + l, xp + iy * p->w, sizeof(float) * (size_t)n);
+    wino_copy_rows(b->isa, buf + (lo - iy0) * rw + l, rw, xp + lo * p->w, p->w, hi - lo, n);
     for (int64_t ty = b->ty0; ty < b->ty1; ty++) {
       const float *r[6];
       for (int i = 0; i < 6; i++) r[i] = buf + (b->e * (ty - b->ty0) + (i < b->a ? i : 0)) * rw;
