@@ -149,8 +149,30 @@ T512 static void wino_in_avx512(const float *const r[4], int64_t tw, float *out,
   }
 }
 
-/* As wino_out_c, 16 tiles at a time; writes r0/r1[0 .. 2 * round_up(tw, 16)). */
-T512 static void wino_out_avx512(const float *o, int64_t ps, int64_t tw, float *r0, float *r1) {
+/* Where the AVX-512 output transforms store one tile row: straight into y with the bias, the
+ * residual and ReLU (if any) applied in registers. */
+typedef struct wino_dst {
+  float *y[4];             /* output rows of the tile row; NULL below the image */
+  const float *res[4];     /* the residual's rows, or NULL */
+  float bias;
+  int relu;
+  int64_t ow;              /* columns to write */
+} wino_dst;
+
+/* y row a, columns [col, col + 16) clipped to ow, = act(v + bias + residual). */
+T512 static inline void wino_put(const wino_dst *d, int a, int64_t col, __m512 v) {
+  float *y = d->y[a];
+  if (!y || col >= d->ow) return;
+  int64_t n = d->ow - col;
+  __mmask16 mk = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+  v = _mm512_add_ps(v, _mm512_set1_ps(d->bias));
+  if (d->res[a]) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, d->res[a] + col));
+  if (d->relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
+  _mm512_mask_storeu_ps(y + col, mk, v);
+}
+
+/* As wino_out_c, 16 tiles at a time, stored through d. */
+T512 static void wino_out_avx512(const float *o, int64_t ps, int64_t tw, const wino_dst *d) {
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
   for (int64_t tx = 0; tx < tw; tx += 16) {
@@ -164,9 +186,8 @@ T512 static void wino_out_avx512(const float *o, int64_t ps, int64_t tw, float *
     for (int a = 0; a < 2; a++) {
       __m512 y0 = _mm512_add_ps(_mm512_add_ps(s[a][0], s[a][1]), s[a][2]);
       __m512 y1 = _mm512_sub_ps(_mm512_sub_ps(s[a][1], s[a][2]), s[a][3]);
-      float *d = (a ? r1 : r0) + 2 * tx;
-      _mm512_storeu_ps(d, _mm512_permutex2var_ps(y0, lo, y1));
-      _mm512_storeu_ps(d + 16, _mm512_permutex2var_ps(y0, hi, y1));
+      wino_put(d, a, 2 * tx, _mm512_permutex2var_ps(y0, lo, y1));
+      wino_put(d, a, 2 * tx + 16, _mm512_permutex2var_ps(y0, hi, y1));
     }
   }
 }
@@ -280,22 +301,22 @@ T512 static void wino4_in_avx512(const float *const r[6], int64_t tw, float *out
   }
 }
 
-/* 4 x 16 -> 16 x 4: d[4k + b] = y[b][k] (64 floats). */
-T512 static inline void wino_st4x16(float *d, const __m512 y[4]) {
+/* 4 x 16 -> 16 x 4: columns [col, col + 64) of row a = y[b][k] at col + 4k + b. */
+T512 static inline void wino_put4x16(const wino_dst *d, int a, int64_t col, const __m512 y[4]) {
   __m512 t0 = _mm512_unpacklo_ps(y[0], y[1]), t1 = _mm512_unpackhi_ps(y[0], y[1]);
   __m512 t2 = _mm512_unpacklo_ps(y[2], y[3]), t3 = _mm512_unpackhi_ps(y[2], y[3]);
   __m512 u0 = _mm512_shuffle_ps(t0, t2, 0x44), u1 = _mm512_shuffle_ps(t0, t2, 0xEE);
   __m512 u2 = _mm512_shuffle_ps(t1, t3, 0x44), u3 = _mm512_shuffle_ps(t1, t3, 0xEE);
   __m512 v0 = _mm512_shuffle_f32x4(u0, u1, 0x44), v1 = _mm512_shuffle_f32x4(u2, u3, 0x44);
   __m512 v2 = _mm512_shuffle_f32x4(u0, u1, 0xEE), v3 = _mm512_shuffle_f32x4(u2, u3, 0xEE);
-  _mm512_storeu_ps(d, _mm512_shuffle_f32x4(v0, v1, 0x88));
-  _mm512_storeu_ps(d + 16, _mm512_shuffle_f32x4(v0, v1, 0xDD));
-  _mm512_storeu_ps(d + 32, _mm512_shuffle_f32x4(v2, v3, 0x88));
-  _mm512_storeu_ps(d + 48, _mm512_shuffle_f32x4(v2, v3, 0xDD));
+  wino_put(d, a, col, _mm512_shuffle_f32x4(v0, v1, 0x88));
+  wino_put(d, a, col + 16, _mm512_shuffle_f32x4(v0, v1, 0xDD));
+  wino_put(d, a, col + 32, _mm512_shuffle_f32x4(v2, v3, 0x88));
+  wino_put(d, a, col + 48, _mm512_shuffle_f32x4(v2, v3, 0xDD));
 }
 
-/* As wino4_out_c, 16 tiles at a time; writes r[a][0 .. 4 * round_up(tw, 16)). */
-T512 static void wino4_out_avx512(const float *o, int64_t ps, int64_t tw, float *const r[4]) {
+/* As wino4_out_c, 16 tiles at a time, stored through d. */
+T512 static void wino4_out_avx512(const float *o, int64_t ps, int64_t tw, const wino_dst *d) {
   const __m512 k2 = _mm512_set1_ps(2.0f), k4 = _mm512_set1_ps(4.0f), k8 = _mm512_set1_ps(8.0f);
   for (int64_t tx = 0; tx < tw; tx += 16) {
     __mmask16 mk = tw - tx >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (tw - tx)) - 1);
@@ -308,8 +329,9 @@ T512 static void wino4_out_avx512(const float *o, int64_t ps, int64_t tw, float 
     }
     for (int a = 0; a < 4; a++) {
       __m512 y[4];
+      if (!d->y[a]) continue;
       WINO_AT6(__m512, s[a], y, WV_ADD, WV_SUB, WV_MUL, k2, k4, k8);
-      wino_st4x16(r[a] + 4 * tx, y);
+      wino_put4x16(d, a, 4 * tx, y);
     }
   }
 }
@@ -350,15 +372,6 @@ static void wino_in_row(const wino_blk *b, const float *const *r, float *out, in
 
 /* The e output rows r of one tile row from O planes (stride ps). */
 static void wino_out_row(const wino_blk *b, const float *o, int64_t ps, float *const *r) {
-#ifdef KILN_HAVE_X86_KERNELS
-  if (b->isa >= KILN_ISA_AVX512) {
-    if (b->e == 4)
-      wino4_out_avx512(o, ps, b->tw, r);
-    else
-      wino_out_avx512(o, ps, b->tw, r[0], r[1]);
-    return;
-  }
-#endif
   if (b->e == 4)
     wino4_out_c(o, ps, b->tw, r);
   else
@@ -435,6 +448,29 @@ static void wino_out_task(void *ctx, size_t begin, size_t end, int ti) {
     int64_t off = (b->nn * p->m + (int64_t)mo) * ohw;
     float *yp = b->y + off;
     const float *rp = ep->residual ? ep->residual + off : NULL;
+#ifdef KILN_HAVE_X86_KERNELS
+    if (b->isa >= KILN_ISA_AVX512) { /* straight into y, the epilogue in registers */
+      wino_dst d;
+      d.bias = bv;
+      d.relu = ep->act.kind == KILN_ACT_RELU;
+      d.ow = p->ow;
+      for (int64_t ty = b->ty0; ty < b->ty1; ty++) {
+        for (int64_t a = 0; a < 4; a++) {
+          int in = a < e && e * ty + a < p->oh;
+          d.y[a] = in ? yp + (e * ty + a) * p->ow : NULL;
+          d.res[a] = in && rp ? rp + (e * ty + a) * p->ow : NULL;
+        }
+        const float *o = b->o + (int64_t)mo * b->nt + (ty - b->ty0) * b->tw;
+        if (e == 4)
+          wino4_out_avx512(o, p->m * b->nt, b->tw, &d);
+        else
+          wino_out_avx512(o, p->m * b->nt, b->tw, &d);
+      }
+      if (ep->act.kind != KILN_ACT_NONE && !d.relu)
+        kiln_f32_act(b->isa, yp + oy0 * p->ow, (size_t)((oy1 - oy0) * p->ow), &ep->act);
+      continue;
+    }
+#endif
     for (int64_t ty = b->ty0; ty < b->ty1; ty++) {
       wino_out_row(b, b->o + (int64_t)mo * b->nt + (ty - b->ty0) * b->tw, p->m * b->nt, r);
       for (int64_t a = 0; a < e && e * ty + a < p->oh; a++) {
