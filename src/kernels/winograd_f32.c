@@ -601,7 +601,10 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
     w.even = even;
     w.per_thread = per_thread;
     w.mem = mem;
-    kiln_parallel_for(pool, (size_t)(p->n * nb), wino_outer_task, &w, 1);
+    /* Even blocks: each thread takes a contiguous run of them (the same number of tile rows
+     * for each thread where the rows do not split evenly into blocks: 3+4 | 3+4, not 3+3 |
+     * 4+4 as handing them out one at a time would give). */
+    kiln_parallel_for(pool, (size_t)(p->n * nb), wino_outer_task, &w, even ? 0 : 1);
     for (int i = 0; i < nthr && !rc; i++) rc = w.rc[i];
     free(mem);
     return rc;
