@@ -272,14 +272,19 @@ static void wino4_out_c(const float *o, int64_t ps, int64_t tw, float *const r[4
 #define WV_MUL(a, b) _mm512_mul_ps(a, b)
 
 /* s[4k + j] for k = 0..15 (reads s[0 .. 64)); ix holds j, j + 4, ..., j + 28 in lanes 0..7. */
-T512 static inline __m512 wino_ld4(const float *s, __m512i ix) {
+/* Lanes 0..7 from s[0 .. 32) and lanes 8..15 from s2[0 .. 32) (s2 = s + 32: 16 tiles of one row;
+ * else 8 tiles each of two rows). */
+T512 static inline __m512 wino_ld4(const float *s, const float *s2, __m512i ix) {
   __m512 lo = _mm512_permutex2var_ps(_mm512_loadu_ps(s), ix, _mm512_loadu_ps(s + 16));
-  __m512 hi = _mm512_permutex2var_ps(_mm512_loadu_ps(s + 32), ix, _mm512_loadu_ps(s + 48));
+  __m512 hi = _mm512_permutex2var_ps(_mm512_loadu_ps(s2), ix, _mm512_loadu_ps(s2 + 16));
   return _mm512_shuffle_f32x4(lo, hi, 0x44);
 }
 
-/* As wino4_in_c, 16 tiles at a time; reads r[i][0 .. 4 * round_up(tw, 16) + 8). */
-T512 static void wino4_in_avx512(const float *const r[6], int64_t tw, float *out, int64_t ps) {
+/* As wino4_in_c, 16 tiles at a time; reads r[i][0 .. 4 * round_up(tw, 16) + 8). With r2 (the
+ * rows of the next tile row, tw <= 8): both tile rows at once, 8 lanes each, their V columns
+ * one after the other (the vectors would be half empty on narrow planes otherwise). */
+T512 static void wino4_in_avx512(const float *const r[6], const float *const *r2, int64_t tw, float *out,
+                                 int64_t ps) {
   __m512i ix[4];
   for (int j = 0; j < 4; j++)
     ix[j] = _mm512_setr_epi32(j, j + 4, j + 8, j + 12, j + 16, j + 20, j + 24, j + 28, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -289,49 +294,64 @@ T512 static void wino4_in_avx512(const float *const r[6], int64_t tw, float *out
     __m512 t[6][6];
     for (int j = 0; j < 6; j++) {
       __m512 d[6], o[6];
-      for (int i = 0; i < 6; i++) d[i] = wino_ld4(r[i] + 4 * tx + (j & 4), ix[j & 3]);
+      for (int i = 0; i < 6; i++) {
+        const float *s0 = r[i] + 4 * tx + (j & 4);
+        d[i] = wino_ld4(s0, r2 ? r2[i] + (j & 4) : s0 + 32, ix[j & 3]);
+      }
       WINO_BT6(__m512, d, o, WV_ADD, WV_SUB, WV_MUL, k4, k5, k2);
       for (int i = 0; i < 6; i++) t[i][j] = o[i];
     }
     for (int i = 0; i < 6; i++) {
       __m512 o[6];
       WINO_BT6(__m512, t[i], o, WV_ADD, WV_SUB, WV_MUL, k4, k5, k2);
-      for (int j = 0; j < 6; j++) _mm512_mask_storeu_ps(out + (6 * i + j) * ps + tx, mk, o[j]);
+      for (int j = 0; j < 6; j++) {
+        _mm512_mask_storeu_ps(out + (6 * i + j) * ps + tx, mk, o[j]);
+        if (r2) _mm512_mask_storeu_ps(out + (6 * i + j) * ps + tw, mk, _mm512_shuffle_f32x4(o[j], o[j], 0xEE));
+      }
     }
   }
 }
 
-/* 4 x 16 -> 16 x 4: columns [col, col + 64) of row a = y[b][k] at col + 4k + b. */
-T512 static inline void wino_put4x16(const wino_dst *d, int a, int64_t col, const __m512 y[4]) {
+/* 4 x 16 -> 16 x 4: y[b][k] to column 4k + b of 64 columns, the first 32 to row a of d0 from
+ * col0, the others to row a of d1 from col1. */
+T512 static inline void wino_put4x16(const wino_dst *d0, const wino_dst *d1, int a, int64_t col0, int64_t col1,
+                                     const __m512 y[4]) {
   __m512 t0 = _mm512_unpacklo_ps(y[0], y[1]), t1 = _mm512_unpackhi_ps(y[0], y[1]);
   __m512 t2 = _mm512_unpacklo_ps(y[2], y[3]), t3 = _mm512_unpackhi_ps(y[2], y[3]);
   __m512 u0 = _mm512_shuffle_ps(t0, t2, 0x44), u1 = _mm512_shuffle_ps(t0, t2, 0xEE);
   __m512 u2 = _mm512_shuffle_ps(t1, t3, 0x44), u3 = _mm512_shuffle_ps(t1, t3, 0xEE);
   __m512 v0 = _mm512_shuffle_f32x4(u0, u1, 0x44), v1 = _mm512_shuffle_f32x4(u2, u3, 0x44);
   __m512 v2 = _mm512_shuffle_f32x4(u0, u1, 0xEE), v3 = _mm512_shuffle_f32x4(u2, u3, 0xEE);
-  wino_put(d, a, col, _mm512_shuffle_f32x4(v0, v1, 0x88));
-  wino_put(d, a, col + 16, _mm512_shuffle_f32x4(v0, v1, 0xDD));
-  wino_put(d, a, col + 32, _mm512_shuffle_f32x4(v2, v3, 0x88));
-  wino_put(d, a, col + 48, _mm512_shuffle_f32x4(v2, v3, 0xDD));
+  wino_put(d0, a, col0, _mm512_shuffle_f32x4(v0, v1, 0x88));
+  wino_put(d0, a, col0 + 16, _mm512_shuffle_f32x4(v0, v1, 0xDD));
+  wino_put(d1, a, col1, _mm512_shuffle_f32x4(v2, v3, 0x88));
+  wino_put(d1, a, col1 + 16, _mm512_shuffle_f32x4(v2, v3, 0xDD));
 }
 
-/* As wino4_out_c, 16 tiles at a time, stored through d. */
-T512 static void wino4_out_avx512(const float *o, int64_t ps, int64_t tw, const wino_dst *d) {
+/* As wino4_out_c, 16 tiles at a time, stored through d. With d2 (the next tile row, tw <= 8):
+ * both tile rows at once, 8 lanes each. */
+T512 static void wino4_out_avx512(const float *o, int64_t ps, int64_t tw, const wino_dst *d, const wino_dst *d2) {
   const __m512 k2 = _mm512_set1_ps(2.0f), k4 = _mm512_set1_ps(4.0f), k8 = _mm512_set1_ps(8.0f);
   for (int64_t tx = 0; tx < tw; tx += 16) {
     __mmask16 mk = tw - tx >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (tw - tx)) - 1);
     __m512 s[4][6];
     for (int j = 0; j < 6; j++) {
       __m512 m[6], y[4];
-      for (int i = 0; i < 6; i++) m[i] = _mm512_maskz_loadu_ps(mk, o + (6 * i + j) * ps + tx);
+      for (int i = 0; i < 6; i++) {
+        m[i] = _mm512_maskz_loadu_ps(mk, o + (6 * i + j) * ps + tx);
+        if (d2) m[i] = _mm512_shuffle_f32x4(m[i], _mm512_maskz_loadu_ps(mk, o + (6 * i + j) * ps + tw), 0x44);
+      }
       WINO_AT6(__m512, m, y, WV_ADD, WV_SUB, WV_MUL, k2, k4, k8);
       for (int a = 0; a < 4; a++) s[a][j] = y[a];
     }
     for (int a = 0; a < 4; a++) {
       __m512 y[4];
-      if (!d->y[a]) continue;
+      if (!d->y[a] && !(d2 && d2->y[a])) continue;
       WINO_AT6(__m512, s[a], y, WV_ADD, WV_SUB, WV_MUL, k2, k4, k8);
-      wino_put4x16(d, a, 4 * tx, y);
+      if (d2)
+        wino_put4x16(d, d2, a, 0, 0, y);
+      else
+        wino_put4x16(d, d, a, 4 * tx, 4 * tx + 32, y);
     }
   }
 }
@@ -354,11 +374,16 @@ typedef struct wino_blk {
 } wino_blk;
 
 /* V planes (stride ps) of one tile row from the a padded input rows r. */
+#ifdef KILN_HAVE_X86_KERNELS
+/* The AVX-512 F(4x4) transforms take two tile rows at once where a row has at most 8 tiles. */
+static int wino_pairs(const wino_blk *b) { return b->isa >= KILN_ISA_AVX512 && b->e == 4 && b->tw <= 8; }
+#endif
+
 static void wino_in_row(const wino_blk *b, const float *const *r, float *out, int64_t ps) {
 #ifdef KILN_HAVE_X86_KERNELS
   if (b->isa >= KILN_ISA_AVX512) {
     if (b->e == 4)
-      wino4_in_avx512(r, b->tw, out, ps);
+      wino4_in_avx512(r, NULL, b->tw, out, ps);
     else
       wino_in_avx512(r, b->tw, out, ps);
     return;
@@ -418,7 +443,17 @@ static void wino_in_task(void *ctx, size_t begin, size_t end, int ti) {
     for (int64_t ty = b->ty0; ty < b->ty1; ty++) {
       const float *r[6];
       for (int i = 0; i < 6; i++) r[i] = buf + (b->e * (ty - b->ty0) + (i < b->a ? i : 0)) * rw;
-      wino_in_row(b, r, b->v + (int64_t)c * b->nt + (ty - b->ty0) * b->tw, p->c * b->nt);
+      float *out = b->v + (int64_t)c * b->nt + (ty - b->ty0) * b->tw;
+#ifdef KILN_HAVE_X86_KERNELS
+      if (wino_pairs(b) && ty + 1 < b->ty1) { /* two tile rows in one pass */
+        const float *r2[6];
+        for (int i = 0; i < 6; i++) r2[i] = r[i] + 4 * rw;
+        wino4_in_avx512(r, r2, b->tw, out, p->c * b->nt);
+        ty++;
+        continue;
+      }
+#endif
+      wino_in_row(b, r, out, p->c * b->nt);
     }
   }
 }
@@ -451,18 +486,24 @@ static void wino_out_task(void *ctx, size_t begin, size_t end, int ti) {
 #ifdef KILN_HAVE_X86_KERNELS
     if (b->isa >= KILN_ISA_AVX512) { /* straight into y, the epilogue in registers */
       wino_dst d;
+      memset(&d, 0, sizeof d);
       d.bias = bv;
       d.relu = ep->act.kind == KILN_ACT_RELU;
       d.ow = p->ow;
-      for (int64_t ty = b->ty0; ty < b->ty1; ty++) {
+      wino_dst d2 = d;
+      int pair = 0;
+      for (int64_t ty = b->ty0; ty < b->ty1; ty += 1 + pair) {
+        pair = wino_pairs(b) && ty + 1 < b->ty1; /* two tile rows in one pass */
         for (int64_t a = 0; a < 4; a++) {
-          int in = a < e && e * ty + a < p->oh;
+          int in = a < e && e * ty + a < p->oh, in2 = pair && a < e && e * (ty + 1) + a < p->oh;
           d.y[a] = in ? yp + (e * ty + a) * p->ow : NULL;
           d.res[a] = in && rp ? rp + (e * ty + a) * p->ow : NULL;
+          d2.y[a] = in2 ? yp + (e * (ty + 1) + a) * p->ow : NULL;
+          d2.res[a] = in2 && rp ? rp + (e * (ty + 1) + a) * p->ow : NULL;
         }
         const float *o = b->o + (int64_t)mo * b->nt + (ty - b->ty0) * b->tw;
         if (e == 4)
-          wino4_out_avx512(o, p->m * b->nt, b->tw, &d);
+          wino4_out_avx512(o, p->m * b->nt, b->tw, &d, pair ? &d2 : NULL);
         else
           wino_out_avx512(o, p->m * b->nt, b->tw, &d);
       }
