@@ -8,12 +8,16 @@
  *
  * F(4x4) (interpolation points 0, +-1, +-2, inf) does 4x fewer multiplies than direct
  * convolution against 2.25x for F(2x2), at a larger but still small rounding error (normwise
- * relative about 1e-6 on random data). The transformed weights carry a header naming their
- * tile size, and kiln_wino_f32_conv runs the variant the weights were made for.
+ * relative about 1e-5 against 1e-6 on random data with realistic magnitudes; tests/unit/
+ * test_winograd.c). Its weights are 2.25x larger, so it pays on large planes only (see
+ * kiln_wino_f32_tile). The transformed weights carry a header naming their tile size, and
+ * kiln_wino_f32_conv runs the variant the weights were made for.
  *
  * Tiles are taken in blocks of whole tile rows sized so V and O stay in L2. The input and
- * output transforms run over channels on the pool, the 16 GEMMs one per task. The result does
- * not depend on the thread count. Called by kiln_conv2d_f32 (see kiln_wino_f32_pick).
+ * output transforms run over channels on the pool, the GEMMs one per task (or whole blocks per
+ * thread when there are enough). The output transform applies bias, residual and ReLU as it
+ * stores. The result does not depend on the thread count. Called by kiln_conv2d_f32 (see
+ * kiln_wino_f32_pick).
  */
 #ifndef KILN_KERNELS_WINOGRAD_F32_H
 #define KILN_KERNELS_WINOGRAD_F32_H
