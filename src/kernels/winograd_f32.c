@@ -1,4 +1,4 @@
-/* Winograd F(2x2, 3x3) float32 convolution. See winograd_f32.h. */
+/* Winograd F(2x2, 3x3) and F(4x4, 3x3) float32 convolution. See winograd_f32.h. */
 #include "kernels/winograd_f32.h"
 
 #include <stdlib.h>
@@ -18,6 +18,18 @@ int kiln_wino_f32_supported(const kiln_conv2d_f32_params *p) {
          p->dw == 1;
 }
 
+/* Transformed weights start with a header of WINO_HDR floats whose first holds a tag with the
+ * output tile size, so kiln_wino_f32_conv takes whichever variant the weights were made for. */
+enum { WINO_HDR = 16, WINO_TAG = 0x57490000 };
+
+int kiln_wino_f32_tile(const kiln_conv2d_f32_params *p) {
+  /* Measured on ResNet layers at one thread (AVX-512, cached weights): F(4x4) is 1.2x-1.3x
+   * faster than F(2x2) on 28x28 and 56x56 planes, but no faster on 14x14 ones, where its 16
+   * tiles fill a quarter of the GEMM micro-kernel's 64 columns and its 36 weight planes
+   * (2.25x those of F(2x2)) stream from memory. */
+  return p->oh * p->ow >= 576 ? 4 : 2;
+}
+
 int kiln_wino_f32_pick(const kiln_conv2d_f32_params *p, int cached) {
   if (!kiln_wino_f32_supported(p) || p->c < 16 || p->m < 16) return 0;
   /* Measured on ResNet layers at one thread (AVX-512): with cached weights Winograd wins from
@@ -27,26 +39,42 @@ int kiln_wino_f32_pick(const kiln_conv2d_f32_params *p, int cached) {
   return p->oh * p->ow >= (cached ? 144 : 1024);
 }
 
-int64_t kiln_wino_f32_weights_size(int64_t m, int64_t c) { return 16 * m * c; }
+int64_t kiln_wino_f32_weights_size_tile(int e, int64_t m, int64_t c) {
+  return WINO_HDR + (int64_t)(e + 2) * (e + 2) * m * c;
+}
 
-void kiln_wino_f32_weights(const float *w, int64_t m, int64_t c, float *u) {
+int64_t kiln_wino_f32_weights_size(int64_t m, int64_t c) { return kiln_wino_f32_weights_size_tile(2, m, c); }
+
+/* G of F(2x2, 3x3) (points 0, 1, -1, inf) and of F(4x4, 3x3) (0, 1, -1, 2, -2, inf). */
+static const double wino_g2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+static const double wino_g4[6][3] = {{1.0 / 4, 0, 0},
+                                     {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                     {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                     {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                     {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                     {0, 0, 1}};
+
+void kiln_wino_f32_weights_tile(int e, const float *w, int64_t m, int64_t c, float *u) {
+  int a = e + 2;
+  const double(*gm)[3] = e == 4 ? wino_g4 : wino_g2;
+  int32_t tag = WINO_TAG | e;
+  memset(u, 0, sizeof(float) * WINO_HDR);
+  memcpy(u, &tag, sizeof tag);
+  u += WINO_HDR;
   int64_t ps = m * c;
   for (int64_t i = 0; i < ps; i++) {
     const float *g = w + i * 9;
-    float t[4][3];
-    for (int k = 0; k < 3; k++) {
-      t[0][k] = g[k];
-      t[1][k] = 0.5f * (g[k] + g[3 + k] + g[6 + k]);
-      t[2][k] = 0.5f * (g[k] - g[3 + k] + g[6 + k]);
-      t[3][k] = g[6 + k];
-    }
-    for (int r = 0; r < 4; r++) {
-      u[(4 * r + 0) * ps + i] = t[r][0];
-      u[(4 * r + 1) * ps + i] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
-      u[(4 * r + 2) * ps + i] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
-      u[(4 * r + 3) * ps + i] = t[r][2];
-    }
+    double t[6][3];
+    for (int r = 0; r < a; r++)
+      for (int k = 0; k < 3; k++) t[r][k] = gm[r][0] * g[k] + gm[r][1] * g[3 + k] + gm[r][2] * g[6 + k];
+    for (int r = 0; r < a; r++)
+      for (int s = 0; s < a; s++)
+        u[(a * r + s) * ps + i] = (float)(gm[s][0] * t[r][0] + gm[s][1] * t[r][1] + gm[s][2] * t[r][2]);
   }
+}
+
+void kiln_wino_f32_weights(const float *w, int64_t m, int64_t c, float *u) {
+  kiln_wino_f32_weights_tile(2, w, m, c, u);
 }
 
 /* ---- tile transforms ------------------------------------------------------------------- */
@@ -121,8 +149,30 @@ T512 static void wino_in_avx512(const float *const r[4], int64_t tw, float *out,
   }
 }
 
-/* As wino_out_c, 16 tiles at a time; writes r0/r1[0 .. 2 * round_up(tw, 16)). */
-T512 static void wino_out_avx512(const float *o, int64_t ps, int64_t tw, float *r0, float *r1) {
+/* Where the AVX-512 output transforms store one tile row: straight into y with the bias, the
+ * residual and ReLU (if any) applied in registers. */
+typedef struct wino_dst {
+  float *y[4];             /* output rows of the tile row; NULL below the image */
+  const float *res[4];     /* the residual's rows, or NULL */
+  float bias;
+  int relu;
+  int64_t ow;              /* columns to write */
+} wino_dst;
+
+/* y row a, columns [col, col + 16) clipped to ow, = act(v + bias + residual). */
+T512 static inline void wino_put(const wino_dst *d, int a, int64_t col, __m512 v) {
+  float *y = d->y[a];
+  if (!y || col >= d->ow) return;
+  int64_t n = d->ow - col;
+  __mmask16 mk = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+  v = _mm512_add_ps(v, _mm512_set1_ps(d->bias));
+  if (d->res[a]) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, d->res[a] + col));
+  if (d->relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
+  _mm512_mask_storeu_ps(y + col, mk, v);
+}
+
+/* As wino_out_c, 16 tiles at a time, stored through d. */
+T512 static void wino_out_avx512(const float *o, int64_t ps, int64_t tw, const wino_dst *d) {
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
   for (int64_t tx = 0; tx < tw; tx += 16) {
@@ -136,9 +186,172 @@ T512 static void wino_out_avx512(const float *o, int64_t ps, int64_t tw, float *
     for (int a = 0; a < 2; a++) {
       __m512 y0 = _mm512_add_ps(_mm512_add_ps(s[a][0], s[a][1]), s[a][2]);
       __m512 y1 = _mm512_sub_ps(_mm512_sub_ps(s[a][1], s[a][2]), s[a][3]);
-      float *d = (a ? r1 : r0) + 2 * tx;
-      _mm512_storeu_ps(d, _mm512_permutex2var_ps(y0, lo, y1));
-      _mm512_storeu_ps(d + 16, _mm512_permutex2var_ps(y0, hi, y1));
+      wino_put(d, a, 2 * tx, _mm512_permutex2var_ps(y0, lo, y1));
+      wino_put(d, a, 2 * tx + 16, _mm512_permutex2var_ps(y0, hi, y1));
+    }
+  }
+}
+#endif
+
+/* ---- F(4x4, 3x3) tile transforms --------------------------------------------------------- */
+
+/* o = B^T d for one 6-vector (rows of B^T: 4 0 -5 0 1 0 / 0 -4 -4 1 1 0 / 0 4 -4 -1 1 0 /
+ * 0 -2 -1 2 1 0 / 0 2 -1 -2 1 0 / 0 4 0 -5 0 1). */
+#define WINO_BT6(T, d, o, ADD, SUB, MUL, K4, K5, K2)          \
+  do {                                                      \
+    T t1_ = SUB(d[4], MUL(K4, d[2]));        \
+    T t2_ = SUB(d[3], MUL(K4, d[1]));        \
+    T t3_ = SUB(d[4], d[2]);                 \
+    T t4_ = MUL(K2, SUB(d[3], d[1]));        \
+    o[0] = ADD(SUB(MUL(K4, d[0]), MUL(K5, d[2])), d[4]);    \
+    o[1] = ADD(t1_, t2_);                                   \
+    o[2] = SUB(t1_, t2_);                                   \
+    o[3] = ADD(t3_, t4_);                                   \
+    o[4] = SUB(t3_, t4_);                                   \
+    o[5] = ADD(SUB(MUL(K4, d[1]), MUL(K5, d[3])), d[5]);    \
+  } while (0)
+
+/* y = A^T m for one 6-vector (rows of A^T: 1 1 1 1 1 0 / 0 1 -1 2 -2 0 / 0 1 1 4 4 0 /
+ * 0 1 -1 8 -8 1). */
+#define WINO_AT6(T, m, y, ADD, SUB, MUL, K2, K4, K8)           \
+  do {                                                      \
+    T s12_ = ADD(m[1], m[2]);                \
+    T d12_ = SUB(m[1], m[2]);                \
+    T s34_ = ADD(m[3], m[4]);                \
+    T d34_ = SUB(m[3], m[4]);                \
+    y[0] = ADD(ADD(m[0], s12_), s34_);                      \
+    y[1] = ADD(d12_, MUL(K2, d34_));                        \
+    y[2] = ADD(s12_, MUL(K4, s34_));                        \
+    y[3] = ADD(ADD(d12_, MUL(K8, d34_)), m[5]);             \
+  } while (0)
+
+#define WF_ADD(a, b) ((a) + (b))
+#define WF_SUB(a, b) ((a) - (b))
+#define WF_MUL(a, b) ((a) * (b))
+
+/* V planes (stride ps) for tiles [0, tw) of one tile row: tile tx reads padded columns
+ * [4tx, 4tx + 6) of rows r[0..5]. */
+static void wino4_in_c(const float *const r[6], int64_t tw, float *out, int64_t ps) {
+  for (int64_t tx = 0; tx < tw; tx++) {
+    float t[6][6];
+    for (int j = 0; j < 6; j++) {
+      float d[6], o[6];
+      for (int i = 0; i < 6; i++) d[i] = r[i][4 * tx + j];
+      WINO_BT6(float, d, o, WF_ADD, WF_SUB, WF_MUL, 4.0f, 5.0f, 2.0f);
+      for (int i = 0; i < 6; i++) t[i][j] = o[i];
+    }
+    for (int i = 0; i < 6; i++) {
+      float o[6];
+      WINO_BT6(float, t[i], o, WF_ADD, WF_SUB, WF_MUL, 4.0f, 5.0f, 2.0f);
+      for (int j = 0; j < 6; j++) out[(6 * i + j) * ps + tx] = o[j];
+    }
+  }
+}
+
+/* Output rows r[0..3] (4 * tw values each) of one tile row from O planes (stride ps). */
+static void wino4_out_c(const float *o, int64_t ps, int64_t tw, float *const r[4]) {
+  for (int64_t tx = 0; tx < tw; tx++) {
+    float s[4][6];
+    for (int j = 0; j < 6; j++) {
+      float m[6], y[4];
+      for (int i = 0; i < 6; i++) m[i] = o[(6 * i + j) * ps + tx];
+      WINO_AT6(float, m, y, WF_ADD, WF_SUB, WF_MUL, 2.0f, 4.0f, 8.0f);
+      for (int a = 0; a < 4; a++) s[a][j] = y[a];
+    }
+    for (int a = 0; a < 4; a++) {
+      float y[4];
+      WINO_AT6(float, s[a], y, WF_ADD, WF_SUB, WF_MUL, 2.0f, 4.0f, 8.0f);
+      for (int b = 0; b < 4; b++) r[a][4 * tx + b] = y[b];
+    }
+  }
+}
+
+#ifdef KILN_HAVE_X86_KERNELS
+#define WV_ADD(a, b) _mm512_add_ps(a, b)
+#define WV_SUB(a, b) _mm512_sub_ps(a, b)
+#define WV_MUL(a, b) _mm512_mul_ps(a, b)
+
+/* s[4k + j] for k = 0..15 (reads s[0 .. 64)); ix holds j, j + 4, ..., j + 28 in lanes 0..7. */
+/* Lanes 0..7 from s[0 .. 32) and lanes 8..15 from s2[0 .. 32) (s2 = s + 32: 16 tiles of one row;
+ * else 8 tiles each of two rows). */
+T512 static inline __m512 wino_ld4(const float *s, const float *s2, __m512i ix) {
+  __m512 lo = _mm512_permutex2var_ps(_mm512_loadu_ps(s), ix, _mm512_loadu_ps(s + 16));
+  __m512 hi = _mm512_permutex2var_ps(_mm512_loadu_ps(s2), ix, _mm512_loadu_ps(s2 + 16));
+  return _mm512_shuffle_f32x4(lo, hi, 0x44);
+}
+
+/* As wino4_in_c, 16 tiles at a time; reads r[i][0 .. 4 * round_up(tw, 16) + 8). With r2 (the
+ * rows of the next tile row, tw <= 8): both tile rows at once, 8 lanes each, their V columns
+ * one after the other (the vectors would be half empty on narrow planes otherwise). */
+T512 static void wino4_in_avx512(const float *const r[6], const float *const *r2, int64_t tw, float *out,
+                                 int64_t ps) {
+  __m512i ix[4];
+  for (int j = 0; j < 4; j++)
+    ix[j] = _mm512_setr_epi32(j, j + 4, j + 8, j + 12, j + 16, j + 20, j + 24, j + 28, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512 k4 = _mm512_set1_ps(4.0f), k5 = _mm512_set1_ps(5.0f), k2 = _mm512_set1_ps(2.0f);
+  for (int64_t tx = 0; tx < tw; tx += 16) {
+    __mmask16 mk = tw - tx >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (tw - tx)) - 1);
+    __m512 t[6][6];
+    for (int j = 0; j < 6; j++) {
+      __m512 d[6], o[6];
+      for (int i = 0; i < 6; i++) {
+        const float *s0 = r[i] + 4 * tx + (j & 4);
+        d[i] = wino_ld4(s0, r2 ? r2[i] + (j & 4) : s0 + 32, ix[j & 3]);
+      }
+      WINO_BT6(__m512, d, o, WV_ADD, WV_SUB, WV_MUL, k4, k5, k2);
+      for (int i = 0; i < 6; i++) t[i][j] = o[i];
+    }
+    for (int i = 0; i < 6; i++) {
+      __m512 o[6];
+      WINO_BT6(__m512, t[i], o, WV_ADD, WV_SUB, WV_MUL, k4, k5, k2);
+      for (int j = 0; j < 6; j++) {
+        _mm512_mask_storeu_ps(out + (6 * i + j) * ps + tx, mk, o[j]);
+        if (r2) _mm512_mask_storeu_ps(out + (6 * i + j) * ps + tw, mk, _mm512_shuffle_f32x4(o[j], o[j], 0xEE));
+      }
+    }
+  }
+}
+
+/* 4 x 16 -> 16 x 4: y[b][k] to column 4k + b of 64 columns, the first 32 to row a of d0 from
+ * col0, the others to row a of d1 from col1. */
+T512 static inline void wino_put4x16(const wino_dst *d0, const wino_dst *d1, int a, int64_t col0, int64_t col1,
+                                     const __m512 y[4]) {
+  __m512 t0 = _mm512_unpacklo_ps(y[0], y[1]), t1 = _mm512_unpackhi_ps(y[0], y[1]);
+  __m512 t2 = _mm512_unpacklo_ps(y[2], y[3]), t3 = _mm512_unpackhi_ps(y[2], y[3]);
+  __m512 u0 = _mm512_shuffle_ps(t0, t2, 0x44), u1 = _mm512_shuffle_ps(t0, t2, 0xEE);
+  __m512 u2 = _mm512_shuffle_ps(t1, t3, 0x44), u3 = _mm512_shuffle_ps(t1, t3, 0xEE);
+  __m512 v0 = _mm512_shuffle_f32x4(u0, u1, 0x44), v1 = _mm512_shuffle_f32x4(u2, u3, 0x44);
+  __m512 v2 = _mm512_shuffle_f32x4(u0, u1, 0xEE), v3 = _mm512_shuffle_f32x4(u2, u3, 0xEE);
+  wino_put(d0, a, col0, _mm512_shuffle_f32x4(v0, v1, 0x88));
+  wino_put(d0, a, col0 + 16, _mm512_shuffle_f32x4(v0, v1, 0xDD));
+  wino_put(d1, a, col1, _mm512_shuffle_f32x4(v2, v3, 0x88));
+  wino_put(d1, a, col1 + 16, _mm512_shuffle_f32x4(v2, v3, 0xDD));
+}
+
+/* As wino4_out_c, 16 tiles at a time, stored through d. With d2 (the next tile row, tw <= 8):
+ * both tile rows at once, 8 lanes each. */
+T512 static void wino4_out_avx512(const float *o, int64_t ps, int64_t tw, const wino_dst *d, const wino_dst *d2) {
+  const __m512 k2 = _mm512_set1_ps(2.0f), k4 = _mm512_set1_ps(4.0f), k8 = _mm512_set1_ps(8.0f);
+  for (int64_t tx = 0; tx < tw; tx += 16) {
+    __mmask16 mk = tw - tx >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (tw - tx)) - 1);
+    __m512 s[4][6];
+    for (int j = 0; j < 6; j++) {
+      __m512 m[6], y[4];
+      for (int i = 0; i < 6; i++) {
+        m[i] = _mm512_maskz_loadu_ps(mk, o + (6 * i + j) * ps + tx);
+        if (d2) m[i] = _mm512_shuffle_f32x4(m[i], _mm512_maskz_loadu_ps(mk, o + (6 * i + j) * ps + tw), 0x44);
+      }
+      WINO_AT6(__m512, m, y, WV_ADD, WV_SUB, WV_MUL, k2, k4, k8);
+      for (int a = 0; a < 4; a++) s[a][j] = y[a];
+    }
+    for (int a = 0; a < 4; a++) {
+      __m512 y[4];
+      if (!d->y[a] && !(d2 && d2->y[a])) continue;
+      WINO_AT6(__m512, s[a], y, WV_ADD, WV_SUB, WV_MUL, k2, k4, k8);
+      if (d2)
+        wino_put4x16(d, d2, a, 0, 0, y);
+      else
+        wino_put4x16(d, d, a, 4 * tx, 4 * tx + 32, y);
     }
   }
 }
@@ -149,45 +362,98 @@ T512 static void wino_out_avx512(const float *o, int64_t ps, int64_t tw, float *
 typedef struct wino_blk {
   const kiln_conv2d_f32_params *p;
   const kiln_conv2d_f32_epilogue *ep;
-  const float *x, *u; /* x: image nn */
+  const float *x, *u; /* x: image nn; u: np weight planes [m, c] (past the header) */
   float *y;
+  int e, a, np;       /* output tile e x e, input tile a x a (a = e + 2), np = a * a planes */
   int64_t nn, tw, ty0, ty1, nt;
-  float *v, *o;    /* [16][c][nt], [16][m][nt] */
-  float *scr;      /* per thread: 4 rows of rw floats */
-  int64_t rw;
-  kiln_code rc[16];
+  float *v, *o;       /* [np][c][nt], [np][m][nt] */
+  float *scr;         /* per thread: scr_per floats (rows of rw floats) */
+  int64_t rw, scr_per;
+  kiln_code rc[36];
   int isa;
 } wino_blk;
 
+/* V planes (stride ps) of one tile row from the a padded input rows r. */
+#ifdef KILN_HAVE_X86_KERNELS
+/* The AVX-512 F(4x4) transforms take two tile rows at once where a row has at most 8 tiles. */
+static int wino_pairs(const wino_blk *b) { return b->isa >= KILN_ISA_AVX512 && b->e == 4 && b->tw <= 8; }
+#endif
+
+static void wino_in_row(const wino_blk *b, const float *const *r, float *out, int64_t ps) {
+#ifdef KILN_HAVE_X86_KERNELS
+  if (b->isa >= KILN_ISA_AVX512) {
+    if (b->e == 4)
+      wino4_in_avx512(r, NULL, b->tw, out, ps);
+    else
+      wino_in_avx512(r, b->tw, out, ps);
+    return;
+  }
+#endif
+  if (b->e == 4)
+    wino4_in_c(r, b->tw, out, ps);
+  else
+    wino_in_c(r, b->tw, out, ps);
+}
+
+/* The e output rows r of one tile row from O planes (stride ps). */
+static void wino_out_row(const wino_blk *b, const float *o, int64_t ps, float *const *r) {
+  if (b->e == 4)
+    wino4_out_c(o, ps, b->tw, r);
+  else
+    wino_out_c(o, ps, b->tw, r[0], r[1]);
+}
+
+#ifdef KILN_HAVE_X86_KERNELS
+T512 static void wino_copy_rows_avx512(float *d, int64_t ld, const float *s, int64_t ls, int64_t rows, int64_t n) {
+  __mmask16 mk = (__mmask16)((1u << (n & 15)) - 1);
+  for (int64_t r = 0; r < rows; r++, d += ld, s += ls) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, _mm512_loadu_ps(s + i));
+    if (i < n) _mm512_mask_storeu_ps(d + i, mk, _mm512_maskz_loadu_ps(mk, s + i));
+  }
+}
+#endif
+
+/* rows rows of n floats from s (stride ls) to d (stride ld): short rows, inline rather than
+ * through memcpy calls. */
+static void wino_copy_rows(int isa, float *d, int64_t ld, const float *s, int64_t ls, int64_t rows, int64_t n) {
+#ifdef KILN_HAVE_X86_KERNELS
+  if (isa >= KILN_ISA_AVX512) {
+    wino_copy_rows_avx512(d, ld, s, ls, rows, n);
+    return;
+  }
+#endif
+  for (int64_t r = 0; r < rows; r++) memcpy(d + r * ld, s + r * ls, sizeof(float) * (size_t)n);
+}
+
+/* Input transform of channels [begin, end): each channel's padded input rows of the block are
+ * copied once into the thread's scratch (zeroed once, so padding stays zero), and the tiles
+ * are transformed from there. */
 static void wino_in_task(void *ctx, size_t begin, size_t end, int ti) {
   const wino_blk *b = ctx;
   const kiln_conv2d_f32_params *p = b->p;
-  float *buf = b->scr + (int64_t)ti * 4 * b->rw;
-  const float *r[4] = {buf, buf + b->rw, buf + 2 * b->rw, buf + 3 * b->rw};
-  int64_t l = p->pl < b->rw ? p->pl : b->rw, n = p->w < b->rw - l ? p->w : b->rw - l;
+  int64_t rw = b->rw, nr = b->e * (b->ty1 - b->ty0) + 2, iy0 = b->e * b->ty0 - p->pt;
+  float *buf = b->scr + (int64_t)ti * b->scr_per;
+  memset(buf, 0, sizeof(float) * (size_t)(nr * rw));
+  int64_t lo = iy0 > 0 ? iy0 : 0, hi = iy0 + nr < p->h ? iy0 + nr : p->h;
+  int64_t l = p->pl < rw ? p->pl : rw, n = p->w < rw - l ? p->w : rw - l;
   for (size_t c = begin; c < end; c++) {
     const float *xp = b->x + (int64_t)c * p->h * p->w;
+    wino_copy_rows(b->isa, buf + (lo - iy0) * rw + l, rw, xp + lo * p->w, p->w, hi - lo, n);
     for (int64_t ty = b->ty0; ty < b->ty1; ty++) {
-      for (int i = 0; i < 4; i++) {
-        float *d = buf + i * b->rw;
-        int64_t iy = 2 * ty - p->pt + i;
-        if (iy < 0 || iy >= p->h) {
-          memset(d, 0, sizeof(float) * (size_t)b->rw);
-          continue;
-        }
-        if (l) memset(d, 0, sizeof(float) * (size_t)l);
-        memcpy(d + l, xp + iy * p->w, sizeof(float) * (size_t)n);
-        if (l + n < b->rw) memset(d + l + n, 0, sizeof(float) * (size_t)(b->rw - l - n));
-      }
+      const float *r[6];
+      for (int i = 0; i < 6; i++) r[i] = buf + (b->e * (ty - b->ty0) + (i < b->a ? i : 0)) * rw;
       float *out = b->v + (int64_t)c * b->nt + (ty - b->ty0) * b->tw;
-      int64_t ps = p->c * b->nt;
 #ifdef KILN_HAVE_X86_KERNELS
-      if (b->isa >= KILN_ISA_AVX512) {
-        wino_in_avx512(r, b->tw, out, ps);
+      if (wino_pairs(b) && ty + 1 < b->ty1) { /* two tile rows in one pass */
+        const float *r2[6];
+        for (int i = 0; i < 6; i++) r2[i] = r[i] + 4 * rw;
+        wino4_in_avx512(r, r2, b->tw, out, p->c * b->nt);
+        ty++;
         continue;
       }
 #endif
-      wino_in_c(r, b->tw, out, ps);
+      wino_in_row(b, r, out, p->c * b->nt);
     }
   }
 }
@@ -208,27 +474,51 @@ static void wino_out_task(void *ctx, size_t begin, size_t end, int ti) {
   const wino_blk *b = ctx;
   const kiln_conv2d_f32_params *p = b->p;
   const kiln_conv2d_f32_epilogue *ep = b->ep;
-  float *r0 = b->scr + (int64_t)ti * 4 * b->rw, *r1 = r0 + b->rw;
-  int64_t ohw = p->oh * p->ow, oy0 = 2 * b->ty0, oy1 = 2 * b->ty1 < p->oh ? 2 * b->ty1 : p->oh;
+  float *r[4];
+  for (int i = 0; i < 4; i++) r[i] = b->scr + (int64_t)ti * b->scr_per + i * b->rw;
+  int64_t ohw = p->oh * p->ow, e = b->e;
+  int64_t oy0 = e * b->ty0, oy1 = e * b->ty1 < p->oh ? e * b->ty1 : p->oh;
   for (size_t mo = begin; mo < end; mo++) {
     float bv = ep->bias ? ep->bias[mo] : 0.0f;
     int64_t off = (b->nn * p->m + (int64_t)mo) * ohw;
     float *yp = b->y + off;
     const float *rp = ep->residual ? ep->residual + off : NULL;
-    for (int64_t ty = b->ty0; ty < b->ty1; ty++) {
-      const float *o = b->o + (int64_t)mo * b->nt + (ty - b->ty0) * b->tw;
-      int64_t ps = p->m * b->nt;
 #ifdef KILN_HAVE_X86_KERNELS
-      if (b->isa >= KILN_ISA_AVX512)
-        wino_out_avx512(o, ps, b->tw, r0, r1);
-      else
+    if (b->isa >= KILN_ISA_AVX512) { /* straight into y, the epilogue in registers */
+      wino_dst d;
+      memset(&d, 0, sizeof d);
+      d.bias = bv;
+      d.relu = ep->act.kind == KILN_ACT_RELU;
+      d.ow = p->ow;
+      wino_dst d2 = d;
+      int pair = 0;
+      for (int64_t ty = b->ty0; ty < b->ty1; ty += 1 + pair) {
+        pair = wino_pairs(b) && ty + 1 < b->ty1; /* two tile rows in one pass */
+        for (int64_t a = 0; a < 4; a++) {
+          int in = a < e && e * ty + a < p->oh, in2 = pair && a < e && e * (ty + 1) + a < p->oh;
+          d.y[a] = in ? yp + (e * ty + a) * p->ow : NULL;
+          d.res[a] = in && rp ? rp + (e * ty + a) * p->ow : NULL;
+          d2.y[a] = in2 ? yp + (e * (ty + 1) + a) * p->ow : NULL;
+          d2.res[a] = in2 && rp ? rp + (e * (ty + 1) + a) * p->ow : NULL;
+        }
+        const float *o = b->o + (int64_t)mo * b->nt + (ty - b->ty0) * b->tw;
+        if (e == 4)
+          wino4_out_avx512(o, p->m * b->nt, b->tw, &d, pair ? &d2 : NULL);
+        else
+          wino_out_avx512(o, p->m * b->nt, b->tw, &d);
+      }
+      if (ep->act.kind != KILN_ACT_NONE && !d.relu)
+        kiln_f32_act(b->isa, yp + oy0 * p->ow, (size_t)((oy1 - oy0) * p->ow), &ep->act);
+      continue;
+    }
 #endif
-        wino_out_c(o, ps, b->tw, r0, r1);
-      for (int a = 0; a < 2 && 2 * ty + a < p->oh; a++) {
-        const float *restrict s = a ? r1 : r0;
-        float *restrict yr = yp + (2 * ty + a) * p->ow;
+    for (int64_t ty = b->ty0; ty < b->ty1; ty++) {
+      wino_out_row(b, b->o + (int64_t)mo * b->nt + (ty - b->ty0) * b->tw, p->m * b->nt, r);
+      for (int64_t a = 0; a < e && e * ty + a < p->oh; a++) {
+        const float *restrict s = r[a];
+        float *restrict yr = yp + (e * ty + a) * p->ow;
         if (rp) {
-          const float *restrict rr = rp + (2 * ty + a) * p->ow;
+          const float *restrict rr = rp + (e * ty + a) * p->ow;
           for (int64_t i = 0; i < p->ow; i++) yr[i] = s[i] + bv + rr[i];
         } else {
           for (int64_t i = 0; i < p->ow; i++) yr[i] = s[i] + bv;
@@ -248,8 +538,8 @@ enum { WINO_MAX_THREADS = 64 };
 /* One block, every loop on the calling thread (scratch: b->scr for thread 0). */
 static kiln_code wino_block_serial(wino_blk *b) {
   wino_in_task(b, 0, (size_t)b->p->c, 0);
-  wino_gemm_task(b, 0, 16, 0);
-  for (int k = 0; k < 16; k++)
+  wino_gemm_task(b, 0, (size_t)b->np, 0);
+  for (int k = 0; k < b->np; k++)
     if (b->rc[k]) return b->rc[k];
   wino_out_task(b, 0, (size_t)b->p->m, 0);
   return KILN_OK;
@@ -282,8 +572,8 @@ static void wino_outer_task(void *ctx, size_t begin, size_t end, int ti) {
     }
     b.nt = (b.ty1 - b.ty0) * b.tw;
     b.v = mem;
-    b.o = mem + 16 * p->c * b.nt;
-    b.scr = b.o + 16 * p->m * b.nt;
+    b.o = mem + b.np * p->c * b.nt;
+    b.scr = b.o + b.np * p->m * b.nt;
     w->rc[ti] = wino_block_serial(&b);
   }
 }
@@ -291,13 +581,17 @@ static void wino_outer_task(void *ctx, size_t begin, size_t end, int ti) {
 kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
                              const float *x, const float *u, const kiln_conv2d_f32_epilogue *ep,
                              float *y) {
-  int64_t tw = (p->ow + 1) / 2, th = (p->oh + 1) / 2;
-  int64_t bt = WINO_BLOCK_FLOATS / (16 * (p->c + p->m) * tw);
+  int32_t tag;
+  memcpy(&tag, u, sizeof tag);
+  int e = tag == (WINO_TAG | 4) ? 4 : 2, a = e + 2, np = a * a;
+  if (tag != (WINO_TAG | e)) return KILN_ERR_INVALID_ARG;
+  int64_t tw = (p->ow + e - 1) / e, th = (p->oh + e - 1) / e;
+  int64_t bt = WINO_BLOCK_FLOATS / (np * (p->c + p->m) * tw);
   int64_t min_bt = (48 + tw - 1) / tw; /* GEMMs of at least 48 columns */
   if (bt < min_bt) bt = min_bt;
   if (bt < 1) bt = 1;
   if (bt > th) bt = th;
-  int64_t nt = bt * tw, rw = 2 * ((tw + 15) / 16 * 16) + 16, nb = (th + bt - 1) / bt;
+  int64_t nt = bt * tw, rw = e * ((tw + 15) / 16 * 16) + 16, nb = (th + bt - 1) / bt;
   int nthr = kiln_threadpool_size(pool);
   /* Enough blocks: each thread takes whole blocks (one barrier in all); else the blocks run
    * in turn with the transforms and GEMMs on the pool. */
@@ -315,8 +609,9 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
       outer = even = 1;
     }
   }
-  size_t vf = (size_t)(16 * p->c * nt), of = (size_t)(16 * p->m * nt);
-  size_t per_thread = vf + of + (size_t)(outer ? 1 : nthr) * 4 * (size_t)rw;
+  size_t vf = (size_t)(np * p->c * nt), of = (size_t)(np * p->m * nt);
+  int64_t scr_per = (e * bt + 2) * rw; /* the input rows of a block; >= 4 output rows */
+  size_t per_thread = vf + of + (size_t)(outer ? 1 : nthr) * (size_t)scr_per;
   float *mem = kiln_malloc(sizeof(float) * per_thread * (size_t)(outer ? nthr : 1));
   if (!mem) return KILN_ERR_NOMEM;
   wino_blk b;
@@ -324,13 +619,17 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
   b.p = p;
   b.ep = ep;
   b.x = x;
-  b.u = u;
+  b.u = u + WINO_HDR;
   b.y = y;
+  b.e = e;
+  b.a = a;
+  b.np = np;
   b.tw = tw;
   b.v = mem;
   b.o = mem + vf;
   b.scr = mem + vf + of;
   b.rw = rw;
+  b.scr_per = scr_per;
   b.isa = isa;
   kiln_code rc = KILN_OK;
   if (outer) {
@@ -343,7 +642,10 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
     w.even = even;
     w.per_thread = per_thread;
     w.mem = mem;
-    kiln_parallel_for(pool, (size_t)(p->n * nb), wino_outer_task, &w, 1);
+    /* Even blocks: each thread takes a contiguous run of them (the same number of tile rows
+     * for each thread where the rows do not split evenly into blocks: 3+4 | 3+4, not 3+3 |
+     * 4+4 as handing them out one at a time would give). */
+    kiln_parallel_for(pool, (size_t)(p->n * nb), wino_outer_task, &w, even ? 0 : 1);
     for (int i = 0; i < nthr && !rc; i++) rc = w.rc[i];
     free(mem);
     return rc;
@@ -360,8 +662,8 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
         continue;
       }
       kiln_parallel_for(pool, (size_t)p->c, wino_in_task, &b, 0);
-      kiln_parallel_for(pool, 16, wino_gemm_task, &b, 1);
-      for (int k = 0; k < 16 && !rc; k++) rc = b.rc[k];
+      kiln_parallel_for(pool, (size_t)np, wino_gemm_task, &b, 1);
+      for (int k = 0; k < np && !rc; k++) rc = b.rc[k];
       if (!rc) kiln_parallel_for(pool, (size_t)p->m, wino_out_task, &b, 0);
     }
   }

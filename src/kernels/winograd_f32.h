@@ -1,13 +1,23 @@
-/* Winograd F(2x2, 3x3) float32 convolution (NCHW, 3x3, stride 1, dilation 1, one group).
+/* Winograd F(2x2, 3x3) and F(4x4, 3x3) float32 convolution (NCHW, 3x3, stride 1, dilation 1,
+ * one group). With output tiles e x e and input tiles a x a (a = e + 2, np = a * a planes):
  *
- *   U[xi] = G g G^T            weights, 16 planes [m, c]          (kiln_wino_f32_weights)
- *   V[xi] = B^T d B            4x4 input tiles (stride 2), 16 planes [c, tiles]
- *   O[xi] = U[xi] V[xi]        16 GEMMs (kiln_gemm_f32) [m x c] x [c x tiles]
- *   y     = A^T O A + bias (+ residual), then the activation, per 2x2 output tile
+ *   U[xi] = G g G^T            weights, np planes [m, c]          (kiln_wino_f32_weights_tile)
+ *   V[xi] = B^T d B            a x a input tiles (stride e), np planes [c, tiles]
+ *   O[xi] = U[xi] V[xi]        np GEMMs (kiln_gemm_f32) [m x c] x [c x tiles]
+ *   y     = A^T O A + bias (+ residual), then the activation, per e x e output tile
+ *
+ * F(4x4) (interpolation points 0, +-1, +-2, inf) does 4x fewer multiplies than direct
+ * convolution against 2.25x for F(2x2), at a larger but still small rounding error (normwise
+ * relative about 1e-5 against 1e-6 on random data with realistic magnitudes; tests/unit/
+ * test_winograd.c). Its weights are 2.25x larger, so it pays on large planes only (see
+ * kiln_wino_f32_tile). The transformed weights carry a header naming their tile size, and
+ * kiln_wino_f32_conv runs the variant the weights were made for.
  *
  * Tiles are taken in blocks of whole tile rows sized so V and O stay in L2. The input and
- * output transforms run over channels on the pool, the 16 GEMMs one per task. The result does
- * not depend on the thread count. Called by kiln_conv2d_f32 (see kiln_wino_f32_pick).
+ * output transforms run over channels on the pool, the GEMMs one per task (or whole blocks per
+ * thread when there are enough). The output transform applies bias, residual and ReLU as it
+ * stores. The result does not depend on the thread count. Called by kiln_conv2d_f32 (see
+ * kiln_wino_f32_pick).
  */
 #ifndef KILN_KERNELS_WINOGRAD_F32_H
 #define KILN_KERNELS_WINOGRAD_F32_H
@@ -22,12 +32,19 @@ int kiln_wino_f32_pick(const kiln_conv2d_f32_params *p, int cached);
 /* 1 when the Winograd path can compute p at all (3x3, stride 1, dilation 1, group 1, c > 1). */
 int kiln_wino_f32_supported(const kiln_conv2d_f32_params *p);
 
-/* Floats of transformed weights for m output and c input channels (16 * m * c). */
+/* The output tile size e (2 or 4) to transform the weights for when p uses Winograd. */
+int kiln_wino_f32_tile(const kiln_conv2d_f32_params *p);
+/* Floats of transformed weights with output tiles e x e (e = 2 or 4) for m output and c input
+ * channels (a small header + (e + 2)^2 * m * c). */
+int64_t kiln_wino_f32_weights_size_tile(int e, int64_t m, int64_t c);
+/* u (kiln_wino_f32_weights_size_tile floats) = the transform of w [m, c, 3, 3] for tiles e x e. */
+void kiln_wino_f32_weights_tile(int e, const float *w, int64_t m, int64_t c, float *u);
+/* As the two above with e = 2 (F(2x2, 3x3): the cheapest transform, for weights made per call). */
 int64_t kiln_wino_f32_weights_size(int64_t m, int64_t c);
-/* u (kiln_wino_f32_weights_size floats) = the transform of w [m, c, 3, 3]. */
 void kiln_wino_f32_weights(const float *w, int64_t m, int64_t c, float *u);
 
-/* As kiln_conv2d_f32 for a supported p, with weights transformed by kiln_wino_f32_weights.
+/* As kiln_conv2d_f32 for a supported p, with weights transformed by kiln_wino_f32_weights_tile
+ * (or kiln_wino_f32_weights) for any tile size.
  * `isa` must be resolved (kiln_isa_resolve). */
 kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
                              const float *x, const float *u, const kiln_conv2d_f32_epilogue *ep,

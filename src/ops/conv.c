@@ -414,7 +414,7 @@ static const void *as_work(const kiln_tensor *t, kiln_dtype work, void **owned) 
 /* Winograd-transformed constant weights, kept on the node (kiln_node.state). */
 typedef struct wino_weights {
   const void *source; /* the initializer's data they were made from */
-  float u[];          /* kiln_wino_f32_weights_size(m, c) floats */
+  float u[];          /* kiln_wino_f32_weights_size_tile(e, m, c) floats */
 } wino_weights;
 
 /* The transformed weights of this node when W is an initializer (or folded constant): made on
@@ -429,10 +429,11 @@ static const float *node_wino_weights(kiln_kctx *c, const kiln_tensor *w, const 
   if (!init || init->data != w->data) return NULL;
   wino_weights *ww = __atomic_load_n((wino_weights **)&n->state, __ATOMIC_ACQUIRE);
   if (!ww) {
-    wino_weights *mine = kiln_malloc(sizeof *mine + sizeof(float) * (size_t)kiln_wino_f32_weights_size(p->m, p->c));
+    int e = kiln_wino_f32_tile(p); /* the weights say which; a later shape may run them too */
+    wino_weights *mine = kiln_malloc(sizeof *mine + sizeof(float) * (size_t)kiln_wino_f32_weights_size_tile(e, p->m, p->c));
     if (!mine) return NULL;
     mine->source = w->data;
-    kiln_wino_f32_weights(w->data, p->m, p->c, mine->u);
+    kiln_wino_f32_weights_tile(e, w->data, p->m, p->c, mine->u);
     void *expected = NULL;
     n->state_free = free;
     if (__atomic_compare_exchange_n(&n->state, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
