@@ -192,6 +192,122 @@ T512 static void dw_plane_direct_avx512(const kiln_conv2d_f32_params *p, const f
 }
 #endif
 
+#ifdef KILN_HAVE_X86_KERNELS
+/* ---- 3x3, dilation 1, strides 1 or 2 (MobileNet's depthwise layers) ----------------------
+ * Blocks of 4 output rows x 16 output columns: each input row of the block is loaded once
+ * (its 3 column taps) and feeds every output row of the block that uses it, with the 9
+ * weights in registers. The loops are unrolled for a constant stride so that everything
+ * stays in registers; dw_plane_direct_avx512 does the same work with a load per tap. */
+
+/* The lanes [lo, hi) of the elements [0, e) from b that lie in the row [0, w): lo and hi
+ * 16-lane halves. */
+static void dw3_mask(int64_t b, int64_t e, int64_t w, __mmask16 *lo, __mmask16 *hi) {
+  int64_t z = w - b < e ? w - b : e;
+  *lo = lane_range(-b, z);
+  *hi = lane_range(-b - 16, z - 16);
+}
+
+/* The 3 column taps of one input row for 16 output columns from input column b: stride 1,
+ * three loads (masks m[0..2]); stride 2, the even and odd elements of [b, b + 32) (masks
+ * m[0], m[1]) for taps 0 and 1 and the even ones of [b + 2, b + 34) (m[2], m[3]) for tap 2. */
+V512 void dw3_taps(const float *row, int64_t b, int sw, const __mmask16 *m, __m512 v[3]) {
+  if (sw == 1) {
+    v[0] = _mm512_maskz_loadu_ps(m[0], row + b);
+    v[1] = _mm512_maskz_loadu_ps(m[1], row + b + 1);
+    v[2] = _mm512_maskz_loadu_ps(m[2], row + b + 2);
+    return;
+  }
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  __m512 lo = _mm512_maskz_loadu_ps(m[0], row + b), hi = _mm512_maskz_loadu_ps(m[1], row + b + 16);
+  v[0] = _mm512_permutex2var_ps(lo, ev, hi);
+  v[1] = _mm512_permutex2var_ps(lo, od, hi);
+  v[2] = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(m[2], row + b + 2), ev,
+                                _mm512_maskz_loadu_ps(m[3], row + b + 18));
+}
+
+enum { DW3_ROWS = 8 }; /* output rows per block: 8 independent FMA chains */
+
+/* One output plane; sh and sw are constants at each call (1 or 2). Taps are accumulated in
+ * the order ky, kx onto the bias; rows outside the input load zeros (mask 0), so that the
+ * unrolled loop has no branches and the accumulators stay in registers. */
+V512 void dw3_plane(const kiln_conv2d_f32_params *p, const float *xp, const float *wk, float bv,
+                    const float *rp, const kiln_act *act, float *yp, const char *pf, const int sh,
+                    const int sw) {
+  const bool ia = act && act->kind != KILN_ACT_NONE; /* act: NULL or act_inline */
+  const int64_t H = p->h, W = p->w, oh = p->oh, ow = p->ow;
+  /* the next plane's input, spread over this plane's blocks */
+  const int64_t nlines = pf ? (H * W * 4 + 63) / 64 : 0;
+  const int64_t nsb = ((oh + DW3_ROWS - 1) / DW3_ROWS) * ((ow + 15) / 16);
+  const int64_t per = (nlines + nsb - 1) / nsb;
+  int64_t pfl = 0;
+  __m512 wv[9];
+  for (int k = 0; k < 9; k++) wv[k] = _mm512_set1_ps(wk[k]);
+  for (int64_t oy0 = 0; oy0 < oh; oy0 += DW3_ROWS) {
+    int64_t nr = oh - oy0 < DW3_ROWS ? oh - oy0 : DW3_ROWS, iy0 = oy0 * sh - p->pt;
+    for (int64_t ox0 = 0; ox0 < ow; ox0 += 16) {
+      int64_t n = ow - ox0 < 16 ? ow - ox0 : 16, b = ox0 * sw - p->pl;
+      __mmask16 m[4], sm = (__mmask16)((1u << n) - 1);
+      if (sw == 1) {
+        for (int kx = 0; kx < 3; kx++) m[kx] = lane_range(-(b + kx), W - (b + kx)) & sm;
+        m[3] = 0;
+      } else {
+        dw3_mask(b, 2 * n, W, &m[0], &m[1]);
+        dw3_mask(b + 2, 2 * n - 1, W, &m[2], &m[3]);
+      }
+      for (int64_t e = pfl + per < nlines ? pfl + per : nlines; pfl < e; pfl++)
+        _mm_prefetch(pf + pfl * 64, _MM_HINT_T1);
+      __m512 a[DW3_ROWS];
+      for (int i = 0; i < DW3_ROWS; i++) a[i] = _mm512_set1_ps(bv);
+#pragma GCC unroll 17
+      for (int l = 0; l < (DW3_ROWS - 1) * sh + 3; l++) { /* the input rows of the block */
+        int64_t iy = iy0 + l;
+        bool in = iy >= 0 && iy < H;
+        __mmask16 z = in ? (__mmask16)0xffff : 0, mr[4] = {m[0] & z, m[1] & z, m[2] & z, m[3] & z};
+        __m512 v[3];
+        dw3_taps(xp + (in ? iy : 0) * W, b, sw, mr, v);
+#pragma GCC unroll 8
+        for (int i = 0; i < DW3_ROWS; i++) {
+          int ky = l - i * sh;
+          if (ky < 0 || ky > 2) continue;
+          a[i] = _mm512_fmadd_ps(v[0], wv[ky * 3], a[i]);
+          a[i] = _mm512_fmadd_ps(v[1], wv[ky * 3 + 1], a[i]);
+          a[i] = _mm512_fmadd_ps(v[2], wv[ky * 3 + 2], a[i]);
+        }
+      }
+      for (int64_t i = 0; i < nr; i++) {
+        int64_t o = (oy0 + i) * ow + ox0;
+        __m512 r = a[i];
+        if (rp) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(sm, rp + o));
+        if (ia) r = act_inline512(r, act);
+        _mm512_mask_storeu_ps(yp + o, sm, r);
+      }
+    }
+  }
+}
+
+/* dw3_plane with constant strides. */
+T512 static void dw3_plane_avx512(const kiln_conv2d_f32_params *p, const float *xp, const float *wk,
+                                  float bv, const float *rp, const kiln_act *act, float *yp,
+                                  const float *pf) {
+  const char *c = (const char *)pf;
+  if (p->sh == 1 && p->sw == 1)
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, 1, 1);
+  else if (p->sh == 2 && p->sw == 2)
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, 2, 2);
+  else if (p->sh == 1)
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, 1, 2);
+  else
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, 2, 1);
+}
+
+/* Whether dw3_plane_avx512 takes the shape. */
+static bool dw3_fits(const kiln_conv2d_f32_params *p) {
+  return p->kh == 3 && p->kw == 3 && p->dh == 1 && p->dw == 1 && (p->sh == 1 || p->sh == 2) &&
+         (p->sw == 1 || p->sw == 2);
+}
+#endif
+
 static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
   (void)ti;
   const dw_ctx *d = ctx;
@@ -200,8 +316,9 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
   float *pad = NULL;
   int64_t ph = 0, pw = 0;
 #ifdef KILN_HAVE_X86_KERNELS
-  bool direct = d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2) && p->kw <= DW_KW_MAX;
-  if (!direct && d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2)) {
+  bool dw3 = d->isa >= KILN_ISA_AVX512 && dw3_fits(p);
+  bool direct = !dw3 && d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2) && p->kw <= DW_KW_MAX;
+  if (!dw3 && !direct && d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2)) {
     dw_pad_dims(p, &ph, &pw);
     pad = kiln_malloc(sizeof(float) * (size_t)(ph * pw)); /* NULL: the portable path */
   }
@@ -214,7 +331,13 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
     const float *rp = d->res ? d->res + (int64_t)t * ohw : NULL;
     float *yp = d->y + (int64_t)t * ohw, bv = d->bias ? d->bias[mo] : 0.0f;
 #ifdef KILN_HAVE_X86_KERNELS
-    if (direct) {
+    if (dw3) {
+      /* prefetch the next task's input plane when it is another one */
+      const float *pf = NULL;
+      if (t + 1 < end && ((int64_t)t + 1) % mult == 0) pf = xp + p->h * p->w;
+      dw3_plane_avx512(p, xp, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp, pf);
+      if (act_inline(d->act)) continue; /* applied in registers */
+    } else if (direct) {
       dw_plane_direct_avx512(p, xp, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp);
       if (act_inline(d->act)) continue; /* applied in registers */
     } else if (pad) {
