@@ -272,21 +272,72 @@ KILN_INLINE KILN_TARGET_AVX512 __m512 ld_strided16(const float *src, int64_t n, 
   return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lo, src), ev, v1);
 }
 
+/* The 3 column taps (dilation 1) of 16 output columns at x stride 2 from row + 0: the even
+ * and odd lanes of one pair of loads, and the even lanes of a pair from row + 2 (masks lo, hi
+ * and lo2, hi2 read only the elements used). */
+KILN_INLINE KILN_TARGET_AVX512 void max3_taps_s2(const float *row, __mmask16 lo, __mmask16 hi,
+                                                  __mmask16 lo2, __mmask16 hi2, __m512 t[3]) {
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  __m512 l = _mm512_maskz_loadu_ps(lo, row), h = _mm512_maskz_loadu_ps(hi, row + 16);
+  t[0] = _mm512_permutex2var_ps(l, ev, h);
+  t[1] = _mm512_permutex2var_ps(l, od, h);
+  t[2] = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lo2, row + 2), ev,
+                                _mm512_maskz_loadu_ps(hi2, row + 18));
+}
+
 /* MaxPool output columns [c0, c1) of one row whose windows lie wholly inside the input row
  * range (all kw taps valid), taps rows [a0, a1): 16 columns per vector, the same comparisons
- * in the same order as the scalar loop (m = first tap, then x > m ? x : m). */
+ * in the same order as the scalar loop (m = first tap, then x > m ? x : m). Kernel width 3 at
+ * x stride 2 and dilation 1 (SqueezeNet, ResNet) loads each row's taps as one pair and a half. */
 static KILN_TARGET_AVX512 void maxpool_row_avx512(const float *xp, float *yr, int64_t W, int64_t h0,
                                                   int64_t a0, int64_t a1, int64_t dh, int64_t c0,
                                                   int64_t c1, int64_t sw, int64_t pl, int64_t kw,
                                                   int64_t dw) {
-  for (int64_t ox = c0; ox < c1; ox += 16) {
-    int64_t n = c1 - ox < 16 ? c1 - ox : 16, w0 = ox * sw - pl;
-    __m512 m = ld_strided16(xp + (h0 + a0 * dh) * W + w0, n, sw);
-    for (int64_t a = a0; a < a1; a++) {
-      const float *row = xp + (h0 + a * dh) * W + w0;
-      for (int64_t b = 0; b < kw; b++) m = _mm512_max_ps(ld_strided16(row + b * dw, n, sw), m);
+  const bool k3s2 = kw == 3 && sw == 2 && dw == 1;
+  int64_t ox = c0;
+  if (k3s2) /* two whole vectors at a time: two independent chains of comparisons */
+    for (; ox + 32 <= c1; ox += 32) {
+      const float *r0 = xp + (h0 + a0 * dh) * W + ox * 2 - pl;
+      __m512 t[3], u[3];
+      max3_taps_s2(r0, 0xffff, 0xffff, 0xffff, 0x7fff, t);
+      max3_taps_s2(r0 + 32, 0xffff, 0xffff, 0xffff, 0x7fff, u);
+      __m512 m = _mm512_max_ps(t[2], _mm512_max_ps(t[1], t[0]));
+      __m512 q = _mm512_max_ps(u[2], _mm512_max_ps(u[1], u[0]));
+      for (int64_t a = a0 + 1; a < a1; a++) {
+        const float *r = xp + (h0 + a * dh) * W + ox * 2 - pl;
+        max3_taps_s2(r, 0xffff, 0xffff, 0xffff, 0x7fff, t);
+        max3_taps_s2(r + 32, 0xffff, 0xffff, 0xffff, 0x7fff, u);
+        m = _mm512_max_ps(t[2], _mm512_max_ps(t[1], _mm512_max_ps(t[0], m)));
+        q = _mm512_max_ps(u[2], _mm512_max_ps(u[1], _mm512_max_ps(u[0], q)));
+      }
+      _mm512_storeu_ps(yr + ox, m);
+      _mm512_storeu_ps(yr + ox + 16, q);
     }
-    _mm512_mask_storeu_ps(yr + ox, (__mmask16)((1u << n) - 1), m);
+  for (; ox < c1; ox += 16) {
+    int64_t n = c1 - ox < 16 ? c1 - ox : 16, w0 = ox * sw - pl;
+    __mmask16 m1 = (__mmask16)((1u << n) - 1);
+    __m512 m;
+    if (k3s2) { /* taps 0, 1 read the elements [0, 2n); tap 2 the even ones of [2, 2n + 1) */
+      __mmask16 lo = (__mmask16)(n >= 8 ? 0xffffu : (1u << (2 * n)) - 1);
+      __mmask16 hi = (__mmask16)(n <= 8 ? 0u : (1u << (2 * n - 16)) - 1);
+      __mmask16 lo2 = (__mmask16)(n >= 9 ? 0xffffu : (1u << (2 * n - 1)) - 1);
+      __mmask16 hi2 = (__mmask16)(n <= 8 ? 0u : (1u << (2 * n - 17)) - 1);
+      __m512 t[3];
+      max3_taps_s2(xp + (h0 + a0 * dh) * W + w0, lo, hi, lo2, hi2, t);
+      m = _mm512_max_ps(t[2], _mm512_max_ps(t[1], t[0]));
+      for (int64_t a = a0 + 1; a < a1; a++) {
+        max3_taps_s2(xp + (h0 + a * dh) * W + w0, lo, hi, lo2, hi2, t);
+        m = _mm512_max_ps(t[2], _mm512_max_ps(t[1], _mm512_max_ps(t[0], m)));
+      }
+    } else {
+      m = ld_strided16(xp + (h0 + a0 * dh) * W + w0, n, sw);
+      for (int64_t a = a0; a < a1; a++) {
+        const float *row = xp + (h0 + a * dh) * W + w0;
+        for (int64_t b = 0; b < kw; b++) m = _mm512_max_ps(ld_strided16(row + b * dw, n, sw), m);
+      }
+    }
+    _mm512_mask_storeu_ps(yr + ox, m1, m);
   }
 }
 #endif
@@ -387,8 +438,14 @@ static kiln_code pool_run(kiln_kctx *c, int kind) {
     if (kind == POOL_AVG) avg_divisors(&g, kiln_attr_int(c->node, "count_include_pad", 0) != 0, j.div);
     int64_t per = g.xsize + g.ysize * g.ksize;
     bool fast = fast_out; /* float, two spatial dims, not Lp, no indices */
-    kiln_parallel_for(pool, (size_t)planes, fast ? pool2d_float_task : pool_task, &j,
-                      per >= PAR_TASK ? 1 : (size_t)(PAR_TASK / (per ? per : 1)));
+    /* the float path takes contiguous halves (static): each thread reads the planes that the
+     * same thread of an equally split producer wrote, and threads do not write the same
+     * cache lines at plane boundaries */
+    if (fast)
+      kiln_parallel_for(pool, (size_t)planes, pool2d_float_task, &j, 0);
+    else
+      kiln_parallel_for(pool, (size_t)planes, pool_task, &j,
+                        per >= PAR_TASK ? 1 : (size_t)(PAR_TASK / (per ? per : 1)));
   }
   free(j.map);
   free(j.arg);
