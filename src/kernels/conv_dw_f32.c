@@ -228,18 +228,33 @@ V512 void dw3_taps(const float *row, int64_t b, int sw, const __mmask16 *m, __m5
 
 enum { DW3_ROWS = 8 }; /* output rows per block: 8 independent FMA chains */
 
+/* Software prefetch (into L2) of the next input plane, `per` of its `lines` cache lines per
+ * block, when planes are large enough for the hardware prefetchers to lag (one from L3 takes
+ * as long as a block's arithmetic). */
+typedef struct dw3_prefetch {
+  const char *next; /* NULL: none */
+  int64_t lines, per;
+} dw3_prefetch;
+enum { DW3_PREFETCH_MIN = 8192 }; /* plane bytes */
+
+static dw3_prefetch dw3_prefetch_plan(const kiln_conv2d_f32_params *p) {
+  dw3_prefetch f = {NULL, 0, 0};
+  int64_t bytes = p->h * p->w * (int64_t)sizeof(float);
+  if (bytes < DW3_PREFETCH_MIN) return f;
+  int64_t blocks = ((p->oh + DW3_ROWS - 1) / DW3_ROWS) * ((p->ow + 15) / 16);
+  f.lines = (bytes + 63) / 64;
+  f.per = (f.lines + blocks - 1) / blocks;
+  return f;
+}
+
 /* One output plane; sh and sw are constants at each call (1 or 2). Taps are accumulated in
  * the order ky, kx onto the bias; rows outside the input load zeros (mask 0), so that the
  * unrolled loop has no branches and the accumulators stay in registers. */
 V512 void dw3_plane(const kiln_conv2d_f32_params *p, const float *xp, const float *wk, float bv,
-                    const float *rp, const kiln_act *act, float *yp, const char *pf, const int sh,
-                    const int sw) {
+                    const float *rp, const kiln_act *act, float *yp, const dw3_prefetch *pf,
+                    const float *zero, const int sh, const int sw) {
   const bool ia = act && act->kind != KILN_ACT_NONE; /* act: NULL or act_inline */
-  const int64_t H = p->h, W = p->w, oh = p->oh, ow = p->ow;
-  /* the next plane's input, spread over this plane's blocks */
-  const int64_t nlines = pf ? (H * W * 4 + 63) / 64 : 0;
-  const int64_t nsb = ((oh + DW3_ROWS - 1) / DW3_ROWS) * ((ow + 15) / 16);
-  const int64_t per = (nlines + nsb - 1) / nsb;
+  const int64_t H = p->h, W = p->w, oh = p->oh, ow = p->ow, nlines = pf->next ? pf->lines : 0;
   int64_t pfl = 0;
   __m512 wv[9];
   for (int k = 0; k < 9; k++) wv[k] = _mm512_set1_ps(wk[k]);
@@ -255,17 +270,15 @@ V512 void dw3_plane(const kiln_conv2d_f32_params *p, const float *xp, const floa
         dw3_mask(b, 2 * n, W, &m[0], &m[1]);
         dw3_mask(b + 2, 2 * n - 1, W, &m[2], &m[3]);
       }
-      for (int64_t e = pfl + per < nlines ? pfl + per : nlines; pfl < e; pfl++)
-        _mm_prefetch(pf + pfl * 64, _MM_HINT_T1);
+      for (int64_t e = pfl + pf->per < nlines ? pfl + pf->per : nlines; pfl < e; pfl++)
+        _mm_prefetch(pf->next + pfl * 64, _MM_HINT_T1);
       __m512 a[DW3_ROWS];
       for (int i = 0; i < DW3_ROWS; i++) a[i] = _mm512_set1_ps(bv);
 #pragma GCC unroll 17
       for (int l = 0; l < (DW3_ROWS - 1) * sh + 3; l++) { /* the input rows of the block */
         int64_t iy = iy0 + l;
-        bool in = iy >= 0 && iy < H;
-        __mmask16 z = in ? (__mmask16)0xffff : 0, mr[4] = {m[0] & z, m[1] & z, m[2] & z, m[3] & z};
         __m512 v[3];
-        dw3_taps(xp + (in ? iy : 0) * W, b, sw, mr, v);
+        dw3_taps(iy >= 0 && iy < H ? xp + iy * W : zero, b, sw, m, v);
 #pragma GCC unroll 8
         for (int i = 0; i < DW3_ROWS; i++) {
           int ky = l - i * sh;
@@ -289,16 +302,15 @@ V512 void dw3_plane(const kiln_conv2d_f32_params *p, const float *xp, const floa
 /* dw3_plane with constant strides. */
 T512 static void dw3_plane_avx512(const kiln_conv2d_f32_params *p, const float *xp, const float *wk,
                                   float bv, const float *rp, const kiln_act *act, float *yp,
-                                  const float *pf) {
-  const char *c = (const char *)pf;
+                                  const dw3_prefetch *c, const float *zero) {
   if (p->sh == 1 && p->sw == 1)
-    dw3_plane(p, xp, wk, bv, rp, act, yp, c, 1, 1);
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 1, 1);
   else if (p->sh == 2 && p->sw == 2)
-    dw3_plane(p, xp, wk, bv, rp, act, yp, c, 2, 2);
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 2, 2);
   else if (p->sh == 1)
-    dw3_plane(p, xp, wk, bv, rp, act, yp, c, 1, 2);
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 1, 2);
   else
-    dw3_plane(p, xp, wk, bv, rp, act, yp, c, 2, 1);
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 2, 1);
 }
 
 /* Whether dw3_plane_avx512 takes the shape. */
@@ -322,24 +334,25 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
     dw_pad_dims(p, &ph, &pw);
     pad = kiln_malloc(sizeof(float) * (size_t)(ph * pw)); /* NULL: the portable path */
   }
+  dw3_prefetch pf = dw3 ? dw3_prefetch_plan(p) : (dw3_prefetch){NULL, 0, 0};
+  float *zero = dw3 ? calloc((size_t)p->w, sizeof(float)) : NULL; /* rows outside the input */
+  if (dw3 && !zero) dw3 = false;
 #endif
   int64_t padded_ci = -1, padded_n = -1;
   (void)ph, (void)pw, (void)padded_ci, (void)padded_n;
+  /* task t: batch nn, output channel mo, input channel ci (stepped, not divided, per task) */
+  int64_t nn = (int64_t)begin / p->m, mo = (int64_t)begin % p->m, ci = mo / mult, k = mo % mult;
   for (size_t t = begin; t < end; t++) {
-    int64_t nn = (int64_t)t / p->m, mo = (int64_t)t % p->m, ci = mo / mult;
     const float *xp = d->x + (nn * p->c + ci) * p->h * p->w, *wk = d->w + mo * p->kh * p->kw;
     const float *rp = d->res ? d->res + (int64_t)t * ohw : NULL;
     float *yp = d->y + (int64_t)t * ohw, bv = d->bias ? d->bias[mo] : 0.0f;
 #ifdef KILN_HAVE_X86_KERNELS
     if (dw3) {
       /* prefetch the next task's input plane when it is another one */
-      const float *pf = NULL;
-      if (t + 1 < end && ((int64_t)t + 1) % mult == 0) pf = xp + p->h * p->w;
-      dw3_plane_avx512(p, xp, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp, pf);
-      if (act_inline(d->act)) continue; /* applied in registers */
+      pf.next = t + 1 < end && k + 1 == mult ? (const char *)(xp + p->h * p->w) : NULL;
+      dw3_plane_avx512(p, xp, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp, &pf, zero);
     } else if (direct) {
       dw_plane_direct_avx512(p, xp, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp);
-      if (act_inline(d->act)) continue; /* applied in registers */
     } else if (pad) {
       if (ci != padded_ci || nn != padded_n) { /* channel multipliers share one padded plane */
         dw_pad(p, xp, pad, ph, pw);
@@ -347,13 +360,20 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
         padded_n = nn;
       }
       dw_plane_avx512(p, pad, pw, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp);
-      if (act_inline(d->act)) continue; /* applied in registers */
     } else
 #endif
       dw_plane_c(p, xp, wk, bv, rp, yp);
-    if (d->act->kind != KILN_ACT_NONE) kiln_f32_act(d->isa, yp, (size_t)ohw, d->act);
+#ifdef KILN_HAVE_X86_KERNELS
+    bool done = (dw3 || direct || pad) && act_inline(d->act); /* applied in registers */
+#else
+    bool done = false;
+#endif
+    if (!done && d->act->kind != KILN_ACT_NONE) kiln_f32_act(d->isa, yp, (size_t)ohw, d->act);
+    if (++k == mult) k = 0, ci++;
+    if (++mo == p->m) mo = 0, ci = 0, nn++;
   }
   free(pad);
+  free(zero);
 }
 
 void kiln_conv2d_dw_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
