@@ -318,6 +318,66 @@ static bool dw3_fits(const kiln_conv2d_f32_params *p) {
   return p->kh == 3 && p->kw == 3 && p->dh == 1 && p->dw == 1 && (p->sh == 1 || p->sh == 2) &&
          (p->sw == 1 || p->sw == 2);
 }
+
+/* ---- small planes at stride 1 with as many output as input columns (7x7) -----------------
+ * The output plane as one flat run of oh ow <= 64 values: output o reads input o + (ky - pt) w
+ * + (kx - pl), masked to the lanes whose input row and column exist (the masks depend on the
+ * geometry only, so they are built once per call). No lane is wasted on a 16-column strip of
+ * a 7-column row: half the FMAs of dw3_plane on 7x7. (On 14x14 dw3_plane's shared row loads
+ * win: measured.) */
+enum { DWF_VEC_MAX = 4 }; /* vectors per plane: up to 64 outputs (beyond, dw3_plane loads fewer) */
+
+typedef struct dwf_masks {
+  int64_t nvec;
+  __mmask16 m[DWF_VEC_MAX][9];
+} dwf_masks;
+
+static bool dwf_fits(const kiln_conv2d_f32_params *p) {
+  return dw3_fits(p) && p->sh == 1 && p->sw == 1 && p->ow == p->w &&
+         p->oh * p->ow <= 16 * DWF_VEC_MAX;
+}
+
+static void dwf_build(const kiln_conv2d_f32_params *p, dwf_masks *f) {
+  int64_t n = p->oh * p->ow;
+  f->nvec = (n + 15) / 16;
+  for (int64_t v = 0; v < f->nvec; v++)
+    for (int t = 0; t < 9; t++) {
+      unsigned m = 0;
+      for (int j = 0; j < 16; j++) {
+        int64_t o = v * 16 + j, r = o / p->ow + t / 3 - p->pt, c = o % p->ow + t % 3 - p->pl;
+        if (o < n && r >= 0 && r < p->h && c >= 0 && c < p->w) m |= 1u << j;
+      }
+      f->m[v][t] = (__mmask16)m;
+    }
+}
+
+T512 static void dwf_plane_avx512(const kiln_conv2d_f32_params *p, const dwf_masks *f, const float *xp,
+                                  const float *wk, float bv, const float *rp, const kiln_act *act,
+                                  float *yp) {
+  const bool ia = act && act->kind != KILN_ACT_NONE; /* act: NULL or act_inline */
+  const int64_t W = p->w, n = p->oh * p->ow;
+  int64_t d[9];
+  __m512 wv[9];
+  for (int t = 0; t < 9; t++) d[t] = (t / 3 - p->pt) * W + t % 3 - p->pl, wv[t] = _mm512_set1_ps(wk[t]);
+  /* the (at most 4) vectors as independent chains of 9; a missing one repeats the last */
+  int64_t v1 = f->nvec > 1 ? 1 : 0, v2 = f->nvec > 2 ? 2 : v1, v3 = f->nvec > 3 ? 3 : v2;
+  __m512 a[4] = {_mm512_set1_ps(bv), _mm512_set1_ps(bv), _mm512_set1_ps(bv), _mm512_set1_ps(bv)};
+  for (int t = 0; t < 9; t++) {
+    a[0] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(f->m[0][t], xp + d[t]), wv[t], a[0]);
+    a[1] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(f->m[v1][t], xp + v1 * 16 + d[t]), wv[t], a[1]);
+    a[2] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(f->m[v2][t], xp + v2 * 16 + d[t]), wv[t], a[2]);
+    a[3] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(f->m[v3][t], xp + v3 * 16 + d[t]), wv[t], a[3]);
+  }
+  for (int64_t v = 0; v < f->nvec; v++) {
+    int64_t o = v * 16, c = n - o < 16 ? n - o : 16;
+    __mmask16 sm = (__mmask16)((1u << c) - 1);
+    __m512 r = a[v];
+    if (rp) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(sm, rp + o));
+    if (ia) r = act_inline512(r, act);
+    _mm512_mask_storeu_ps(yp + o, sm, r);
+  }
+}
+
 #endif
 
 static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
@@ -328,7 +388,9 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
   float *pad = NULL;
   int64_t ph = 0, pw = 0;
 #ifdef KILN_HAVE_X86_KERNELS
-  bool dw3 = d->isa >= KILN_ISA_AVX512 && dw3_fits(p);
+  bool dw3 = d->isa >= KILN_ISA_AVX512 && dw3_fits(p), flat = dw3 && dwf_fits(p);
+  dwf_masks fm;
+  if (flat) dwf_build(p, &fm);
   bool direct = !dw3 && d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2) && p->kw <= DW_KW_MAX;
   if (!dw3 && !direct && d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2)) {
     dw_pad_dims(p, &ph, &pw);
@@ -347,7 +409,9 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
     const float *rp = d->res ? d->res + (int64_t)t * ohw : NULL;
     float *yp = d->y + (int64_t)t * ohw, bv = d->bias ? d->bias[mo] : 0.0f;
 #ifdef KILN_HAVE_X86_KERNELS
-    if (dw3) {
+    if (flat) {
+      dwf_plane_avx512(p, &fm, xp, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp);
+    } else if (dw3) {
       /* prefetch the next task's input plane when it is another one */
       pf.next = t + 1 < end && k + 1 == mult ? (const char *)(xp + p->h * p->w) : NULL;
       dw3_plane_avx512(p, xp, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp, &pf, zero);
@@ -364,7 +428,7 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
 #endif
       dw_plane_c(p, xp, wk, bv, rp, yp);
 #ifdef KILN_HAVE_X86_KERNELS
-    bool done = (dw3 || direct || pad) && act_inline(d->act); /* applied in registers */
+    bool done = (flat || dw3 || direct || pad) && act_inline(d->act); /* applied in registers */
 #else
     bool done = false;
 #endif
