@@ -467,13 +467,42 @@ typedef struct gpool_job {
   int64_t n; /* values per plane */
 } gpool_job;
 
+#ifdef KILN_HAVE_X86_KERNELS
+/* Sums of 4 float planes of n values in double, each exactly as gpool_task's 8-lane loop: lane
+ * l adds the values i + l (i a multiple of 8), the tail goes to lane 0, then the lanes in order
+ * (the four planes are independent chains of additions). */
+static KILN_TARGET_AVX512 void gavg4_avx512(const float *x, int64_t n, double out[4]) {
+  __m512d a[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 4; k++)
+      a[k] = _mm512_add_pd(a[k], _mm512_cvtps_pd(_mm256_loadu_ps(x + k * n + i)));
+  for (int k = 0; k < 4; k++) {
+    double lane[8], acc = 0;
+    _mm512_storeu_pd(lane, a[k]);
+    for (int64_t t = i; t < n; t++) lane[0] += x[k * n + t];
+    for (int l = 0; l < 8; l++) acc += lane[l];
+    out[k] = acc;
+  }
+}
+#endif
+
 /* Planes [begin, end): each reduced in order by one task. */
 static void gpool_task(void *ctx, size_t begin, size_t end, int thread) {
   const gpool_job *j = ctx;
   const kiln_tensor *x = j->x;
   int64_t n = j->n;
   (void)thread;
-  for (int64_t pl = (int64_t)begin; pl < (int64_t)end; pl++) {
+  int64_t pl = (int64_t)begin;
+#ifdef KILN_HAVE_X86_KERNELS
+  if (x->dtype == KILN_FLOAT && j->kind == POOL_AVG && kiln_cpu_isa() >= KILN_ISA_AVX512)
+    for (; pl + 4 <= (int64_t)end; pl += 4) {
+      double s[4];
+      gavg4_avx512((const float *)x->data + pl * n, n, s);
+      for (int k = 0; k < 4; k++) ((float *)j->y->data)[pl + k] = (float)(n ? s[k] / (double)n : NAN);
+    }
+#endif
+  for (; pl < (int64_t)end; pl++) {
     double acc = j->kind == POOL_MAX ? -INFINITY : 0;
     if (x->dtype == KILN_FLOAT && j->kind == POOL_AVG) { /* float fast path: 8 double lanes */
       const float *xp = (const float *)x->data + pl * n;

@@ -3,7 +3,8 @@ ISA level (KILN_ISA): MaxPool's 3-wide stride-2 kernel (pairs of loads, two vect
 every tail width 1..16 of the vectorised columns, NaN as the first tap of a window's first and
 later rows, ties, -inf) next to the other x strides and dilations; Concat's copy split over
 threads by output bytes (several inputs of unequal sizes, axes 0..3, 1- and 2-byte types
-whose pieces do not end on cache lines, an empty input)."""
+whose pieces do not end on cache lines, an empty input); GlobalAveragePool's 4-plane AVX-512 sums
+byte-equal to the scalar ones."""
 import itertools
 import math
 import os
@@ -109,5 +110,20 @@ for i, (axis, shapes, et, nt) in enumerate(concats):
         got, text = run(path, feeds, f"cat{i}_{threads}_{isa}", threads, isa)
         check(got is not None and got.shape == want.shape and np.array_equal(got, want),
               f"Concat {i} axis {axis} {shapes} threads {threads} {isa}: {text}")
+
+# GlobalAveragePool: 4 planes at a time in AVX-512, the same sums as the scalar lanes (bytes)
+for i, shape in enumerate([(2, 7, 13, 13), (1, 1280, 7, 7), (1, 5, 1, 3), (3, 3, 4, 4), (1, 9, 17, 1)]):
+    node = helper.make_node("GlobalAveragePool", ["x"], ["y"])
+    path = save(model([node], [vi("x", list(shape))], [vi("y", None)]), f"gap{i}")
+    x = (rng.standard_normal(shape) * 10).astype(np.float32)
+    want = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    outs = {}
+    for threads, isa in itertools.product((1, 2), ISAS):
+        got, text = run(path, {"x": x}, f"gap{i}_{threads}_{isa}", threads, isa)
+        ok = got is not None and got.shape == want.shape and np.allclose(got, want, rtol=1e-6, atol=1e-6)
+        check(ok, f"GlobalAveragePool {shape} threads {threads} {isa}: {text}")
+        if got is not None:
+            outs[(threads, isa)] = got.tobytes()
+    check(len(set(outs.values())) == 1, f"GlobalAveragePool {shape}: results differ by ISA or threads")
 
 finish("test_pool_speed_paths")
