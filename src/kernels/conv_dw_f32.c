@@ -194,7 +194,7 @@ T512 static void dw_plane_direct_avx512(const kiln_conv2d_f32_params *p, const f
 
 #ifdef KILN_HAVE_X86_KERNELS
 /* ---- 3x3, dilation 1, strides 1 or 2 (MobileNet's depthwise layers) ----------------------
- * Blocks of 4 output rows x 16 output columns: each input row of the block is loaded once
+ * Blocks of 8 output rows x 16 output columns: each input row of the block is loaded once
  * (its 3 column taps) and feeds every output row of the block that uses it, with the 9
  * weights in registers. The loops are unrolled for a constant stride so that everything
  * stays in registers; dw_plane_direct_avx512 does the same work with a load per tap. */
@@ -248,8 +248,8 @@ static dw3_prefetch dw3_prefetch_plan(const kiln_conv2d_f32_params *p) {
 }
 
 /* One output plane; sh and sw are constants at each call (1 or 2). Taps are accumulated in
- * the order ky, kx onto the bias; rows outside the input load zeros (mask 0), so that the
- * unrolled loop has no branches and the accumulators stay in registers. */
+ * the order ky, kx onto the bias; rows outside the input are read from `zero` (w zeros), so
+ * that the unrolled loop has no branches and the accumulators stay in registers. */
 V512 void dw3_plane(const kiln_conv2d_f32_params *p, const float *xp, const float *wk, float bv,
                     const float *rp, const kiln_act *act, float *yp, const dw3_prefetch *pf,
                     const float *zero, const int sh, const int sw) {
@@ -385,20 +385,20 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
   const dw_ctx *d = ctx;
   const kiln_conv2d_f32_params *p = d->p;
   int64_t ohw = p->oh * p->ow, mult = p->m / p->c;
-  float *pad = NULL;
+  float *pad = NULL, *zero = NULL;
   int64_t ph = 0, pw = 0;
 #ifdef KILN_HAVE_X86_KERNELS
-  bool dw3 = d->isa >= KILN_ISA_AVX512 && dw3_fits(p), flat = dw3 && dwf_fits(p);
+  bool avx512 = d->isa >= KILN_ISA_AVX512, flat = avx512 && dwf_fits(p), dw3 = false;
   dwf_masks fm;
   if (flat) dwf_build(p, &fm);
-  bool direct = !dw3 && d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2) && p->kw <= DW_KW_MAX;
-  if (!dw3 && !direct && d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2)) {
+  if (avx512 && !flat && dw3_fits(p)) /* dw3_plane reads rows outside the input from a zero row */
+    dw3 = (zero = calloc((size_t)p->w, sizeof(float))) != NULL;
+  bool direct = avx512 && !flat && !dw3 && (p->sw == 1 || p->sw == 2) && p->kw <= DW_KW_MAX;
+  if (avx512 && !flat && !dw3 && !direct && (p->sw == 1 || p->sw == 2)) {
     dw_pad_dims(p, &ph, &pw);
     pad = kiln_malloc(sizeof(float) * (size_t)(ph * pw)); /* NULL: the portable path */
   }
   dw3_prefetch pf = dw3 ? dw3_prefetch_plan(p) : (dw3_prefetch){NULL, 0, 0};
-  float *zero = dw3 ? calloc((size_t)p->w, sizeof(float)) : NULL; /* rows outside the input */
-  if (dw3 && !zero) dw3 = false;
 #endif
   int64_t padded_ci = -1, padded_n = -1;
   (void)ph, (void)pw, (void)padded_ci, (void)padded_n;
