@@ -226,7 +226,7 @@ V512 void dw3_taps(const float *row, int64_t b, int sw, const __mmask16 *m, __m5
                                 _mm512_maskz_loadu_ps(m[3], row + b + 18));
 }
 
-enum { DW3_ROWS = 8 }; /* output rows per block: 8 independent FMA chains */
+enum { DW3_ROWS = 8 }; /* output rows per block (at most): 8 independent FMA chains */
 
 /* Software prefetch (into L2) of the next input plane, `per` of its `lines` cache lines per
  * block, when planes are large enough for the hardware prefetchers to lag (one from L3 takes
@@ -237,29 +237,35 @@ typedef struct dw3_prefetch {
 } dw3_prefetch;
 enum { DW3_PREFETCH_MIN = 8192 }; /* plane bytes */
 
+/* Output rows per block: 7 where that divides the plane and 8 does not (28, 14, 7 rows), so
+ * that no block computes rows past the end. */
+static int dw3_rows(const kiln_conv2d_f32_params *p) {
+  return p->oh % 8 && p->oh % 7 == 0 && p->sh == p->sw ? 7 : DW3_ROWS;
+}
+
 static dw3_prefetch dw3_prefetch_plan(const kiln_conv2d_f32_params *p) {
   dw3_prefetch f = {NULL, 0, 0};
   int64_t bytes = p->h * p->w * (int64_t)sizeof(float);
   if (bytes < DW3_PREFETCH_MIN) return f;
-  int64_t blocks = ((p->oh + DW3_ROWS - 1) / DW3_ROWS) * ((p->ow + 15) / 16);
+  int64_t blocks = ((p->oh + dw3_rows(p) - 1) / dw3_rows(p)) * ((p->ow + 15) / 16);
   f.lines = (bytes + 63) / 64;
   f.per = (f.lines + blocks - 1) / blocks;
   return f;
 }
 
-/* One output plane; sh and sw are constants at each call (1 or 2). Taps are accumulated in
+/* One output plane; sh, sw (1 or 2) and R (7 or 8 rows per block) are constants at each call. Taps are accumulated in
  * the order ky, kx onto the bias; rows outside the input are read from `zero` (w zeros), so
  * that the unrolled loop has no branches and the accumulators stay in registers. */
 V512 void dw3_plane(const kiln_conv2d_f32_params *p, const float *xp, const float *wk, float bv,
                     const float *rp, const kiln_act *act, float *yp, const dw3_prefetch *pf,
-                    const float *zero, const int sh, const int sw) {
+                    const float *zero, const int sh, const int sw, const int R) {
   const bool ia = act && act->kind != KILN_ACT_NONE; /* act: NULL or act_inline */
   const int64_t H = p->h, W = p->w, oh = p->oh, ow = p->ow, nlines = pf->next ? pf->lines : 0;
   int64_t pfl = 0;
   __m512 wv[9];
   for (int k = 0; k < 9; k++) wv[k] = _mm512_set1_ps(wk[k]);
-  for (int64_t oy0 = 0; oy0 < oh; oy0 += DW3_ROWS) {
-    int64_t nr = oh - oy0 < DW3_ROWS ? oh - oy0 : DW3_ROWS, iy0 = oy0 * sh - p->pt;
+  for (int64_t oy0 = 0; oy0 < oh; oy0 += R) {
+    int64_t nr = oh - oy0 < R ? oh - oy0 : R, iy0 = oy0 * sh - p->pt;
     for (int64_t ox0 = 0; ox0 < ow; ox0 += 16) {
       int64_t n = ow - ox0 < 16 ? ow - ox0 : 16, b = ox0 * sw - p->pl;
       __mmask16 m[4], sm = (__mmask16)((1u << n) - 1);
@@ -273,14 +279,14 @@ V512 void dw3_plane(const kiln_conv2d_f32_params *p, const float *xp, const floa
       for (int64_t e = pfl + pf->per < nlines ? pfl + pf->per : nlines; pfl < e; pfl++)
         _mm_prefetch(pf->next + pfl * 64, _MM_HINT_T1);
       __m512 a[DW3_ROWS];
-      for (int i = 0; i < DW3_ROWS; i++) a[i] = _mm512_set1_ps(bv);
+      for (int i = 0; i < R; i++) a[i] = _mm512_set1_ps(bv);
 #pragma GCC unroll 17
-      for (int l = 0; l < (DW3_ROWS - 1) * sh + 3; l++) { /* the input rows of the block */
+      for (int l = 0; l < (R - 1) * sh + 3; l++) { /* the input rows of the block */
         int64_t iy = iy0 + l;
         __m512 v[3];
         dw3_taps(iy >= 0 && iy < H ? xp + iy * W : zero, b, sw, m, v);
 #pragma GCC unroll 8
-        for (int i = 0; i < DW3_ROWS; i++) {
+        for (int i = 0; i < R; i++) {
           int ky = l - i * sh;
           if (ky < 0 || ky > 2) continue;
           a[i] = _mm512_fmadd_ps(v[0], wv[ky * 3], a[i]);
@@ -299,18 +305,23 @@ V512 void dw3_plane(const kiln_conv2d_f32_params *p, const float *xp, const floa
   }
 }
 
-/* dw3_plane with constant strides. */
+/* dw3_plane with constant strides and rows per block. */
 T512 static void dw3_plane_avx512(const kiln_conv2d_f32_params *p, const float *xp, const float *wk,
                                   float bv, const float *rp, const kiln_act *act, float *yp,
                                   const dw3_prefetch *c, const float *zero) {
-  if (p->sh == 1 && p->sw == 1)
-    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 1, 1);
+  bool r7 = dw3_rows(p) == 7; /* only with sh == sw */
+  if (p->sh == 1 && p->sw == 1 && r7)
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 1, 1, 7);
+  else if (p->sh == 1 && p->sw == 1)
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 1, 1, 8);
+  else if (p->sh == 2 && p->sw == 2 && r7)
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 2, 2, 7);
   else if (p->sh == 2 && p->sw == 2)
-    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 2, 2);
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 2, 2, 8);
   else if (p->sh == 1)
-    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 1, 2);
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 1, 2, 8);
   else
-    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 2, 1);
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 2, 1, 8);
 }
 
 /* Whether dw3_plane_avx512 takes the shape. */
