@@ -340,7 +340,67 @@ static KILN_TARGET_AVX512 void maxpool_row_avx512(const float *xp, float *yr, in
     _mm512_mask_storeu_ps(yr + ox, m1, m);
   }
 }
+
+/* Kernel 3x3 at stride 2 (dilation 1): output rows oh and oh + 1 together over columns
+ * [c0, c1), from input rows h0 .. h0 + 4 (all inside), row h0 + 2 loaded once for both. Each
+ * output keeps scalar order: its rows in order, taps 0, 1, 2 in each. */
+static KILN_TARGET_AVX512 void maxpool_2rows_k3s2_avx512(const float *xp, float *y0, float *y1,
+                                                         int64_t W, int64_t h0, int64_t c0,
+                                                         int64_t c1, int64_t pl) {
+  for (int64_t ox = c0; ox < c1; ox += 16) {
+    int64_t n = c1 - ox < 16 ? c1 - ox : 16;
+    __mmask16 m1 = (__mmask16)((1u << n) - 1);
+    __mmask16 lo = (__mmask16)(n >= 8 ? 0xffffu : (1u << (2 * n)) - 1);
+    __mmask16 hi = (__mmask16)(n <= 8 ? 0u : (1u << (2 * n - 16)) - 1);
+    __mmask16 lo2 = (__mmask16)(n >= 9 ? 0xffffu : (1u << (2 * n - 1)) - 1);
+    __mmask16 hi2 = (__mmask16)(n <= 8 ? 0u : (1u << (2 * n - 17)) - 1);
+    const float *r = xp + h0 * W + ox * 2 - pl;
+    __m512 t[3], a, b;
+    max3_taps_s2(r, lo, hi, lo2, hi2, t);
+    a = _mm512_max_ps(t[2], _mm512_max_ps(t[1], t[0]));
+    max3_taps_s2(r + W, lo, hi, lo2, hi2, t);
+    a = _mm512_max_ps(t[2], _mm512_max_ps(t[1], _mm512_max_ps(t[0], a)));
+    max3_taps_s2(r + 2 * W, lo, hi, lo2, hi2, t);
+    a = _mm512_max_ps(t[2], _mm512_max_ps(t[1], _mm512_max_ps(t[0], a)));
+    b = _mm512_max_ps(t[2], _mm512_max_ps(t[1], t[0]));
+    max3_taps_s2(r + 3 * W, lo, hi, lo2, hi2, t);
+    b = _mm512_max_ps(t[2], _mm512_max_ps(t[1], _mm512_max_ps(t[0], b)));
+    max3_taps_s2(r + 4 * W, lo, hi, lo2, hi2, t);
+    b = _mm512_max_ps(t[2], _mm512_max_ps(t[1], _mm512_max_ps(t[0], b)));
+    _mm512_mask_storeu_ps(y0 + ox, m1, a);
+    _mm512_mask_storeu_ps(y1 + ox, m1, b);
+  }
+}
 #endif
+
+/* Output row oh of one plane, scalar, except the columns [c0, c1) done by a vector kernel
+ * when a0 < a1 (c0 == c1 when none). */
+static void pool2d_row_scalar(const pool_job *jb, const float *xp, float *yp, int64_t oh, int64_t h0,
+                              int64_t a0, int64_t a1, int64_t c0, int64_t c1) {
+  const pool_geom *g = jb->g;
+  int64_t W = g->x[1], OW = g->y[1], kw = g->k[1], sw = g->stride[1], dh = g->dil[0], dw = g->dil[1];
+  for (int64_t ow = 0; ow < OW; ow++) {
+    if (ow == c0 && a0 < a1) ow = c1; /* done by the vector kernel */
+    if (ow >= OW) break;
+    int64_t w0 = ow * sw - g->pb[1], b0, b1;
+    tap_range(w0, dw, kw, W, &b0, &b1);
+    if (jb->kind == POOL_MAX) { /* the first valid tap (a0, b0), then any greater one */
+      float m = a0 < a1 && b0 < b1 ? xp[(h0 + a0 * dh) * W + w0 + b0 * dw] : -INFINITY;
+      for (int64_t a = a0; a < a1; a++) {
+        const float *row = xp + (h0 + a * dh) * W;
+        for (int64_t b = b0; b < b1; b++) m = row[w0 + b * dw] > m ? row[w0 + b * dw] : m;
+      }
+      yp[oh * OW + ow] = m;
+    } else {
+      double acc = 0, dv = jb->div[oh * OW + ow];
+      for (int64_t a = a0; a < a1; a++) {
+        const float *row = xp + (h0 + a * dh) * W;
+        for (int64_t b = b0; b < b1; b++) acc += row[w0 + b * dw];
+      }
+      yp[oh * OW + ow] = (float)(dv > 0 ? acc / dv : NAN);
+    }
+  }
+}
 
 static void pool2d_float_task(void *ctx, size_t begin, size_t end, int thread) {
   const pool_job *jb = ctx;
@@ -358,6 +418,8 @@ static void pool2d_float_task(void *ctx, size_t begin, size_t end, int thread) {
     if (c1 > OW) c1 = OW;
     if (c0 > c1) c0 = c1;
   }
+  /* kernel 3x3 at stride 2: pairs of output rows share their middle input row */
+  bool pairs = c0 < c1 && kh == 3 && kw == 3 && sh == 2 && sw == 2 && dh == 1 && dw == 1;
 #endif
   for (int64_t pl = (int64_t)begin; pl < (int64_t)end; pl++) {
     const float *xp = (const float *)jb->x->data + pl * H * W;
@@ -366,30 +428,17 @@ static void pool2d_float_task(void *ctx, size_t begin, size_t end, int thread) {
       int64_t h0 = oh * sh - g->pb[0], a0, a1;
       tap_range(h0, dh, kh, H, &a0, &a1);
 #ifdef KILN_HAVE_X86_KERNELS
+      if (pairs && oh + 1 < OH && h0 >= 0 && h0 + 4 < H) {
+        maxpool_2rows_k3s2_avx512(xp, yp + oh * OW, yp + (oh + 1) * OW, W, h0, c0, c1, g->pb[1]);
+        pool2d_row_scalar(jb, xp, yp, oh, h0, a0, a1, c0, c1);
+        oh++, h0 += 2;
+        pool2d_row_scalar(jb, xp, yp, oh, h0, a0, a1, c0, c1);
+        continue;
+      }
       if (c0 < c1 && a0 < a1)
         maxpool_row_avx512(xp, yp + oh * OW, W, h0, a0, a1, dh, c0, c1, sw, g->pb[1], kw, dw);
 #endif
-      for (int64_t ow = 0; ow < OW; ow++) {
-        if (ow == c0 && a0 < a1) ow = c1; /* done above (c0 == c1 when not) */
-        if (ow >= OW) break;
-        int64_t w0 = ow * sw - g->pb[1], b0, b1;
-        tap_range(w0, dw, kw, W, &b0, &b1);
-        if (jb->kind == POOL_MAX) { /* the first valid tap (a0, b0), then any greater one */
-          float m = a0 < a1 && b0 < b1 ? xp[(h0 + a0 * dh) * W + w0 + b0 * dw] : -INFINITY;
-          for (int64_t a = a0; a < a1; a++) {
-            const float *row = xp + (h0 + a * dh) * W;
-            for (int64_t b = b0; b < b1; b++) m = row[w0 + b * dw] > m ? row[w0 + b * dw] : m;
-          }
-          yp[oh * OW + ow] = m;
-        } else {
-          double acc = 0, dv = jb->div[oh * OW + ow];
-          for (int64_t a = a0; a < a1; a++) {
-            const float *row = xp + (h0 + a * dh) * W;
-            for (int64_t b = b0; b < b1; b++) acc += row[w0 + b * dw];
-          }
-          yp[oh * OW + ow] = (float)(dv > 0 ? acc / dv : NAN);
-        }
-      }
+      pool2d_row_scalar(jb, xp, yp, oh, h0, a0, a1, c0, c1);
     }
   }
 }
