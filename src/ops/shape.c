@@ -448,9 +448,11 @@ static void concat_task(void *ctx, size_t begin, size_t end, int thread) {
   }
 }
 
-/* Bytes of output from which Concat's copy is split over the pool; below, one thread copies
- * (a dispatch costs microseconds, about what 100 KiB take to copy). */
-enum { CONCAT_PAR_MIN = 1 << 18, CONCAT_TASK_MIN = 1 << 16 };
+/* Bytes of output from which Concat's copy is split over the pool; below, one thread copies.
+ * One thread copies ~30 GB/s, so 512 KiB take ~17 us: a second thread saves more than the
+ * microseconds of waking and joining it (SqueezeNet's 13x13 concats, 260-350 KiB, measured no
+ * faster on two threads; its 27x27 and 55x55 ones, 0.75 and 1.5 MiB, about 1.7x). */
+enum { CONCAT_PAR_MIN = 1 << 19, CONCAT_TASK_MIN = 1 << 16 };
 
 /* Concat of non-string tensors along `axis`: `outer` output rows, to which each input adds
  * its axis size times `inner_bytes`. One task per thread (the output bytes in equal parts). */
