@@ -451,8 +451,12 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
   free(zero);
 }
 
+enum { DW_PAR_MIN = 1 << 16 }; /* multiply-adds from which planes are split over the pool */
+
 void kiln_conv2d_dw_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
                         const float *x, const float *w, const kiln_conv2d_f32_epilogue *ep, float *y) {
   dw_ctx d = {p, x, w, ep->bias, ep->residual, y, &ep->act, isa};
-  kiln_parallel_for(pool, (size_t)(p->n * p->m), dw_task, &d, 0);
+  /* a few microseconds of work: one thread (waking another costs about as much) */
+  int64_t macs = p->n * p->m * p->oh * p->ow * p->kh * p->kw;
+  kiln_parallel_for(macs >= DW_PAR_MIN ? pool : NULL, (size_t)(p->n * p->m), dw_task, &d, 0);
 }
