@@ -129,14 +129,13 @@ int main(void) {
                 continue;
               check(pool2, isas[i], &p, (int)((pt + sw) % 2), (int)(pl == 1), act_of((int)((sh + pl + s) % 4)));
             }
-    /* MobileNetV2's depthwise layers (bias + Relu6), and two wide rows */
-    static const int64_t mb[][4] = {{32, 112, 1, 1}, {96, 112, 2, 1}, {144, 56, 1, 1}, {144, 56, 2, 1},
-                                    {192, 28, 1, 1}, {192, 28, 2, 1}, {576, 14, 2, 1}, {960, 7, 1, 1},
-                                    {4, 3, 200, 1}, {2, 5, 301, 2}};
+    /* MobileNetV2's depthwise layers (bias + Relu6), and two wide rows: {c, h, w, stride} */
+    static const int64_t mb[][4] = {{32, 112, 112, 1}, {96, 112, 112, 2}, {144, 56, 56, 1},
+                                    {144, 56, 56, 2},  {192, 28, 28, 1},  {192, 28, 28, 2},
+                                    {576, 14, 14, 2},  {960, 7, 7, 1},    {4, 3, 200, 1},
+                                    {2, 5, 301, 2}};
     for (size_t s = 0; s < sizeof mb / sizeof mb[0]; s++) {
-      int64_t h = mb[s][2] > 100 ? mb[s][1] : mb[s][1], w = mb[s][2] > 100 ? mb[s][2] : mb[s][1];
-      int64_t st = mb[s][2] > 100 ? mb[s][3] : mb[s][2];
-      shape(&p, 1, mb[s][0], 1, h, w, 3, st, st, 1, 1, 1, 1, 1);
+      shape(&p, 1, mb[s][0], 1, mb[s][1], mb[s][2], 3, mb[s][3], mb[s][3], 1, 1, 1, 1, 1);
       check(pool2, isas[i], &p, 1, 0, act_of(2));
     }
     /* the general kernel next to the 3x3 one: 5x5, dilation 2, stride 3, 1x1 */
