@@ -192,31 +192,242 @@ T512 static void dw_plane_direct_avx512(const kiln_conv2d_f32_params *p, const f
 }
 #endif
 
+#ifdef KILN_HAVE_X86_KERNELS
+/* ---- 3x3, dilation 1, strides 1 or 2 (MobileNet's depthwise layers) ----------------------
+ * Blocks of 8 output rows x 16 output columns: each input row of the block is loaded once
+ * (its 3 column taps) and feeds every output row of the block that uses it, with the 9
+ * weights in registers. The loops are unrolled for a constant stride so that everything
+ * stays in registers; dw_plane_direct_avx512 does the same work with a load per tap. */
+
+/* The lanes [lo, hi) of the elements [0, e) from b that lie in the row [0, w): lo and hi
+ * 16-lane halves. */
+static void dw3_mask(int64_t b, int64_t e, int64_t w, __mmask16 *lo, __mmask16 *hi) {
+  int64_t z = w - b < e ? w - b : e;
+  *lo = lane_range(-b, z);
+  *hi = lane_range(-b - 16, z - 16);
+}
+
+/* The 3 column taps of one input row for 16 output columns from input column b: stride 1,
+ * three loads (masks m[0..2]); stride 2, the even and odd elements of [b, b + 32) (masks
+ * m[0], m[1]) for taps 0 and 1 and the even ones of [b + 2, b + 34) (m[2], m[3]) for tap 2. */
+V512 void dw3_taps(const float *row, int64_t b, int sw, const __mmask16 *m, __m512 v[3]) {
+  if (sw == 1) {
+    v[0] = _mm512_maskz_loadu_ps(m[0], row + b);
+    v[1] = _mm512_maskz_loadu_ps(m[1], row + b + 1);
+    v[2] = _mm512_maskz_loadu_ps(m[2], row + b + 2);
+    return;
+  }
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  __m512 lo = _mm512_maskz_loadu_ps(m[0], row + b), hi = _mm512_maskz_loadu_ps(m[1], row + b + 16);
+  v[0] = _mm512_permutex2var_ps(lo, ev, hi);
+  v[1] = _mm512_permutex2var_ps(lo, od, hi);
+  v[2] = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(m[2], row + b + 2), ev,
+                                _mm512_maskz_loadu_ps(m[3], row + b + 18));
+}
+
+enum { DW3_ROWS = 8 }; /* output rows per block (at most): 8 independent FMA chains */
+
+/* Software prefetch (into L2) of the next input plane, `per` of its `lines` cache lines per
+ * block, when planes are large enough for the hardware prefetchers to lag (one from L3 takes
+ * as long as a block's arithmetic). */
+typedef struct dw3_prefetch {
+  const char *next; /* NULL: none */
+  int64_t lines, per;
+} dw3_prefetch;
+enum { DW3_PREFETCH_MIN = 8192 }; /* plane bytes */
+
+/* Output rows per block: 7 where that divides the plane and 8 does not (28, 14, 7 rows), so
+ * that no block computes rows past the end. */
+static int dw3_rows(const kiln_conv2d_f32_params *p) {
+  return p->oh % 8 && p->oh % 7 == 0 && p->sh == p->sw ? 7 : DW3_ROWS;
+}
+
+static dw3_prefetch dw3_prefetch_plan(const kiln_conv2d_f32_params *p) {
+  dw3_prefetch f = {NULL, 0, 0};
+  int64_t bytes = p->h * p->w * (int64_t)sizeof(float);
+  if (bytes < DW3_PREFETCH_MIN) return f;
+  int64_t blocks = ((p->oh + dw3_rows(p) - 1) / dw3_rows(p)) * ((p->ow + 15) / 16);
+  f.lines = (bytes + 63) / 64;
+  f.per = (f.lines + blocks - 1) / blocks;
+  return f;
+}
+
+/* One output plane; sh, sw (1 or 2) and R (7 or 8 rows per block) are constants at each call. Taps are accumulated in
+ * the order ky, kx onto the bias; rows outside the input are read from `zero` (w zeros), so
+ * that the unrolled loop has no branches and the accumulators stay in registers. */
+V512 void dw3_plane(const kiln_conv2d_f32_params *p, const float *xp, const float *wk, float bv,
+                    const float *rp, const kiln_act *act, float *yp, const dw3_prefetch *pf,
+                    const float *zero, const int sh, const int sw, const int R) {
+  const bool ia = act && act->kind != KILN_ACT_NONE; /* act: NULL or act_inline */
+  const int64_t H = p->h, W = p->w, oh = p->oh, ow = p->ow, nlines = pf->next ? pf->lines : 0;
+  int64_t pfl = 0;
+  __m512 wv[9];
+  for (int k = 0; k < 9; k++) wv[k] = _mm512_set1_ps(wk[k]);
+  for (int64_t oy0 = 0; oy0 < oh; oy0 += R) {
+    int64_t nr = oh - oy0 < R ? oh - oy0 : R, iy0 = oy0 * sh - p->pt;
+    for (int64_t ox0 = 0; ox0 < ow; ox0 += 16) {
+      int64_t n = ow - ox0 < 16 ? ow - ox0 : 16, b = ox0 * sw - p->pl;
+      __mmask16 m[4], sm = (__mmask16)((1u << n) - 1);
+      if (sw == 1) {
+        for (int kx = 0; kx < 3; kx++) m[kx] = lane_range(-(b + kx), W - (b + kx)) & sm;
+        m[3] = 0;
+      } else {
+        dw3_mask(b, 2 * n, W, &m[0], &m[1]);
+        dw3_mask(b + 2, 2 * n - 1, W, &m[2], &m[3]);
+      }
+      for (int64_t e = pfl + pf->per < nlines ? pfl + pf->per : nlines; pfl < e; pfl++)
+        _mm_prefetch(pf->next + pfl * 64, _MM_HINT_T1);
+      __m512 a[DW3_ROWS];
+      for (int i = 0; i < R; i++) a[i] = _mm512_set1_ps(bv);
+#pragma GCC unroll 17
+      for (int l = 0; l < (R - 1) * sh + 3; l++) { /* the input rows of the block */
+        int64_t iy = iy0 + l;
+        __m512 v[3];
+        dw3_taps(iy >= 0 && iy < H ? xp + iy * W : zero, b, sw, m, v);
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+          int ky = l - i * sh;
+          if (ky < 0 || ky > 2) continue;
+          a[i] = _mm512_fmadd_ps(v[0], wv[ky * 3], a[i]);
+          a[i] = _mm512_fmadd_ps(v[1], wv[ky * 3 + 1], a[i]);
+          a[i] = _mm512_fmadd_ps(v[2], wv[ky * 3 + 2], a[i]);
+        }
+      }
+      for (int64_t i = 0; i < nr; i++) {
+        int64_t o = (oy0 + i) * ow + ox0;
+        __m512 r = a[i];
+        if (rp) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(sm, rp + o));
+        if (ia) r = act_inline512(r, act);
+        _mm512_mask_storeu_ps(yp + o, sm, r);
+      }
+    }
+  }
+}
+
+/* dw3_plane with constant strides and rows per block. */
+T512 static void dw3_plane_avx512(const kiln_conv2d_f32_params *p, const float *xp, const float *wk,
+                                  float bv, const float *rp, const kiln_act *act, float *yp,
+                                  const dw3_prefetch *c, const float *zero) {
+  bool r7 = dw3_rows(p) == 7; /* only with sh == sw */
+  if (p->sh == 1 && p->sw == 1 && r7)
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 1, 1, 7);
+  else if (p->sh == 1 && p->sw == 1)
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 1, 1, 8);
+  else if (p->sh == 2 && p->sw == 2 && r7)
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 2, 2, 7);
+  else if (p->sh == 2 && p->sw == 2)
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 2, 2, 8);
+  else if (p->sh == 1)
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 1, 2, 8);
+  else
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 2, 1, 8);
+}
+
+/* Whether dw3_plane_avx512 takes the shape. */
+static bool dw3_fits(const kiln_conv2d_f32_params *p) {
+  return p->kh == 3 && p->kw == 3 && p->dh == 1 && p->dw == 1 && (p->sh == 1 || p->sh == 2) &&
+         (p->sw == 1 || p->sw == 2);
+}
+
+/* ---- small planes at stride 1 with as many output as input columns (7x7) -----------------
+ * The output plane as one flat run of oh ow <= 64 values: output o reads input o + (ky - pt) w
+ * + (kx - pl), masked to the lanes whose input row and column exist (the masks depend on the
+ * geometry only, so they are built once per call). No lane is wasted on a 16-column strip of
+ * a 7-column row: half the FMAs of dw3_plane on 7x7. (On 14x14 dw3_plane's shared row loads
+ * win: measured.) */
+enum { DWF_VEC_MAX = 4 }; /* vectors per plane: up to 64 outputs (beyond, dw3_plane loads fewer) */
+
+typedef struct dwf_masks {
+  int64_t nvec;
+  __mmask16 m[DWF_VEC_MAX][9];
+} dwf_masks;
+
+static bool dwf_fits(const kiln_conv2d_f32_params *p) {
+  return dw3_fits(p) && p->sh == 1 && p->sw == 1 && p->ow == p->w &&
+         p->oh * p->ow <= 16 * DWF_VEC_MAX;
+}
+
+static void dwf_build(const kiln_conv2d_f32_params *p, dwf_masks *f) {
+  int64_t n = p->oh * p->ow;
+  f->nvec = (n + 15) / 16;
+  for (int64_t v = 0; v < f->nvec; v++)
+    for (int t = 0; t < 9; t++) {
+      unsigned m = 0;
+      for (int j = 0; j < 16; j++) {
+        int64_t o = v * 16 + j, r = o / p->ow + t / 3 - p->pt, c = o % p->ow + t % 3 - p->pl;
+        if (o < n && r >= 0 && r < p->h && c >= 0 && c < p->w) m |= 1u << j;
+      }
+      f->m[v][t] = (__mmask16)m;
+    }
+}
+
+T512 static void dwf_plane_avx512(const kiln_conv2d_f32_params *p, const dwf_masks *f, const float *xp,
+                                  const float *wk, float bv, const float *rp, const kiln_act *act,
+                                  float *yp) {
+  const bool ia = act && act->kind != KILN_ACT_NONE; /* act: NULL or act_inline */
+  const int64_t W = p->w, n = p->oh * p->ow;
+  int64_t d[9];
+  __m512 wv[9];
+  for (int t = 0; t < 9; t++) d[t] = (t / 3 - p->pt) * W + t % 3 - p->pl, wv[t] = _mm512_set1_ps(wk[t]);
+  /* the (at most 4) vectors as independent chains of 9; a missing one repeats the last */
+  int64_t v1 = f->nvec > 1 ? 1 : 0, v2 = f->nvec > 2 ? 2 : v1, v3 = f->nvec > 3 ? 3 : v2;
+  __m512 a[4] = {_mm512_set1_ps(bv), _mm512_set1_ps(bv), _mm512_set1_ps(bv), _mm512_set1_ps(bv)};
+  for (int t = 0; t < 9; t++) {
+    a[0] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(f->m[0][t], xp + d[t]), wv[t], a[0]);
+    a[1] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(f->m[v1][t], xp + v1 * 16 + d[t]), wv[t], a[1]);
+    a[2] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(f->m[v2][t], xp + v2 * 16 + d[t]), wv[t], a[2]);
+    a[3] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(f->m[v3][t], xp + v3 * 16 + d[t]), wv[t], a[3]);
+  }
+  for (int64_t v = 0; v < f->nvec; v++) {
+    int64_t o = v * 16, c = n - o < 16 ? n - o : 16;
+    __mmask16 sm = (__mmask16)((1u << c) - 1);
+    __m512 r = a[v];
+    if (rp) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(sm, rp + o));
+    if (ia) r = act_inline512(r, act);
+    _mm512_mask_storeu_ps(yp + o, sm, r);
+  }
+}
+
+#endif
+
 static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
   (void)ti;
   const dw_ctx *d = ctx;
   const kiln_conv2d_f32_params *p = d->p;
   int64_t ohw = p->oh * p->ow, mult = p->m / p->c;
-  float *pad = NULL;
+  float *pad = NULL, *zero = NULL;
   int64_t ph = 0, pw = 0;
 #ifdef KILN_HAVE_X86_KERNELS
-  bool direct = d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2) && p->kw <= DW_KW_MAX;
-  if (!direct && d->isa >= KILN_ISA_AVX512 && (p->sw == 1 || p->sw == 2)) {
+  bool avx512 = d->isa >= KILN_ISA_AVX512, flat = avx512 && dwf_fits(p), dw3 = false;
+  dwf_masks fm;
+  if (flat) dwf_build(p, &fm);
+  if (avx512 && !flat && dw3_fits(p)) /* dw3_plane reads rows outside the input from a zero row */
+    dw3 = (zero = calloc((size_t)p->w, sizeof(float))) != NULL;
+  bool direct = avx512 && !flat && !dw3 && (p->sw == 1 || p->sw == 2) && p->kw <= DW_KW_MAX;
+  if (avx512 && !flat && !dw3 && !direct && (p->sw == 1 || p->sw == 2)) {
     dw_pad_dims(p, &ph, &pw);
     pad = kiln_malloc(sizeof(float) * (size_t)(ph * pw)); /* NULL: the portable path */
   }
+  dw3_prefetch pf = dw3 ? dw3_prefetch_plan(p) : (dw3_prefetch){NULL, 0, 0};
 #endif
   int64_t padded_ci = -1, padded_n = -1;
   (void)ph, (void)pw, (void)padded_ci, (void)padded_n;
+  /* task t: batch nn, output channel mo, input channel ci (stepped, not divided, per task) */
+  int64_t nn = (int64_t)begin / p->m, mo = (int64_t)begin % p->m, ci = mo / mult, k = mo % mult;
   for (size_t t = begin; t < end; t++) {
-    int64_t nn = (int64_t)t / p->m, mo = (int64_t)t % p->m, ci = mo / mult;
     const float *xp = d->x + (nn * p->c + ci) * p->h * p->w, *wk = d->w + mo * p->kh * p->kw;
     const float *rp = d->res ? d->res + (int64_t)t * ohw : NULL;
     float *yp = d->y + (int64_t)t * ohw, bv = d->bias ? d->bias[mo] : 0.0f;
 #ifdef KILN_HAVE_X86_KERNELS
-    if (direct) {
+    if (flat) {
+      dwf_plane_avx512(p, &fm, xp, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp);
+    } else if (dw3) {
+      /* prefetch the next task's input plane when it is another one */
+      pf.next = t + 1 < end && k + 1 == mult ? (const char *)(xp + p->h * p->w) : NULL;
+      dw3_plane_avx512(p, xp, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp, &pf, zero);
+    } else if (direct) {
       dw_plane_direct_avx512(p, xp, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp);
-      if (act_inline(d->act)) continue; /* applied in registers */
     } else if (pad) {
       if (ci != padded_ci || nn != padded_n) { /* channel multipliers share one padded plane */
         dw_pad(p, xp, pad, ph, pw);
@@ -224,17 +435,28 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
         padded_n = nn;
       }
       dw_plane_avx512(p, pad, pw, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp);
-      if (act_inline(d->act)) continue; /* applied in registers */
     } else
 #endif
       dw_plane_c(p, xp, wk, bv, rp, yp);
-    if (d->act->kind != KILN_ACT_NONE) kiln_f32_act(d->isa, yp, (size_t)ohw, d->act);
+#ifdef KILN_HAVE_X86_KERNELS
+    bool done = (flat || dw3 || direct || pad) && act_inline(d->act); /* applied in registers */
+#else
+    bool done = false;
+#endif
+    if (!done && d->act->kind != KILN_ACT_NONE) kiln_f32_act(d->isa, yp, (size_t)ohw, d->act);
+    if (++k == mult) k = 0, ci++;
+    if (++mo == p->m) mo = 0, ci = 0, nn++;
   }
   free(pad);
+  free(zero);
 }
+
+enum { DW_PAR_MIN = 1 << 16 }; /* multiply-adds from which planes are split over the pool */
 
 void kiln_conv2d_dw_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
                         const float *x, const float *w, const kiln_conv2d_f32_epilogue *ep, float *y) {
   dw_ctx d = {p, x, w, ep->bias, ep->residual, y, &ep->act, isa};
-  kiln_parallel_for(pool, (size_t)(p->n * p->m), dw_task, &d, 0);
+  /* a few microseconds of work: one thread (waking another costs about as much) */
+  int64_t macs = p->n * p->m * p->oh * p->ow * p->kh * p->kw;
+  kiln_parallel_for(macs >= DW_PAR_MIN ? pool : NULL, (size_t)(p->n * p->m), dw_task, &d, 0);
 }
