@@ -96,40 +96,8 @@ static void im2col_task(void *ctx, size_t begin, size_t end, int ti) {
   }
 }
 
-typedef struct ep_ctx {
-  float *y;          /* first channel of the block */
-  const float *bias; /* first bias of the block, or NULL */
-  const float *res;  /* residual for the block, or NULL */
-  int64_t n;         /* elements per channel in the block */
-  int64_t ld;        /* distance between channels (y and res) */
-  const kiln_act *act;
-  int isa;
-} ep_ctx;
-
-static void ep_task(void *ctx, size_t begin, size_t end, int ti) {
-  (void)ti;
-  const ep_ctx *e = ctx;
-  for (size_t ch = begin; ch < end; ch++) {
-    float *y = e->y + (int64_t)ch * e->ld;
-#ifdef KILN_HAVE_X86_KERNELS
-    if (e->isa >= KILN_ISA_AVX512 && act_inline(e->act)) {
-      bias_res_act_avx512(y, e->n, e->bias ? e->bias[ch] : 0.0f,
-                          e->res ? e->res + (int64_t)ch * e->ld : NULL, e->act);
-      continue;
-    }
-#endif
-    add_bias_res(e->isa, y, e->n, e->bias ? e->bias[ch] : 0.0f, e->res ? e->res + (int64_t)ch * e->ld : NULL);
-    if (e->act->kind != KILN_ACT_NONE) kiln_f32_act(e->isa, y, (size_t)e->n, e->act);
-  }
-}
-
 /* Floats per im2col tile (512 KiB: well within a core's L2). */
 enum { COL_TILE = 128 * 1024 };
-/* Output elements from which the bias/residual/activation pass is split over the pool. */
-enum { EP_PAR_MIN = 512 * 1024 };
-/* Direct (1x1) convolutions with a bias: output floats per tile, so that the block the GEMM
- * wrote is still in L2 when the bias/residual/activation pass reads it. */
-enum { EP_TILE = 64 * 1024 };
 /* Pools up to this size may take whole tiles per thread (per-thread results on the stack). */
 enum { MAX_THREADS = 64 };
 
@@ -171,21 +139,16 @@ static kiln_code run_tile(const tile_job *j, int64_t t, float *col, kiln_threadp
   int64_t yoff = (nn * p->m + gr * j->mg) * ohw + c0;
   float *yb = j->y + yoff;
   const float *res = ep->residual ? ep->residual + yoff : NULL;
+  /* bias (per output channel: per row of C), residual and activation from registers */
   kiln_gemm_epilogue gep = {0};
-  if (!ep->bias) { /* residual and activation fit the GEMM's own epilogue */
-    gep.act = ep->act;
-    gep.residual = res;
-    gep.ldr = (size_t)ohw;
-  }
+  gep.act = ep->act;
+  gep.residual = res;
+  gep.ldr = (size_t)ohw;
   kiln_gemm_ctx gctx = {pool, j->isa};
-  kiln_code rc = kiln_gemm_f32(&gctx, 0, 0, (size_t)j->mg, (size_t)tn, (size_t)j->kk, 1.0f,
-                               j->w + gr * j->mg * j->kk, (size_t)j->kk, b, ldb, 0.0f, yb,
-                               (size_t)ohw, &gep, NULL);
-  if (!rc && ep->bias) {
-    ep_ctx e = {yb, ep->bias + gr * j->mg, res, tn, ohw, &ep->act, j->isa};
-    /* small blocks: a loop on the pool costs more than it saves */
-    kiln_parallel_for(j->mg * tn >= EP_PAR_MIN ? pool : NULL, (size_t)j->mg, ep_task, &e, 0);
-  }
+  kiln_code rc = kiln_gemm_f32_rows(&gctx, 0, 0, (size_t)j->mg, (size_t)tn, (size_t)j->kk, 1.0f,
+                                    j->w + gr * j->mg * j->kk, (size_t)j->kk, b, ldb, 0.0f, yb,
+                                    (size_t)ohw, &gep, ep->bias ? ep->bias + gr * j->mg : NULL,
+                                    NULL);
   return rc;
 }
 
@@ -256,14 +219,9 @@ kiln_code kiln_conv2d_f32_ex(kiln_threadpool *pool, int isa, const kiln_conv2d_f
   bool outer = nthr > 1 && nthr <= MAX_THREADS && tasks >= 3 * (int64_t)nthr;
   int64_t tcols = rows * p->ow;
   if (direct) {
-    /* nothing to keep in cache but the output block for the separate bias pass: without a
-     * bias, one GEMM per (n, group) unless the tiles are spread over threads */
+    /* nothing to keep in cache: one GEMM per (n, group) unless the tiles are spread over
+     * threads */
     if (!outer) tcols = ohw;
-    if (ep->bias) {
-      int64_t cap = (EP_TILE / mg) & ~(int64_t)63; /* whole 64-column micro-tiles */
-      if (cap < 64) cap = 64;
-      if (tcols > cap) tcols = cap;
-    }
     ntiles = (ohw + tcols - 1) / tcols;
     tasks = p->n * p->group * ntiles;
     outer = nthr > 1 && nthr <= MAX_THREADS && tasks >= 3 * (int64_t)nthr;

@@ -59,6 +59,14 @@ kiln_code kiln_gemm_f32(const kiln_gemm_ctx *ctx, int trans_a, int trans_b, size
                         size_t ldb, float beta, float *C, size_t ldc,
                         const kiln_gemm_epilogue *ep, kiln_error *err);
 
+/* As kiln_gemm_f32, plus a bias per row: bias_row (M values, or NULL) adds bias_row[i] to
+ * every entry of row i, after ep->bias and before the residual and activation. */
+kiln_code kiln_gemm_f32_rows(const kiln_gemm_ctx *ctx, int trans_a, int trans_b, size_t M,
+                             size_t N, size_t K, float alpha, const float *A, size_t lda,
+                             const float *B, size_t ldb, float beta, float *C, size_t ldc,
+                             const kiln_gemm_epilogue *ep, const float *bias_row,
+                             kiln_error *err);
+
 /* Pack op(B) (K x N, see above) for the ISA level `isa` (KILN_ISA_AUTO: kiln_cpu_isa()). The
  * handle does not refer to B afterwards and is read-only: several threads may use it at once.
  * Free with kiln_gemm_packed_b_free. */

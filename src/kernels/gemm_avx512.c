@@ -135,7 +135,7 @@ static T512 void act_avx512(float *x, size_t n, const kiln_act *a) {
 /* Finish one vector of a C row: alpha/beta/accumulate, then (last K block) bias, residual
  * and, when simple, the activation. */
 V512 __m512 finish512(__m512 v, const float *cp, __mmask16 m, size_t col, const kiln_gemm_tile *t,
-                      const float *rp, int inline_act) {
+                      const float *brp, const float *rp, int inline_act) {
   if (t->alpha != 1.0f) v = _mm512_mul_ps(v, _mm512_set1_ps(t->alpha));
   if (t->flags & KILN_GT_FIRST) {
     if (t->beta != 0.0f) v = _mm512_fmadd_ps(_mm512_set1_ps(t->beta), _mm512_maskz_loadu_ps(m, cp), v);
@@ -144,6 +144,7 @@ V512 __m512 finish512(__m512 v, const float *cp, __mmask16 m, size_t col, const 
   }
   if (t->flags & KILN_GT_LAST) {
     if (t->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, t->bias + col));
+    if (brp) v = _mm512_add_ps(v, _mm512_set1_ps(*brp));
     if (rp && !t->res_after) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, rp));
     if (inline_act) v = act512(v, &t->act);
   }
@@ -172,7 +173,7 @@ static T512 void epilogue_row_avx512(float *c, const float *acc, size_t n, const
   for (; j < n; j += 16) {
     size_t left = n - j;
     __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-    __m512 v = finish512(_mm512_maskz_loadu_ps(m, acc + j), c + j, m, j, t,
+    __m512 v = finish512(_mm512_maskz_loadu_ps(m, acc + j), c + j, m, j, t, t->bias_row,
                          t->res ? t->res + j : NULL, simple);
     _mm512_mask_storeu_ps(c + j, m, v);
   }
@@ -189,10 +190,11 @@ static T512 void store_tile512(size_t mr, size_t nc, const float *buf, float *c,
   for (size_t i = 0; i < mr; i++) {
     float *cr = c + i * ldc;
     const float *rp = t->res ? t->res + i * t->ldr : NULL;
+    const float *brp = t->bias_row ? t->bias_row + i : NULL;
     for (size_t j = 0; j < nc; j += 16) {
       __mmask16 m = nc - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - j)) - 1);
-      __m512 v = finish512(_mm512_load_ps(buf + 64 * i + j), cr + j, m, j, t, rp ? rp + j : NULL,
-                           simple);
+      __m512 v = finish512(_mm512_load_ps(buf + 64 * i + j), cr + j, m, j, t, brp,
+                           rp ? rp + j : NULL, simple);
       _mm512_mask_storeu_ps(cr + j, m, v);
     }
     if (post) post_row512(cr, nc, t, rp);
@@ -245,6 +247,32 @@ V512 void ukr512(const int MR, const int NV, const int PF, size_t nc, size_t kc,
     __mmask16 m = NV - 1 == j ? ml : (__mmask16)0xFFFF;                                     \
     __m512 v = fast == 2 ? _mm512_add_ps(c##i##j, _mm512_maskz_loadu_ps(m, cp)) : c##i##j; \
     _mm512_mask_storeu_ps(cp, m, v);                                                        \
+  }
+#define PUTROW(i) PUT(i, 0) PUT(i, 1) PUT(i, 2) PUT(i, 3)
+    PUTROW(0) PUTROW(1) PUTROW(2) PUTROW(3) PUTROW(4) PUTROW(5)
+#undef PUTROW
+#undef PUT
+    return;
+  }
+  if (kiln_tile_reg_epilogue(t)) {
+    /* bias, residual and clamp from registers, in finish512's order */
+    const int accum = !(t->flags & KILN_GT_FIRST) || t->beta != 0.0f;
+    const int clamp = t->act.kind != KILN_ACT_NONE;
+    const __m512 lo = _mm512_set1_ps(t->act.kind == KILN_ACT_CLIP ? t->act.alpha : 0.0f);
+    const __m512 hi = _mm512_set1_ps(t->act.kind == KILN_ACT_CLIP ? t->act.beta : __builtin_inff());
+    const float *cb = t->bias, *rb = t->bias_row, *res = t->res;
+    const size_t ldr = t->ldr;
+#define PUT(i, j)                                                                      \
+  if (MR > i && NV > j) {                                                              \
+    float *cp = c + (size_t)i * ldc + 16 * j;                                          \
+    __mmask16 m = NV - 1 == j ? ml : (__mmask16)0xFFFF;                                \
+    __m512 v = c##i##j;                                                                \
+    if (accum) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, cp));                     \
+    if (cb) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, cb + 16 * j));               \
+    if (rb) v = _mm512_add_ps(v, _mm512_set1_ps(rb[i]));                               \
+    if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res + (size_t)i * ldr + 16 * j)); \
+    if (clamp) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);                            \
+    _mm512_mask_storeu_ps(cp, m, v);                                                   \
   }
 #define PUTROW(i) PUT(i, 0) PUT(i, 1) PUT(i, 2) PUT(i, 3)
     PUTROW(0) PUTROW(1) PUTROW(2) PUTROW(3) PUTROW(4) PUTROW(5)

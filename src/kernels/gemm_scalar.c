@@ -63,6 +63,7 @@ static void epilogue_row_scalar(float *c, const float *acc, size_t n, const kiln
     }
     if (last) {
       if (t->bias) v += t->bias[j];
+      if (t->bias_row) v += t->bias_row[0];
       if (t->res && !t->res_after) v += t->res[j];
       v = kiln_act_ref(v, &t->act);
       if (t->res && t->res_after) v += t->res[j];
@@ -96,6 +97,7 @@ static void f32_gemm_4x16__scalar(size_t mr, size_t nc, size_t kc, const float *
   for (size_t i = 0; i < mr; i++) {
     kiln_gemm_tile row = *t;
     if (t->res) row.res = t->res + i * t->ldr;
+    if (t->bias_row) row.bias_row = t->bias_row + i;
     epilogue_row_scalar(c + i * ldc, acc[i], nc, &row);
   }
 }
