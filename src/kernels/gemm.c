@@ -286,12 +286,15 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
         }
       for (size_t ic = m0; ic < m1; ic += MC) {
         size_t mc = min_sz(MC, m1 - ic);
-        const float *ablk = j->A + ic * j->lda + pc;
-        size_t alda = j->lda;
+        /* A in place: row ir of the block at ablk + ir * astep, K step alda apart */
+        const float *ablk = j->trans_a ? j->A + pc * j->lda + ic : j->A + ic * j->lda + pc;
+        size_t alda = j->lda, astep = j->trans_a ? 1 : j->lda;
+        kiln_f32_ukernel ukr = j->trans_a ? ops->ukernel_at : ops->ukernel;
         if (j->pack_a) {
           pack_a_block(abuf, kc, mc, j->A, j->lda, j->trans_a, ic, pc);
           ablk = abuf;
-          alda = kc;
+          alda = astep = kc;
+          ukr = ops->ukernel;
         }
         if (j->a_outer) {
           /* A strip (L1) against every B panel of the block (L2). The rows are spread evenly
@@ -306,8 +309,8 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
               t.bias = bias ? bias + col : NULL;
               t.bias_row = brow ? brow + row : NULL;
               t.res = res ? res + row * t.ldr + col : NULL;
-              ops->ukernel(mr, nr, kc, ablk + ir * alda, alda, bp, bld, j->C + row * j->ldc + col,
-                           j->ldc, &t);
+              ukr(mr, nr, kc, ablk + ir * astep, alda, bp, bld, j->C + row * j->ldc + col, j->ldc,
+                  &t);
             }
             ir += mr;
           }
@@ -321,8 +324,8 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
               size_t row = ic + ir;
               t.bias_row = brow ? brow + row : NULL;
               t.res = res ? res + row * t.ldr + col : NULL;
-              ops->ukernel(min_sz(MR, mc - ir), nr, kc, ablk + ir * alda, alda, bp, bld,
-                           j->C + row * j->ldc + col, j->ldc, &t);
+              ukr(min_sz(MR, mc - ir), nr, kc, ablk + ir * astep, alda, bp, bld,
+                  j->C + row * j->ldc + col, j->ldc, &t);
             }
           }
         }
@@ -561,8 +564,10 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
                 (j.blk.order == 2 && (ldb * sizeof(float)) % 4096 != 0)); /* streamed B only */
   /* Transposed A is packed. So is A whose rows are 4 KiB apart when strips are streamed past
    * an L1-resident B panel (order 1); with the A strip held in L1 (order 2) the copy costs
-   * more than the set conflicts of its few rows. */
-  j.pack_a = trans_a || (j.blk.order != 2 && (lda * sizeof(float)) % 4096 == 0);
+   * more than the set conflicts of its few rows. Where the ISA has a kernel that reads A
+   * transposed in place, transposed A is not packed either. */
+  j.pack_a = (trans_a && !ops->ukernel_at) ||
+             (!trans_a && j.blk.order != 2 && (lda * sizeof(float)) % 4096 == 0);
   j.a_outer = j.blk.order == 2;
   int n_threads = kiln_threadpool_size(pool);
   plan_grid(&j, n_threads);

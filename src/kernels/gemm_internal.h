@@ -57,6 +57,7 @@ typedef struct kiln_gemm_isa_ops {
   const char *name;    /* main micro-kernel */
   size_t mr, nr, gran; /* tile rows, panel width, vector width (panels pad to it) */
   kiln_f32_ukernel ukernel;
+  kiln_f32_ukernel ukernel_at; /* A transposed in place: (i, k) at a[k*lda + i]; NULL: pack A */
   kiln_f32_gemv_n gemv_n;
   kiln_f32_gemv_t gemv_t;
   kiln_f32_epilogue_row epilogue_row;
