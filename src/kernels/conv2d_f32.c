@@ -158,6 +158,87 @@ static void tile_task(void *ctx, size_t begin, size_t end, int ti) {
     if (!j->rc[ti]) j->rc[ti] = run_tile(j, (int64_t)t, j->col ? j->col + (size_t)ti * j->col_floats : NULL, NULL);
 }
 
+/* ---- transposed GEMM for small output planes ------------------------------------------------ */
+
+/* C = W * X is vectorised along the output plane; a small plane fills few vector lanes (7x7:
+ * 49 of 64), so such convolutions compute C^T[HW x M] = X^T * W^T, vectorised along the
+ * output channels, with W^T packed once (kiln_gemm_pack_b), and write C^T back to NCHW. */
+
+/* Share of the vector lanes a row of `n` columns fills. */
+static double lane_use(int64_t n) { return (double)n / (double)((n + 15) / 16 * 16); }
+
+int kiln_conv2d_f32_uses_transposed(const kiln_conv2d_f32_params *p, int isa) {
+  int lvl = kiln_isa_resolve(isa);
+  if (!p || lvl < 0 || !kiln_gemm_ops_for(lvl)->ukernel_at) return 0; /* X^T read in place */
+  if (p->group != 1 || p->c < 2 || p->m < 1 || kiln_conv2d_f32_uses_winograd(p, 1)) return 0;
+  int64_t ohw = p->oh * p->ow;
+  /* C^T passes through a buffer (ohw * m floats): planes small enough for it to stay in L2 */
+  if (ohw < 1 || ohw > 256 || ohw * p->m > 512 * 1024) return 0;
+  return lane_use(p->m) >= lane_use(ohw) + 0.1;
+}
+
+typedef struct tr_ctx {
+  const float *t;   /* C^T: [ohw, m] */
+  float *y;         /* [m, ohw] */
+  const float *res; /* like y, or NULL */
+  int64_t ohw, m;
+  const kiln_act *act;
+  int isa;
+} tr_ctx;
+
+/* y[co][p] = act(t[p][co] + res[co][p]) for the channels co of the task. */
+static void tr_task(void *ctx, size_t begin, size_t end, int ti) {
+  (void)ti;
+  const tr_ctx *e = ctx;
+  int64_t ohw = e->ohw, m = e->m;
+  for (size_t co = begin; co < end; co++) {
+    float *yr = e->y + (int64_t)co * ohw;
+    const float *rr = e->res ? e->res + (int64_t)co * ohw : NULL, *tc = e->t + co;
+#ifdef KILN_HAVE_X86_KERNELS
+    if (e->isa >= KILN_ISA_AVX512) {
+      transpose_col_avx512(yr, tc, rr, ohw, m, e->act);
+      continue;
+    }
+#endif
+    for (int64_t q = 0; q < ohw; q++) yr[q] = rr ? tc[q * m] + rr[q] : tc[q * m];
+    if (e->act->kind != KILN_ACT_NONE) kiln_f32_act(e->isa, yr, (size_t)ohw, e->act);
+  }
+}
+
+/* One image (or the batch, image by image): im2col (unless 1x1), C^T = col^T * W^T with the
+ * bias per column, then the write-back with residual and activation. */
+static kiln_code conv_transposed(kiln_threadpool *pool, const kiln_conv2d_f32_params *p,
+                                 const float *x, const kiln_gemm_packed_b *wt,
+                                 const kiln_conv2d_f32_epilogue *ep, float *y) {
+  int isa = kiln_gemm_packed_b_isa(wt);
+  int64_t ohw = p->oh * p->ow, kk = p->c * p->kh * p->kw;
+  bool direct = p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
+                p->pl == 0 && p->oh == p->h && p->ow == p->w;
+  float *t = kiln_malloc(sizeof(float) * (size_t)(ohw * p->m + (direct ? 0 : kk * ohw)));
+  if (!t) return KILN_ERR_NOMEM;
+  float *col = t + ohw * p->m;
+  kiln_gemm_epilogue gep = {0};
+  gep.bias = ep->bias;
+  kiln_gemm_ctx gctx = {pool, isa};
+  kiln_code rc = KILN_OK;
+  for (int64_t nn = 0; nn < p->n && !rc; nn++) {
+    const float *xn = x + nn * p->c * p->h * p->w, *a = xn;
+    if (!direct) {
+      col_ctx cc = {p, xn, col, 0, p->oh, isa};
+      kiln_parallel_for(pool, (size_t)kk, im2col_task, &cc, 0);
+      a = col;
+    }
+    rc = kiln_gemm_f32_packed(&gctx, 1, (size_t)ohw, 1.0f, a, (size_t)ohw, wt, 0.0f, t,
+                              (size_t)p->m, &gep, NULL);
+    if (rc) break;
+    int64_t yoff = nn * p->m * ohw;
+    tr_ctx e = {t, y + yoff, ep->residual ? ep->residual + yoff : NULL, ohw, p->m, &ep->act, isa};
+    kiln_parallel_for(ohw * p->m >= 64 * 1024 ? pool : NULL, (size_t)p->m, tr_task, &e, 0);
+  }
+  free(t);
+  return rc;
+}
+
 /* ---- entry ------------------------------------------------------------------------------- */
 
 int kiln_conv2d_f32_uses_winograd(const kiln_conv2d_f32_params *p, int cached) {
@@ -174,6 +255,13 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
 kiln_code kiln_conv2d_f32_ex(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
                              const float *x, const float *w, const float *wu,
                              const kiln_conv2d_f32_epilogue *ep, float *y) {
+  return kiln_conv2d_f32_ex2(pool, isa, p, x, w, wu, NULL, ep, y);
+}
+
+kiln_code kiln_conv2d_f32_ex2(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                              const float *x, const float *w, const float *wu,
+                              const kiln_gemm_packed_b *wt, const kiln_conv2d_f32_epilogue *ep,
+                              float *y) {
   static const kiln_conv2d_f32_epilogue none = {0};
   if (!ep) ep = &none;
   isa = kiln_isa_resolve(isa);
@@ -202,6 +290,9 @@ kiln_code kiln_conv2d_f32_ex(kiln_threadpool *pool, int isa, const kiln_conv2d_f
   }
 
   int64_t kk = cg * p->kh * p->kw;
+  if (wt && kiln_conv2d_f32_uses_transposed(p, isa) && kiln_gemm_packed_b_isa(wt) == isa &&
+      kiln_gemm_packed_b_k(wt) == (size_t)kk && kiln_gemm_packed_b_n(wt) == (size_t)p->m)
+    return conv_transposed(pool, p, x, wt, ep, y);
   bool direct = p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
                 p->pl == 0 && p->oh == p->h && p->ow == p->w;
   /* Tiles of whole output rows whose im2col block (or input block, direct) is about COL_TILE

@@ -30,6 +30,7 @@
 
 #include "base/status.h"
 #include "kernels/act.h"
+#include "kernels/gemm.h"
 #include "runtime/threadpool.h"
 
 typedef struct kiln_conv2d_f32_params {
@@ -63,6 +64,18 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
 kiln_code kiln_conv2d_f32_ex(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
                              const float *x, const float *w, const float *wu,
                              const kiln_conv2d_f32_epilogue *ep, float *y);
+/* 1 when p (one group, small output plane) is computed faster transposed, C^T = X^T * W^T
+ * vectorised along the output channels, at ISA level `isa`: then kiln_conv2d_f32_ex2 takes
+ * W^T packed by kiln_gemm_pack_b(isa, 1, c * kh * kw, m, w, c * kh * kw, ...). */
+int kiln_conv2d_f32_uses_transposed(const kiln_conv2d_f32_params *p, int isa);
+
+/* As kiln_conv2d_f32_ex; wt (or NULL) holds the packed W^T above, e.g. made once for constant
+ * weights, and is used when kiln_conv2d_f32_uses_transposed(p, isa) and it matches. */
+kiln_code kiln_conv2d_f32_ex2(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                              const float *x, const float *w, const float *wu,
+                              const kiln_gemm_packed_b *wt, const kiln_conv2d_f32_epilogue *ep,
+                              float *y);
+
 /* 1 when kiln_conv2d_f32_ex computes p (valid parameters) with Winograd F(2x2, 3x3), given
  * transformed weights (cached 1) or not (0: fewer shapes gain, the transform is per call). */
 int kiln_conv2d_f32_uses_winograd(const kiln_conv2d_f32_params *p, int cached);

@@ -15,6 +15,7 @@
 #include "kernels/act.h"
 #include "kernels/conv2d_f32.h"
 #include "kernels/cpu.h"
+#include "kernels/gemm.h"
 #include "kernels/winograd_f32.h"
 #include "runtime/threadpool.h"
 #include "testutil.h"
@@ -55,6 +56,8 @@ static void reference(const kiln_conv2d_f32_params *p, const float *x, const flo
 
 static double g_wino_max_rel; /* largest Winograd normwise relative error seen */
 static int g_use_wu;          /* pass transformed weights (kiln_conv2d_f32_ex) */
+static int g_use_wt;          /* pass W^T packed for the transposed path (kiln_conv2d_f32_ex2) */
+static int g_wt_runs;         /* checks that took the transposed path */
 
 static int check_one(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p, int with_bias,
                      int with_res, kiln_act act) {
@@ -75,8 +78,16 @@ static int check_one(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_param
     u = malloc(sizeof(float) * (size_t)kiln_wino_f32_weights_size(p->m, p->c));
     kiln_wino_f32_weights(w, p->m, p->c, u);
   }
-  kiln_code rc = kiln_conv2d_f32_ex(pool, isa, p, x, w, u, &ep, y);
+  kiln_gemm_packed_b *wt = NULL;
+  int lvl = kiln_isa_resolve(isa);
+  if (g_use_wt && lvl >= 0 && kiln_conv2d_f32_uses_transposed(p, lvl)) {
+    size_t kk = (size_t)(p->c * p->kh * p->kw);
+    CHECK(kiln_gemm_pack_b(lvl, 1, kk, (size_t)p->m, w, kk, &wt, NULL) == KILN_OK);
+    g_wt_runs++;
+  }
+  kiln_code rc = kiln_conv2d_f32_ex2(pool, isa, p, x, w, u, wt, &ep, y);
   CHECK_MSG(rc == KILN_OK, "rc %d", (int)rc);
+  kiln_gemm_packed_b_free(wt);
   free(u);
   if (wino && !rc) {
     double emax = 0, rmax = 0;
@@ -218,6 +229,40 @@ int main(void) {
     }
     CHECK(kiln_conv2d_f32_uses_winograd(&p, f == 9));
   }
+  /* the transposed GEMM of small planes (C^T = X^T W^T, W^T packed beforehand): 1x1 and
+   * im2col, odd channel counts (vector tails), strides, padding, batch 2 */
+  static const int64_t tr[][9] = {
+      /* n  c    h   w   m   k  s  p */
+      {1, 64, 7, 7, 128, 1, 1, 0},    /* 1x1, 49 outputs */
+      {1, 40, 7, 7, 60, 3, 1, 1},     /* 3x3, output channels with a tail */
+      {2, 33, 5, 5, 80, 3, 1, 1},     /* 5x5 plane, batch 2 */
+      {1, 48, 14, 14, 96, 1, 2, 0},   /* 1x1 stride 2 to 7x7 */
+      {1, 19, 9, 9, 64, 3, 2, 1},     /* 3x3 stride 2 */
+      {1, 8, 3, 3, 250, 3, 1, 1},     /* 3x3 plane, many channels */
+      {2, 530, 2, 3, 33, 1, 1, 0},    /* long K (several K blocks) */
+  };
+  g_use_wt = 1;
+  for (size_t f = 0; f < sizeof tr / sizeof tr[0]; f++) {
+    const int64_t *v = tr[f];
+    kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], 1, v[5], v[5], v[6], v[6],
+                                1, 1, v[7], v[7], 0, 0, -1};
+    finish(&p, v[7], v[7]);
+    if (kiln_isa_resolve(KILN_ISA_AVX512) >= 0) CHECK(kiln_conv2d_f32_uses_transposed(&p, KILN_ISA_AVX512));
+    for (int i = 0; i < 3; i++) {
+      if (kiln_isa_resolve(isas[i]) < 0) continue;
+      for (int t = 0; t < 2; t++) {
+        kiln_act none = {KILN_ACT_NONE, 0, 0}, relu = {KILN_ACT_RELU, 0, 0};
+        kiln_act clip = {KILN_ACT_CLIP, 0.0f, 6.0f}, hs = {KILN_ACT_HARD_SWISH, 0, 0};
+        check_one(pools[t], isas[i], &p, 0, 0, none);
+        check_one(pools[t], isas[i], &p, 1, 1, relu);
+        check_one(pools[t], isas[i], &p, 0, 1, clip);
+        check_one(pools[t], isas[i], &p, 1, 0, hs);
+      }
+    }
+  }
+  g_use_wt = 0;
+  if (kiln_isa_resolve(KILN_ISA_AVX512) >= 0) CHECK(g_wt_runs > 0);
+  printf("transposed path: %d checks\n", g_wt_runs);
   kiln_conv2d_f32_params w7 = {1, 512, 7, 7, 512, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7, 0};
   CHECK(!kiln_conv2d_f32_uses_winograd(&w7, 1)); /* 7x7: im2col */
   printf("winograd: max relative error %.3g\n", g_wino_max_rel);
@@ -258,9 +303,12 @@ int main(void) {
     if (kiln_isa_resolve(isa) < 0) isa = KILN_ISA_AUTO;
     p.winograd = (int)(rnd() % 2); /* forced where it applies (3x3 stride 1 group 1) */
     g_use_wu = (int)(rnd() % 2);
+    g_use_wt = (int)(rnd() % 2);
     check_one(pools[rnd() % 2], isa, &p, (int)(rnd() % 2), (int)(rnd() % 2), random_act());
   }
   g_use_wu = 0;
+  g_use_wt = 0;
+  printf("transposed path: %d checks in all\n", g_wt_runs);
   /* bad parameters */
   kiln_conv2d_f32_params bad = {1, 3, 4, 4, 4, 2, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4, 0};
   float dummy[64] = {0};
