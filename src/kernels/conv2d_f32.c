@@ -98,6 +98,8 @@ static void im2col_task(void *ctx, size_t begin, size_t end, int ti) {
 
 /* Floats per im2col tile (512 KiB: well within a core's L2). */
 enum { COL_TILE = 128 * 1024 };
+/* Columns a tile keeps at least when few tiles are cut evenly over the threads. */
+enum { EVEN_MIN_COLS = 256 };
 /* Pools up to this size may take whole tiles per thread (per-thread results on the stack). */
 enum { MAX_THREADS = 64 };
 
@@ -308,14 +310,43 @@ kiln_code kiln_conv2d_f32_ex2(kiln_threadpool *pool, int isa, const kiln_conv2d_
   /* Enough tiles: each thread takes whole tiles (im2col, GEMM, epilogue on its own, one
    * barrier in all); else the tiles run in turn with every loop inside on the pool. */
   bool outer = nthr > 1 && nthr <= MAX_THREADS && tasks >= 3 * (int64_t)nthr;
-  int64_t tcols = rows * p->ow;
+  int64_t tcols = rows * p->ow, planes = p->n * p->group;
+  if (!direct && !outer && nthr > 1 && nthr <= MAX_THREADS) {
+    /* Few tiles: as many equal tiles per thread (at least as many tiles as before), when they
+     * keep EVEN_MIN_COLS columns. Each thread then writes and reads its own im2col block
+     * (in its own cache) with one barrier in all, instead of every loop being split over the
+     * pool and the block crossing between cores. */
+    int64_t nt = ntiles;
+    while ((planes * nt) % nthr) nt++;
+    int64_t r2 = (p->oh + nt - 1) / nt;
+    if (r2 * p->ow >= EVEN_MIN_COLS && (planes * ((p->oh + r2 - 1) / r2)) % nthr == 0) {
+      rows = r2;
+      ntiles = (p->oh + rows - 1) / rows;
+      tasks = planes * ntiles;
+      tcols = rows * p->ow;
+      outer = true;
+    }
+  }
   if (direct) {
     /* nothing to keep in cache: one GEMM per (n, group) unless the tiles are spread over
      * threads */
     if (!outer) tcols = ohw;
     ntiles = (ohw + tcols - 1) / tcols;
-    tasks = p->n * p->group * ntiles;
+    tasks = planes * ntiles;
     outer = nthr > 1 && nthr <= MAX_THREADS && tasks >= 3 * (int64_t)nthr;
+    if (!outer && mg <= 64 && nthr > 1 && nthr <= MAX_THREADS) {
+      /* as above, in whole vectors, for few output channels (with many the GEMM's own split
+       * does as well: measured neutral) */
+      int64_t nt = 1;
+      while ((planes * nt) % nthr) nt++;
+      int64_t tc = ((ohw + nt - 1) / nt + 15) & ~(int64_t)15;
+      if (tc >= EVEN_MIN_COLS && (planes * ((ohw + tc - 1) / tc)) % nthr == 0) {
+        tcols = tc;
+        ntiles = (ohw + tcols - 1) / tcols;
+        tasks = planes * ntiles;
+        outer = true;
+      }
+    }
   }
   int nbuf = outer ? nthr : 1;
   size_t col_floats = direct ? 0 : (size_t)kk * (size_t)(rows * p->ow);

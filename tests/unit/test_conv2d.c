@@ -125,6 +125,35 @@ static int check_one(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_param
   return bad;
 }
 
+/* 1 and 2 threads must give the same bytes (tiles and GEMM splits never change an element's
+ * arithmetic), with and without packed W^T. */
+static void check_threads_equal(kiln_threadpool *pool2, const kiln_conv2d_f32_params *p) {
+  int64_t xn = p->n * p->c * p->h * p->w, wn = p->m * (p->c / p->group) * p->kh * p->kw;
+  int64_t yn = p->n * p->m * p->oh * p->ow;
+  float *x = malloc(sizeof(float) * (size_t)xn), *w = malloc(sizeof(float) * (size_t)wn);
+  float *b = malloc(sizeof(float) * (size_t)p->m), *r = malloc(sizeof(float) * (size_t)yn);
+  float *y1 = malloc(sizeof(float) * (size_t)yn), *y2 = malloc(sizeof(float) * (size_t)yn);
+  for (int64_t i = 0; i < xn; i++) x[i] = frand();
+  for (int64_t i = 0; i < wn; i++) w[i] = frand();
+  for (int64_t i = 0; i < p->m; i++) b[i] = frand();
+  for (int64_t i = 0; i < yn; i++) r[i] = frand();
+  kiln_conv2d_f32_epilogue ep = {b, r, {KILN_ACT_RELU, 0, 0}};
+  int isa = kiln_isa_resolve(KILN_ISA_AUTO);
+  kiln_gemm_packed_b *wt = NULL;
+  size_t kk = (size_t)(p->c / p->group * p->kh * p->kw);
+  if (p->group == 1) CHECK(kiln_gemm_pack_b(isa, 1, kk, (size_t)p->m, w, kk, &wt, NULL) == KILN_OK);
+  for (int use_wt = 0; use_wt < 2; use_wt++) {
+    const kiln_gemm_packed_b *u = use_wt ? wt : NULL;
+    CHECK(kiln_conv2d_f32_ex2(NULL, isa, p, x, w, NULL, u, &ep, y1) == KILN_OK);
+    CHECK(kiln_conv2d_f32_ex2(pool2, isa, p, x, w, NULL, u, &ep, y2) == KILN_OK);
+    CHECK_MSG(memcmp(y1, y2, sizeof(float) * (size_t)yn) == 0,
+              "c%lld %lldx%lld m%lld k%lld: 1 and 2 threads differ (wt %d)", (long long)p->c,
+              (long long)p->h, (long long)p->w, (long long)p->m, (long long)p->kh, use_wt);
+  }
+  kiln_gemm_packed_b_free(wt);
+  free(x), free(w), free(b), free(r), free(y1), free(y2);
+}
+
 /* Fills the output size from pads at the end (pb, pr); false when the kernel does not fit. */
 static int finish(kiln_conv2d_f32_params *p, int64_t pb, int64_t pr) {
   int64_t ekh = (p->kh - 1) * p->dh + 1, ekw = (p->kw - 1) * p->dw + 1;
@@ -176,12 +205,17 @@ int main(void) {
       {2, 64, 9, 50, 16, 4, 1, 1, 1, 1, 0, 0, 0},     /* grouped 1x1 direct */
       {1, 16, 37, 37, 96, 1, 1, 1, 1, 1, 0, 0, 0},    /* 1x1 direct with bias: column tiles, tail */
       {1, 24, 56, 56, 144, 1, 1, 1, 1, 1, 0, 0, 0},   /* MobileNetV2 expansion 1x1 */
+      /* few tiles cut evenly over 2 threads (each thread its own im2col block / columns) */
+      {1, 16, 64, 64, 32, 1, 3, 3, 2, 1, 1, 1, 0},    /* 3x3 s2: 2 tiles of 16 rows */
+      {3, 8, 50, 50, 24, 1, 3, 3, 2, 1, 1, 1, 0},     /* batch 3: 2 tiles each, uneven rows */
+      {1, 32, 40, 40, 16, 1, 1, 1, 1, 1, 0, 0, 0},    /* 1x1 direct, few channels: 2 x 800 */
   };
   for (size_t f = 0; f < sizeof fixed / sizeof fixed[0]; f++) {
     const int64_t *v = fixed[f];
     kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[8],
                                 v[9], v[9], v[10], v[10], 0, 0, 0};
     finish(&p, v[11], v[11]);
+    check_threads_equal(pools[1], &p);
     for (int i = 0; i < 3; i++) {
       if (kiln_isa_resolve(isas[i]) < 0) continue;
       for (int t = 0; t < 2; t++) {
@@ -248,6 +282,7 @@ int main(void) {
                                 1, 1, v[7], v[7], 0, 0, -1};
     finish(&p, v[7], v[7]);
     if (kiln_isa_resolve(KILN_ISA_AVX512) >= 0) CHECK(kiln_conv2d_f32_uses_transposed(&p, KILN_ISA_AVX512));
+    check_threads_equal(pools[1], &p);
     for (int i = 0; i < 3; i++) {
       if (kiln_isa_resolve(isas[i]) < 0) continue;
       for (int t = 0; t < 2; t++) {
