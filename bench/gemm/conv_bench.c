@@ -3,7 +3,10 @@
  * with and without a residual. Single-thread samples use the thread's CPU time (time spent
  * descheduled on a shared machine is left out); 2 threads use wall time.
  *
- *   conv_bench [--threads N] [--reps R] C,H,W,M,K,S,P ...   (K x K kernel, stride S, pad P)
+ *   conv_bench [--threads N] [--reps R] [--cold] C,H,W,M,K,S,P ...  (K x K kernel, stride S, pad P)
+ *
+ * --cold: every call takes the next of enough weight copies (256 MiB in all) that the
+ * weights come from memory, as in a network whose weights do not fit the caches.
  *
  * Prints the best and the median sample per call in ms and GFLOP/s of the best. Built by
  * build.sh next to gemm_bench. */
@@ -35,11 +38,15 @@ static float *filled(size_t n) {
 }
 
 int main(int argc, char **argv) {
-  int threads = 1, reps = 15;
+  int threads = 1, reps = 15, cold = 0;
   kiln_threadpool *pool = NULL;
   for (int a = 1; a < argc; a++) {
     if (!strcmp(argv[a], "--threads") && a + 1 < argc) {
       threads = atoi(argv[++a]);
+      continue;
+    }
+    if (!strcmp(argv[a], "--cold")) {
+      cold = 1;
       continue;
     }
     if (!strcmp(argv[a], "--reps") && a + 1 < argc) {
@@ -55,11 +62,19 @@ int main(int argc, char **argv) {
     kiln_conv2d_f32_params p = {1, c, h, w, m, 1, k, k, s, s, 1, 1, pd, pd,
                                 (h + 2 * pd - k) / s + 1, (w + 2 * pd - k) / s + 1, -1};
     size_t kk = (size_t)(c * k * k), ysz = (size_t)(m * p.oh * p.ow);
+    int copies = cold ? (int)((256u << 20) / (kk * (size_t)m * 4)) + 1 : 1;
+    if (copies > 4096) copies = 4096;
+    float **wc = malloc(sizeof(float *) * (size_t)copies);
+    kiln_gemm_packed_b **pc = malloc(sizeof(kiln_gemm_packed_b *) * (size_t)copies);
     float *x = filled((size_t)(c * h * w)), *wt = filled(kk * (size_t)m), *bias = filled((size_t)m);
     float *res = filled(ysz), *y = malloc(ysz * sizeof(float));
     int isa = kiln_isa_resolve(KILN_ISA_AUTO);
-    kiln_gemm_packed_b *pb = NULL;
-    kiln_gemm_pack_b(isa, 1, kk, (size_t)m, wt, kk, &pb, NULL);
+    for (int i = 0; i < copies; i++) {
+      wc[i] = i ? filled(kk * (size_t)m) : wt;
+      pc[i] = NULL;
+      kiln_gemm_pack_b(isa, 1, kk, (size_t)m, wc[i], kk, &pc[i], NULL);
+    }
+    int next = 0;
     double flops = 2.0 * (double)kk * (double)ysz;
     clockid_t clk = threads > 1 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID;
     int calls = (int)(2e7 / flops) + 1;
@@ -71,10 +86,10 @@ int main(int argc, char **argv) {
       for (int v = 0; v < 2; v++) t[v] = malloc(sizeof(double) * (size_t)reps);
       for (int r = 0; r < reps; r++)
         for (int v = 0; v < 2; v++) {
-          const kiln_gemm_packed_b *use = v ? pb : NULL;
-          kiln_conv2d_f32_ex2(pool, isa, &p, x, wt, NULL, use, &ep, y); /* warm */
+          kiln_conv2d_f32_ex2(pool, isa, &p, x, wt, NULL, v ? pc[0] : NULL, &ep, y); /* warm */
           double t0 = clock_s(clk);
-          for (int i = 0; i < calls; i++) kiln_conv2d_f32_ex2(pool, isa, &p, x, wt, NULL, use, &ep, y);
+          for (int i = 0; i < calls; i++, next = (next + 1) % copies)
+            kiln_conv2d_f32_ex2(pool, isa, &p, x, wc[next], NULL, v ? pc[next] : NULL, &ep, y);
           t[v][r] = (clock_s(clk) - t0) / calls;
         }
       for (int v = 0; v < 2; v++) {
@@ -85,8 +100,12 @@ int main(int argc, char **argv) {
         free(t[v]);
       }
     }
-    kiln_gemm_packed_b_free(pb);
-    free(x), free(wt), free(bias), free(res), free(y);
+    for (int i = 0; i < copies; i++) {
+      kiln_gemm_packed_b_free(pc[i]);
+      free(wc[i]);
+    }
+    free(wc), free(pc);
+    free(x), free(bias), free(res), free(y);
   }
   kiln_threadpool_free(pool);
   return 0;

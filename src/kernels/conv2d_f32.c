@@ -188,22 +188,76 @@ typedef struct tr_ctx {
   int isa;
 } tr_ctx;
 
-/* y[co][p] = act(t[p][co] + res[co][p]) for the channels co of the task. */
+#ifdef KILN_HAVE_X86_KERNELS
+/* r[i] (16 rows of 16) becomes its transpose: r[i][j] = old r[j][i]. */
+T512 static void transpose16_avx512(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int h = 0; h < 16; h += 8)
+    for (int i = 0; i < 4; i++) {
+      t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + 4 + i], 0x88);
+      t[h + 4 + i] = _mm512_shuffle_f32x4(r[h + i], r[h + 4 + i], 0xDD);
+    }
+  for (int i = 0; i < 8; i++) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+  }
+}
+
+/* Channels [co0, co0 + nc) (nc <= 16) of y[co][q] = act(t[q][co] + res[co][q]), through
+ * 16 x 16 blocks transposed in registers. */
+T512 static void write_back_avx512(const tr_ctx *e, int64_t co0, int64_t nc) {
+  const int64_t ohw = e->ohw, m = e->m;
+  const __mmask16 cm = (__mmask16)(nc >= 16 ? 0xffffu : (1u << nc) - 1);
+  const bool inl = act_inline(e->act);
+  __m512 r[16];
+  for (int64_t q0 = 0; q0 < ohw; q0 += 16) {
+    int64_t nq = ohw - q0 < 16 ? ohw - q0 : 16;
+    const __mmask16 qm = (__mmask16)(nq >= 16 ? 0xffffu : (1u << nq) - 1);
+    for (int64_t i = 0; i < 16; i++)
+      r[i] = i < nq ? _mm512_maskz_loadu_ps(cm, e->t + (q0 + i) * m + co0) : _mm512_setzero_ps();
+    transpose16_avx512(r);
+    for (int64_t c = 0; c < nc; c++) {
+      float *yr = e->y + (co0 + c) * ohw + q0;
+      __m512 v = r[c];
+      if (e->res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(qm, e->res + (co0 + c) * ohw + q0));
+      if (inl) v = act_inline512(v, e->act);
+      _mm512_mask_storeu_ps(yr, qm, v);
+    }
+  }
+  if (!inl)
+    for (int64_t c = 0; c < nc; c++) kiln_f32_act(KILN_ISA_AVX512, e->y + (co0 + c) * ohw, (size_t)ohw, e->act);
+}
+#endif
+
+/* y[co][q] = act(t[q][co] + res[co][q]) for the blocks of 16 channels of the task. */
 static void tr_task(void *ctx, size_t begin, size_t end, int ti) {
   (void)ti;
   const tr_ctx *e = ctx;
   int64_t ohw = e->ohw, m = e->m;
-  for (size_t co = begin; co < end; co++) {
-    float *yr = e->y + (int64_t)co * ohw;
-    const float *rr = e->res ? e->res + (int64_t)co * ohw : NULL, *tc = e->t + co;
+  for (size_t blk = begin; blk < end; blk++) {
+    int64_t co0 = (int64_t)blk * 16, nc = m - co0 < 16 ? m - co0 : 16;
 #ifdef KILN_HAVE_X86_KERNELS
     if (e->isa >= KILN_ISA_AVX512) {
-      transpose_col_avx512(yr, tc, rr, ohw, m, e->act);
+      write_back_avx512(e, co0, nc);
       continue;
     }
 #endif
-    for (int64_t q = 0; q < ohw; q++) yr[q] = rr ? tc[q * m] + rr[q] : tc[q * m];
-    if (e->act->kind != KILN_ACT_NONE) kiln_f32_act(e->isa, yr, (size_t)ohw, e->act);
+    for (int64_t co = co0; co < co0 + nc; co++) {
+      float *yr = e->y + co * ohw;
+      const float *rr = e->res ? e->res + co * ohw : NULL, *tc = e->t + co;
+      for (int64_t q = 0; q < ohw; q++) yr[q] = rr ? tc[q * m] + rr[q] : tc[q * m];
+      if (e->act->kind != KILN_ACT_NONE) kiln_f32_act(e->isa, yr, (size_t)ohw, e->act);
+    }
   }
 }
 
@@ -235,7 +289,7 @@ static kiln_code conv_transposed(kiln_threadpool *pool, const kiln_conv2d_f32_pa
     if (rc) break;
     int64_t yoff = nn * p->m * ohw;
     tr_ctx e = {t, y + yoff, ep->residual ? ep->residual + yoff : NULL, ohw, p->m, &ep->act, isa};
-    kiln_parallel_for(ohw * p->m >= 64 * 1024 ? pool : NULL, (size_t)p->m, tr_task, &e, 0);
+    kiln_parallel_for(ohw * p->m >= 64 * 1024 ? pool : NULL, (size_t)(p->m + 15) / 16, tr_task, &e, 0);
   }
   free(t);
   return rc;

@@ -91,27 +91,6 @@ T512 static inline void bias_res_act_avx512(float *y, int64_t n, float b, const 
 }
 #endif
 
-#ifdef KILN_HAVE_X86_KERNELS
-/* y[q] = act(t[q * m] + r[q]) for q < n (r may be NULL): a column of a row-major matrix
- * with m columns written as a contiguous row, residual and clamp-like activation applied on
- * the way, any other activation over the row after (it is in L1). */
-T512 static inline void transpose_col_avx512(float *y, const float *t, const float *r, int64_t n,
-                                             int64_t m, const kiln_act *a) {
-  const __m512i step = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-                                                            12, 13, 14, 15),
-                                          _mm512_set1_epi32((int)m));
-  const bool inl = act_inline(a);
-  for (int64_t q = 0; q < n; q += 16) {
-    __mmask16 k = n - q >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - q)) - 1);
-    __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, step, t + q * m, 4);
-    if (r) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, r + q));
-    if (inl) v = act_inline512(v, a);
-    _mm512_mask_storeu_ps(y + q, k, v);
-  }
-  if (!inl) kiln_f32_act(KILN_ISA_AVX512, y, (size_t)n, a);
-}
-#endif
-
 static inline void add_bias_res(int isa, float *y, int64_t n, float b, const float *r) {
 #ifdef KILN_HAVE_X86_KERNELS
   if (isa >= KILN_ISA_AVX512) {
