@@ -4,7 +4,9 @@
  * 1 and 2 threads; every ISA level this CPU has. Winograd F(2x2, 3x3): forced on 3x3 stride-1
  * shapes (odd sizes, padding 0/1/asymmetric, tile tails, several blocks, batch 2), with the
  * weights transformed per call and beforehand (kiln_conv2d_f32_ex); its normwise relative error
- * max |y - ref| / max |ref| must stay within 1e-4. (Conv and FusedConv nodes reach this kernel
+ * max |y - ref| / max |ref| must stay within 1e-4. The transposed GEMM of small planes (W^T
+ * packed, kiln_conv2d_f32_ex2) on fixed and random shapes; 1 and 2 threads give the same bytes
+ * for the even tile split and the transposed path. (Conv and FusedConv nodes reach this kernel
  * through src/ops/conv.c; the conformance and real-model tests cover that hook.) */
 #include <math.h>
 #include <stdint.h>
