@@ -235,7 +235,8 @@ T512 static void write_back_avx512(const tr_ctx *e, int64_t co0, int64_t nc) {
     }
   }
   if (!inl)
-    for (int64_t c = 0; c < nc; c++) kiln_f32_act(KILN_ISA_AVX512, e->y + (co0 + c) * ohw, (size_t)ohw, e->act);
+    for (int64_t c = 0; c < nc; c++)
+      kiln_f32_act(KILN_ISA_AVX512, e->y + (co0 + c) * ohw, (size_t)ohw, e->act);
 }
 #endif
 

@@ -19,10 +19,11 @@
  * (not transposed, rows not 4 KiB apart); A is read in place unless 4 KiB-aliased (order 1),
  * transposed A in place too where the ISA has a kernel for it (f32_gemm_6x64_at__avx512),
  * else packed. Constant B (weights) is packed once with kiln_gemm_pack_b. The epilogue is
- * applied to each C tile at its last K block: from registers (AVX-512: column and row bias, residual
- * before a clamp-like activation: none, relu, clip) or through the tile in L1 (the rest). Work is split into M x N blocks
- * (N first) over a kiln_threadpool; the result does not depend on the thread count. M == 1
- * and N == 1 take matrix-vector paths (bandwidth bound).
+ * applied to each C tile at its last K block: from registers (AVX-512: column and row bias,
+ * residual before a clamp-like activation: none, relu, clip) or through the tile in L1 (the
+ * rest). Work is split into M x N blocks (N first) over a kiln_threadpool; the result does
+ * not depend on the thread count. M == 1 and N == 1 take matrix-vector paths (bandwidth
+ * bound).
  */
 #ifndef KILN_KERNELS_GEMM_H
 #define KILN_KERNELS_GEMM_H
