@@ -173,6 +173,9 @@ int kiln_conv2d_f32_uses_transposed(const kiln_conv2d_f32_params *p, int isa) {
   int lvl = kiln_isa_resolve(isa);
   if (!p || lvl < 0 || !kiln_gemm_ops_for(lvl)->ukernel_at) return 0; /* X^T read in place */
   if (p->group != 1 || p->c < 2 || p->m < 1 || kiln_conv2d_f32_uses_winograd(p, 1)) return 0;
+  /* 1x1 kernels only: with an im2col block (3x3 at 7x7, K = 4608) and weights that come from
+   * memory, as in ResNet-18's last stage, the usual formulation measured up to 15% faster */
+  if (p->kh != 1 || p->kw != 1) return 0;
   int64_t ohw = p->oh * p->ow;
   /* C^T passes through a buffer (ohw * m floats): planes small enough for it to stay in L2 */
   if (ohw < 1 || ohw > 256 || ohw * p->m > 512 * 1024) return 0;

@@ -20,11 +20,12 @@
  *   (1x1 with few channels: the columns) are cut into as many equal tiles per thread when
  *   they stay wide enough; else the tiles run in turn with the im2col and GEMM loops on the
  *   pool.
- * - small output planes (7x7 and the like, one group; kiln_conv2d_f32_uses_transposed) with
- *   W^T packed beforehand (kiln_conv2d_f32_ex2): C^T = X^T * W^T, vectorised along the output
- *   channels instead of the plane (49 of 64 lanes), the input or im2col block read transposed
- *   in place, the bias per column of C^T; C^T is written back to NCHW through 16 x 16
- *   register transposes that add the residual and apply the activation.
+ * - 1x1 kernels with small output planes (7x7 and the like, one group;
+ *   kiln_conv2d_f32_uses_transposed) and W^T packed beforehand (kiln_conv2d_f32_ex2):
+ *   C^T = X^T * W^T, vectorised along the output channels instead of the plane (49 of 64
+ *   lanes), the input (or, strided, its im2col block) read transposed in place, the bias per
+ *   column of C^T; C^T is written back to NCHW through 16 x 16 register transposes that add
+ *   the residual and apply the activation.
  * - 3x3, stride 1, dilation 1, one group, enough channels and a large enough output plane:
  *   Winograd F(2x2, 3x3) (kernels/winograd_f32.h), weights transformed per call unless the
  *   caller passes them transformed (kiln_conv2d_f32_ex).
@@ -71,7 +72,7 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
 kiln_code kiln_conv2d_f32_ex(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
                              const float *x, const float *w, const float *wu,
                              const kiln_conv2d_f32_epilogue *ep, float *y);
-/* 1 when p (one group, small output plane) is computed faster transposed, C^T = X^T * W^T
+/* 1 when p (1x1, one group, small output plane) is computed faster transposed, C^T = X^T * W^T
  * vectorised along the output channels, at ISA level `isa`: then kiln_conv2d_f32_ex2 takes
  * W^T packed by kiln_gemm_pack_b(isa, 1, c * kh * kw, m, w, c * kh * kw, ...). */
 int kiln_conv2d_f32_uses_transposed(const kiln_conv2d_f32_params *p, int isa);

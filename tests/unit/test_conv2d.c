@@ -265,17 +265,18 @@ int main(void) {
     }
     CHECK(kiln_conv2d_f32_uses_winograd(&p, f == 9));
   }
-  /* the transposed GEMM of small planes (C^T = X^T W^T, W^T packed beforehand): 1x1 and
-   * im2col, odd channel counts (vector tails), strides, padding, batch 2 */
+  /* the transposed GEMM of small planes (C^T = X^T W^T, W^T packed beforehand; 1x1 kernels):
+   * direct and im2col (stride, padding), odd channel counts (vector tails), batch 2 */
   static const int64_t tr[][9] = {
       /* n  c    h   w   m   k  s  p */
       {1, 64, 7, 7, 128, 1, 1, 0},    /* 1x1, 49 outputs */
-      {1, 40, 7, 7, 60, 3, 1, 1},     /* 3x3, output channels with a tail */
-      {2, 33, 5, 5, 80, 3, 1, 1},     /* 5x5 plane, batch 2 */
-      {1, 48, 14, 14, 96, 1, 2, 0},   /* 1x1 stride 2 to 7x7 */
-      {1, 19, 9, 9, 64, 3, 2, 1},     /* 3x3 stride 2 */
-      {1, 8, 3, 3, 250, 3, 1, 1},     /* 3x3 plane, many channels */
+      {1, 40, 7, 7, 60, 1, 1, 0},     /* output channels with a tail */
+      {2, 33, 5, 5, 80, 1, 1, 0},     /* 5x5 plane, batch 2 */
+      {1, 48, 14, 14, 96, 1, 2, 0},   /* stride 2 to 7x7 (im2col) */
+      {1, 19, 9, 9, 64, 1, 2, 1},     /* stride 2 with padding */
+      {1, 8, 3, 3, 250, 1, 1, 0},     /* 3x3 plane, many channels */
       {2, 530, 2, 3, 33, 1, 1, 0},    /* long K (several K blocks) */
+      {1, 600, 7, 7, 100, 1, 1, 0},   /* 49 rows: 9 strips; K over two blocks */
   };
   g_use_wt = 1;
   for (size_t f = 0; f < sizeof tr / sizeof tr[0]; f++) {
