@@ -25,7 +25,8 @@
  *   C^T = X^T * W^T, vectorised along the output channels instead of the plane (49 of 64
  *   lanes), the input (or, strided, its im2col block) read transposed in place, the bias per
  *   column of C^T; C^T is written back to NCHW through 16 x 16 register transposes that add
- *   the residual and apply the activation.
+ *   the residual and apply the activation. With several threads only from 24 MFLOP per
+ *   thread (the rows of C^T split unevenly); both formulations give the same bytes.
  * - 3x3, stride 1, dilation 1, one group, enough channels and a large enough output plane:
  *   Winograd F(2x2, 3x3) (kernels/winograd_f32.h), weights transformed per call unless the
  *   caller passes them transformed (kiln_conv2d_f32_ex).

@@ -299,6 +299,12 @@ int main(void) {
     }
   }
   g_use_wt = 0;
+  /* large enough that 2 threads take the transposed path too (and 1 thread for the pixel) */
+  kiln_conv2d_f32_params big = {1, 768, 7, 7, 1024, 1, 1, 1, 1, 1, 1, 1, 0, 0, 7, 7, -1};
+  check_threads_equal(pools[1], &big);
+  kiln_conv2d_f32_params pix = {1, 900, 1, 1, 64, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, -1};
+  check_threads_equal(pools[1], &pix);
+  CHECK(!kiln_conv2d_f32_uses_transposed(&pix, KILN_ISA_AUTO));
   if (kiln_isa_resolve(KILN_ISA_AVX512) >= 0) CHECK(g_wt_runs > 0);
   printf("transposed path: %d checks\n", g_wt_runs);
   kiln_conv2d_f32_params w7 = {1, 512, 7, 7, 512, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7, 0};
