@@ -25,3 +25,8 @@ if [ -f /usr/include/dnnl.h ] && [ "${NO_DNNL:-0}" != 1 ]; then
 fi
 "$CC" "${flags[@]}" "${srcs[@]}" -o "$out/gemm_bench" "${libs[@]}"
 echo "built $out/gemm_bench"
+# the convolution benchmark: kiln only
+"$CC" -O3 -DNDEBUG -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -I"$root/include" -I"$root/src" \
+  "$here/conv_bench.c" "$root"/src/kernels/*.c "$root/src/runtime/threadpool.c" \
+  "$root/src/base/status.c" -o "$out/conv_bench" -lpthread -lm
+echo "built $out/conv_bench"

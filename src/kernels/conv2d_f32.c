@@ -96,40 +96,12 @@ static void im2col_task(void *ctx, size_t begin, size_t end, int ti) {
   }
 }
 
-typedef struct ep_ctx {
-  float *y;          /* first channel of the block */
-  const float *bias; /* first bias of the block, or NULL */
-  const float *res;  /* residual for the block, or NULL */
-  int64_t n;         /* elements per channel in the block */
-  int64_t ld;        /* distance between channels (y and res) */
-  const kiln_act *act;
-  int isa;
-} ep_ctx;
-
-static void ep_task(void *ctx, size_t begin, size_t end, int ti) {
-  (void)ti;
-  const ep_ctx *e = ctx;
-  for (size_t ch = begin; ch < end; ch++) {
-    float *y = e->y + (int64_t)ch * e->ld;
-#ifdef KILN_HAVE_X86_KERNELS
-    if (e->isa >= KILN_ISA_AVX512 && act_inline(e->act)) {
-      bias_res_act_avx512(y, e->n, e->bias ? e->bias[ch] : 0.0f,
-                          e->res ? e->res + (int64_t)ch * e->ld : NULL, e->act);
-      continue;
-    }
-#endif
-    add_bias_res(e->isa, y, e->n, e->bias ? e->bias[ch] : 0.0f, e->res ? e->res + (int64_t)ch * e->ld : NULL);
-    if (e->act->kind != KILN_ACT_NONE) kiln_f32_act(e->isa, y, (size_t)e->n, e->act);
-  }
-}
-
 /* Floats per im2col tile (512 KiB: well within a core's L2). */
 enum { COL_TILE = 128 * 1024 };
-/* Output elements from which the bias/residual/activation pass is split over the pool. */
-enum { EP_PAR_MIN = 512 * 1024 };
-/* Direct (1x1) convolutions with a bias: output floats per tile, so that the block the GEMM
- * wrote is still in L2 when the bias/residual/activation pass reads it. */
-enum { EP_TILE = 64 * 1024 };
+/* Columns a tile keeps at least when few tiles are cut evenly over the threads. */
+enum { EVEN_MIN_COLS = 256 };
+/* Flops per thread from which a pool of several threads takes the transposed path. */
+#define TR_MIN_FLOPS_PER_THREAD 24e6
 /* Pools up to this size may take whole tiles per thread (per-thread results on the stack). */
 enum { MAX_THREADS = 64 };
 
@@ -171,21 +143,16 @@ static kiln_code run_tile(const tile_job *j, int64_t t, float *col, kiln_threadp
   int64_t yoff = (nn * p->m + gr * j->mg) * ohw + c0;
   float *yb = j->y + yoff;
   const float *res = ep->residual ? ep->residual + yoff : NULL;
+  /* bias (per output channel: per row of C), residual and activation from registers */
   kiln_gemm_epilogue gep = {0};
-  if (!ep->bias) { /* residual and activation fit the GEMM's own epilogue */
-    gep.act = ep->act;
-    gep.residual = res;
-    gep.ldr = (size_t)ohw;
-  }
+  gep.act = ep->act;
+  gep.residual = res;
+  gep.ldr = (size_t)ohw;
   kiln_gemm_ctx gctx = {pool, j->isa};
-  kiln_code rc = kiln_gemm_f32(&gctx, 0, 0, (size_t)j->mg, (size_t)tn, (size_t)j->kk, 1.0f,
-                               j->w + gr * j->mg * j->kk, (size_t)j->kk, b, ldb, 0.0f, yb,
-                               (size_t)ohw, &gep, NULL);
-  if (!rc && ep->bias) {
-    ep_ctx e = {yb, ep->bias + gr * j->mg, res, tn, ohw, &ep->act, j->isa};
-    /* small blocks: a loop on the pool costs more than it saves */
-    kiln_parallel_for(j->mg * tn >= EP_PAR_MIN ? pool : NULL, (size_t)j->mg, ep_task, &e, 0);
-  }
+  kiln_code rc = kiln_gemm_f32_rows(&gctx, 0, 0, (size_t)j->mg, (size_t)tn, (size_t)j->kk, 1.0f,
+                                    j->w + gr * j->mg * j->kk, (size_t)j->kk, b, ldb, 0.0f, yb,
+                                    (size_t)ohw, &gep, ep->bias ? ep->bias + gr * j->mg : NULL,
+                                    NULL);
   return rc;
 }
 
@@ -193,6 +160,148 @@ static void tile_task(void *ctx, size_t begin, size_t end, int ti) {
   const tile_job *j = ctx;
   for (size_t t = begin; t < end; t++)
     if (!j->rc[ti]) j->rc[ti] = run_tile(j, (int64_t)t, j->col ? j->col + (size_t)ti * j->col_floats : NULL, NULL);
+}
+
+/* ---- transposed GEMM for small output planes ------------------------------------------------ */
+
+/* C = W * X is vectorised along the output plane; a small plane fills few vector lanes (7x7:
+ * 49 of 64), so such convolutions compute C^T[HW x M] = X^T * W^T, vectorised along the
+ * output channels, with W^T packed once (kiln_gemm_pack_b), and write C^T back to NCHW. */
+
+/* Share of the vector lanes a row of `n` columns fills. */
+static double lane_use(int64_t n) { return (double)n / (double)((n + 15) / 16 * 16); }
+
+int kiln_conv2d_f32_uses_transposed(const kiln_conv2d_f32_params *p, int isa) {
+  int lvl = kiln_isa_resolve(isa);
+  if (!p || lvl < 0 || !kiln_gemm_ops_for(lvl)->ukernel_at) return 0; /* X^T read in place */
+  if (p->group != 1 || p->c < 2 || p->m < 1 || kiln_conv2d_f32_uses_winograd(p, 1)) return 0;
+  /* 1x1 kernels only: with an im2col block (3x3 at 7x7, K = 4608) and weights that come from
+   * memory, as in ResNet-18's last stage, the usual formulation measured up to 15% faster */
+  if (p->kh != 1 || p->kw != 1) return 0;
+  int64_t ohw = p->oh * p->ow;
+  /* C^T passes through a buffer (ohw * m floats): planes small enough for it to stay in L2 */
+  if (ohw > 256 || ohw * p->m > 512 * 1024) return 0;
+  /* one output pixel: both formulations would take a matrix-vector path, whose summation
+   * order differs, so a choice made by thread count (below) would change the result */
+  if (ohw < 2) return 0;
+  return lane_use(p->m) >= lane_use(ohw) + 0.1;
+}
+
+typedef struct tr_ctx {
+  const float *t;   /* C^T: [ohw, m] */
+  float *y;         /* [m, ohw] */
+  const float *res; /* like y, or NULL */
+  int64_t ohw, m;
+  const kiln_act *act;
+  int isa;
+} tr_ctx;
+
+#ifdef KILN_HAVE_X86_KERNELS
+/* r[i] (16 rows of 16) becomes its transpose: r[i][j] = old r[j][i]. */
+T512 static void transpose16_avx512(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int h = 0; h < 16; h += 8)
+    for (int i = 0; i < 4; i++) {
+      t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + 4 + i], 0x88);
+      t[h + 4 + i] = _mm512_shuffle_f32x4(r[h + i], r[h + 4 + i], 0xDD);
+    }
+  for (int i = 0; i < 8; i++) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+  }
+}
+
+/* Channels [co0, co0 + nc) (nc <= 16) of y[co][q] = act(t[q][co] + res[co][q]), through
+ * 16 x 16 blocks transposed in registers. */
+T512 static void write_back_avx512(const tr_ctx *e, int64_t co0, int64_t nc) {
+  const int64_t ohw = e->ohw, m = e->m;
+  const __mmask16 cm = (__mmask16)(nc >= 16 ? 0xffffu : (1u << nc) - 1);
+  const bool inl = act_inline(e->act);
+  __m512 r[16];
+  for (int64_t q0 = 0; q0 < ohw; q0 += 16) {
+    int64_t nq = ohw - q0 < 16 ? ohw - q0 : 16;
+    const __mmask16 qm = (__mmask16)(nq >= 16 ? 0xffffu : (1u << nq) - 1);
+    for (int64_t i = 0; i < 16; i++)
+      r[i] = i < nq ? _mm512_maskz_loadu_ps(cm, e->t + (q0 + i) * m + co0) : _mm512_setzero_ps();
+    transpose16_avx512(r);
+    for (int64_t c = 0; c < nc; c++) {
+      float *yr = e->y + (co0 + c) * ohw + q0;
+      __m512 v = r[c];
+      if (e->res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(qm, e->res + (co0 + c) * ohw + q0));
+      if (inl) v = act_inline512(v, e->act);
+      _mm512_mask_storeu_ps(yr, qm, v);
+    }
+  }
+  if (!inl)
+    for (int64_t c = 0; c < nc; c++)
+      kiln_f32_act(KILN_ISA_AVX512, e->y + (co0 + c) * ohw, (size_t)ohw, e->act);
+}
+#endif
+
+/* y[co][q] = act(t[q][co] + res[co][q]) for the blocks of 16 channels of the task. */
+static void tr_task(void *ctx, size_t begin, size_t end, int ti) {
+  (void)ti;
+  const tr_ctx *e = ctx;
+  int64_t ohw = e->ohw, m = e->m;
+  for (size_t blk = begin; blk < end; blk++) {
+    int64_t co0 = (int64_t)blk * 16, nc = m - co0 < 16 ? m - co0 : 16;
+#ifdef KILN_HAVE_X86_KERNELS
+    if (e->isa >= KILN_ISA_AVX512) {
+      write_back_avx512(e, co0, nc);
+      continue;
+    }
+#endif
+    for (int64_t co = co0; co < co0 + nc; co++) {
+      float *yr = e->y + co * ohw;
+      const float *rr = e->res ? e->res + co * ohw : NULL, *tc = e->t + co;
+      for (int64_t q = 0; q < ohw; q++) yr[q] = rr ? tc[q * m] + rr[q] : tc[q * m];
+      if (e->act->kind != KILN_ACT_NONE) kiln_f32_act(e->isa, yr, (size_t)ohw, e->act);
+    }
+  }
+}
+
+/* One image (or the batch, image by image): im2col (unless 1x1), C^T = col^T * W^T with the
+ * bias per column, then the write-back with residual and activation. */
+static kiln_code conv_transposed(kiln_threadpool *pool, const kiln_conv2d_f32_params *p,
+                                 const float *x, const kiln_gemm_packed_b *wt,
+                                 const kiln_conv2d_f32_epilogue *ep, float *y) {
+  int isa = kiln_gemm_packed_b_isa(wt);
+  int64_t ohw = p->oh * p->ow, kk = p->c * p->kh * p->kw;
+  bool direct = p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
+                p->pl == 0 && p->oh == p->h && p->ow == p->w;
+  float *t = kiln_malloc(sizeof(float) * (size_t)(ohw * p->m + (direct ? 0 : kk * ohw)));
+  if (!t) return KILN_ERR_NOMEM;
+  float *col = t + ohw * p->m;
+  kiln_gemm_epilogue gep = {0};
+  gep.bias = ep->bias;
+  kiln_gemm_ctx gctx = {pool, isa};
+  kiln_code rc = KILN_OK;
+  for (int64_t nn = 0; nn < p->n && !rc; nn++) {
+    const float *xn = x + nn * p->c * p->h * p->w, *a = xn;
+    if (!direct) {
+      col_ctx cc = {p, xn, col, 0, p->oh, isa};
+      kiln_parallel_for(pool, (size_t)kk, im2col_task, &cc, 0);
+      a = col;
+    }
+    rc = kiln_gemm_f32_packed(&gctx, 1, (size_t)ohw, 1.0f, a, (size_t)ohw, wt, 0.0f, t,
+                              (size_t)p->m, &gep, NULL);
+    if (rc) break;
+    int64_t yoff = nn * p->m * ohw;
+    tr_ctx e = {t, y + yoff, ep->residual ? ep->residual + yoff : NULL, ohw, p->m, &ep->act, isa};
+    kiln_parallel_for(ohw * p->m >= 64 * 1024 ? pool : NULL, (size_t)(p->m + 15) / 16, tr_task, &e, 0);
+  }
+  free(t);
+  return rc;
 }
 
 /* ---- entry ------------------------------------------------------------------------------- */
@@ -211,6 +320,13 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
 kiln_code kiln_conv2d_f32_ex(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
                              const float *x, const float *w, const float *wu,
                              const kiln_conv2d_f32_epilogue *ep, float *y) {
+  return kiln_conv2d_f32_ex2(pool, isa, p, x, w, wu, NULL, ep, y);
+}
+
+kiln_code kiln_conv2d_f32_ex2(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                              const float *x, const float *w, const float *wu,
+                              const kiln_gemm_packed_b *wt, const kiln_conv2d_f32_epilogue *ep,
+                              float *y) {
   static const kiln_conv2d_f32_epilogue none = {0};
   if (!ep) ep = &none;
   isa = kiln_isa_resolve(isa);
@@ -239,6 +355,16 @@ kiln_code kiln_conv2d_f32_ex(kiln_threadpool *pool, int isa, const kiln_conv2d_f
   }
 
   int64_t kk = cg * p->kh * p->kw;
+  /* Several threads split the 49 rows of C^T unevenly (30 + 19) and the write-back adds a
+   * loop: MobileNetV2's 7x7 layers (15-30 MFLOP) measured 7-20% slower transposed at 2
+   * threads, ResNet-50's (100 MFLOP and more) 20-25% faster. Both formulations round every
+   * element alike (same K blocks and order, bias then residual then activation), so this
+   * choice by thread count leaves the result unchanged. */
+  double flops_per_thread = 2.0 * (double)(p->n * p->m * kk * ohw) / kiln_threadpool_size(pool);
+  if (wt && kiln_conv2d_f32_uses_transposed(p, isa) && kiln_gemm_packed_b_isa(wt) == isa &&
+      kiln_gemm_packed_b_k(wt) == (size_t)kk && kiln_gemm_packed_b_n(wt) == (size_t)p->m &&
+      (kiln_threadpool_size(pool) == 1 || flops_per_thread >= TR_MIN_FLOPS_PER_THREAD))
+    return conv_transposed(pool, p, x, wt, ep, y);
   bool direct = p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
                 p->pl == 0 && p->oh == p->h && p->ow == p->w;
   /* Tiles of whole output rows whose im2col block (or input block, direct) is about COL_TILE
@@ -254,19 +380,43 @@ kiln_code kiln_conv2d_f32_ex(kiln_threadpool *pool, int isa, const kiln_conv2d_f
   /* Enough tiles: each thread takes whole tiles (im2col, GEMM, epilogue on its own, one
    * barrier in all); else the tiles run in turn with every loop inside on the pool. */
   bool outer = nthr > 1 && nthr <= MAX_THREADS && tasks >= 3 * (int64_t)nthr;
-  int64_t tcols = rows * p->ow;
-  if (direct) {
-    /* nothing to keep in cache but the output block for the separate bias pass: without a
-     * bias, one GEMM per (n, group) unless the tiles are spread over threads */
-    if (!outer) tcols = ohw;
-    if (ep->bias) {
-      int64_t cap = (EP_TILE / mg) & ~(int64_t)63; /* whole 64-column micro-tiles */
-      if (cap < 64) cap = 64;
-      if (tcols > cap) tcols = cap;
+  int64_t tcols = rows * p->ow, planes = p->n * p->group;
+  if (!direct && !outer && nthr > 1 && nthr <= MAX_THREADS) {
+    /* Few tiles: as many equal tiles per thread (at least as many tiles as before), when they
+     * keep EVEN_MIN_COLS columns. Each thread then writes and reads its own im2col block
+     * (in its own cache) with one barrier in all, instead of every loop being split over the
+     * pool and the block crossing between cores. */
+    int64_t nt = ntiles;
+    while ((planes * nt) % nthr) nt++;
+    int64_t r2 = (p->oh + nt - 1) / nt;
+    if (r2 * p->ow >= EVEN_MIN_COLS && (planes * ((p->oh + r2 - 1) / r2)) % nthr == 0) {
+      rows = r2;
+      ntiles = (p->oh + rows - 1) / rows;
+      tasks = planes * ntiles;
+      tcols = rows * p->ow;
+      outer = true;
     }
+  }
+  if (direct) {
+    /* nothing to keep in cache: one GEMM per (n, group) unless the tiles are spread over
+     * threads */
+    if (!outer) tcols = ohw;
     ntiles = (ohw + tcols - 1) / tcols;
-    tasks = p->n * p->group * ntiles;
+    tasks = planes * ntiles;
     outer = nthr > 1 && nthr <= MAX_THREADS && tasks >= 3 * (int64_t)nthr;
+    if (!outer && mg <= 64 && nthr > 1 && nthr <= MAX_THREADS) {
+      /* as above, in whole vectors, for few output channels (with many the GEMM's own split
+       * does as well: measured neutral) */
+      int64_t nt = 1;
+      while ((planes * nt) % nthr) nt++;
+      int64_t tc = ((ohw + nt - 1) / nt + 15) & ~(int64_t)15;
+      if (tc >= EVEN_MIN_COLS && (planes * ((ohw + tc - 1) / tc)) % nthr == 0) {
+        tcols = tc;
+        ntiles = (ohw + tcols - 1) / tcols;
+        tasks = planes * ntiles;
+        outer = true;
+      }
+    }
   }
   int nbuf = outer ? nthr : 1;
   size_t col_floats = direct ? 0 : (size_t)kk * (size_t)(rows * p->ow);

@@ -10,14 +10,23 @@
  *   masked loads (lanes and rows outside the input read 0); kernels wider than 16 columns
  *   copy the plane into a per-thread zero-padded buffer first. Otherwise portable C over
  *   clamped column ranges. Bias, residual and relu/clip are applied in registers.
- * - otherwise per (n, group, tile of output rows) a GEMM (kiln_gemm_f32) of the weights with
- *   the input itself (1x1, stride 1, no padding) or with a row-wise im2col block (contiguous
- *   runs copied, strided ones gathered, padding zero-filled; about 512 KiB so it stays in L2
- *   until the GEMM reads it, but at least 4 columns per weight row), then bias + residual +
- *   activation in one pass per channel over the block (without bias, the GEMM's own epilogue
- *   applies residual and activation). With enough tiles each thread takes whole tiles with its
- *   own buffer (one barrier per call); else the tiles run in turn with the im2col, GEMM and
- *   epilogue loops on the pool.
+ * - otherwise per (n, group, tile of output rows) a GEMM (kiln_gemm_f32_rows) of the weights
+ *   with the input itself (1x1, stride 1, no padding) or with a row-wise im2col block
+ *   (contiguous runs copied, strided ones gathered, padding zero-filled; about 512 KiB so it
+ *   stays in L2 until the GEMM reads it, but at least 4 columns per weight row). The bias (one
+ *   per output channel: a row bias of C = W * X), residual and activation are applied by the
+ *   GEMM's epilogue as each C tile is stored. With enough tiles each thread takes whole tiles
+ *   with its own buffer (one barrier per call); with few tiles on several threads the rows
+ *   (1x1 with few channels: the columns) are cut into as many equal tiles per thread when
+ *   they stay wide enough; else the tiles run in turn with the im2col and GEMM loops on the
+ *   pool.
+ * - 1x1 kernels with small output planes (7x7 and the like, one group;
+ *   kiln_conv2d_f32_uses_transposed) and W^T packed beforehand (kiln_conv2d_f32_ex2):
+ *   C^T = X^T * W^T, vectorised along the output channels instead of the plane (49 of 64
+ *   lanes), the input (or, strided, its im2col block) read transposed in place, the bias per
+ *   column of C^T; C^T is written back to NCHW through 16 x 16 register transposes that add
+ *   the residual and apply the activation. With several threads only from 24 MFLOP per
+ *   thread (the rows of C^T split unevenly); both formulations give the same bytes.
  * - 3x3, stride 1, dilation 1, one group, enough channels and a large enough output plane:
  *   Winograd F(2x2, 3x3) (kernels/winograd_f32.h), weights transformed per call unless the
  *   caller passes them transformed (kiln_conv2d_f32_ex).
@@ -30,6 +39,7 @@
 
 #include "base/status.h"
 #include "kernels/act.h"
+#include "kernels/gemm.h"
 #include "runtime/threadpool.h"
 
 typedef struct kiln_conv2d_f32_params {
@@ -63,6 +73,18 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
 kiln_code kiln_conv2d_f32_ex(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
                              const float *x, const float *w, const float *wu,
                              const kiln_conv2d_f32_epilogue *ep, float *y);
+/* 1 when p (1x1, one group, small output plane) is computed faster transposed, C^T = X^T * W^T
+ * vectorised along the output channels, at ISA level `isa`: then kiln_conv2d_f32_ex2 takes
+ * W^T packed by kiln_gemm_pack_b(isa, 1, c * kh * kw, m, w, c * kh * kw, ...). */
+int kiln_conv2d_f32_uses_transposed(const kiln_conv2d_f32_params *p, int isa);
+
+/* As kiln_conv2d_f32_ex; wt (or NULL) holds the packed W^T above, e.g. made once for constant
+ * weights, and is used when kiln_conv2d_f32_uses_transposed(p, isa) and it matches. */
+kiln_code kiln_conv2d_f32_ex2(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                              const float *x, const float *w, const float *wu,
+                              const kiln_gemm_packed_b *wt, const kiln_conv2d_f32_epilogue *ep,
+                              float *y);
+
 /* 1 when kiln_conv2d_f32_ex computes p (valid parameters) with Winograd F(2x2, 3x3), given
  * transformed weights (cached 1) or not (0: fewer shapes gain, the transform is per call). */
 int kiln_conv2d_f32_uses_winograd(const kiln_conv2d_f32_params *p, int cached);

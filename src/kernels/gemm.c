@@ -268,7 +268,7 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
   const size_t NC = round_up(div_up(n1 - n0, div_up(n1 - n0, j->nc)), NR);
   const size_t MC = round_up(div_up(m1 - m0, div_up(m1 - m0, j->mc)), MR);
   float *bbuf = ws, *abuf = ws + (j->pb || j->direct_b ? 0 : j->kc * j->nc); /* as sized below */
-  const float *bias = j->tile.bias, *res = j->tile.res;
+  const float *bias = j->tile.bias, *brow = j->tile.bias_row, *res = j->tile.res;
   kiln_gemm_tile t = j->tile;
   /* B stays in L1 between kernel calls only when one panel is reused by consecutive A strips
    * (B panel outer) and fits (at most 32 KiB, and packed: rows of the caller's matrix may
@@ -286,12 +286,15 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
         }
       for (size_t ic = m0; ic < m1; ic += MC) {
         size_t mc = min_sz(MC, m1 - ic);
-        const float *ablk = j->A + ic * j->lda + pc;
-        size_t alda = j->lda;
+        /* A in place: row ir of the block at ablk + ir * astep, K step alda apart */
+        const float *ablk = j->trans_a ? j->A + pc * j->lda + ic : j->A + ic * j->lda + pc;
+        size_t alda = j->lda, astep = j->trans_a ? 1 : j->lda;
+        kiln_f32_ukernel ukr = j->trans_a ? ops->ukernel_at : ops->ukernel;
         if (j->pack_a) {
           pack_a_block(abuf, kc, mc, j->A, j->lda, j->trans_a, ic, pc);
           ablk = abuf;
-          alda = kc;
+          alda = astep = kc;
+          ukr = ops->ukernel;
         }
         if (j->a_outer) {
           /* A strip (L1) against every B panel of the block (L2). The rows are spread evenly
@@ -304,9 +307,10 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
               size_t nr = min_sz(NR, ncb - jr), col = jc + jr, bld;
               const float *bp = b_panel(j, bbuf, col, jr, pc, kc, nr, &bld);
               t.bias = bias ? bias + col : NULL;
+              t.bias_row = brow ? brow + row : NULL;
               t.res = res ? res + row * t.ldr + col : NULL;
-              ops->ukernel(mr, nr, kc, ablk + ir * alda, alda, bp, bld, j->C + row * j->ldc + col,
-                           j->ldc, &t);
+              ukr(mr, nr, kc, ablk + ir * astep, alda, bp, bld, j->C + row * j->ldc + col, j->ldc,
+                  &t);
             }
             ir += mr;
           }
@@ -318,9 +322,10 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
             t.bias = bias ? bias + col : NULL;
             for (size_t ir = 0; ir < mc; ir += MR) {
               size_t row = ic + ir;
+              t.bias_row = brow ? brow + row : NULL;
               t.res = res ? res + row * t.ldr + col : NULL;
-              ops->ukernel(min_sz(MR, mc - ir), nr, kc, ablk + ir * alda, alda, bp, bld,
-                           j->C + row * j->ldc + col, j->ldc, &t);
+              ukr(min_sz(MR, mc - ir), nr, kc, ablk + ir * astep, alda, bp, bld,
+                  j->C + row * j->ldc + col, j->ldc, &t);
             }
           }
         }
@@ -436,7 +441,8 @@ static void run_gemv(gemv_job *g, kiln_threadpool *pool) {
 static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int trans_b, size_t M,
                           size_t N, size_t K, float alpha, const float *A, size_t lda,
                           const float *B, size_t ldb, const kiln_gemm_packed_b *pb, float beta,
-                          float *C, size_t ldc, const kiln_gemm_epilogue *ep, kiln_error *err) {
+                          float *C, size_t ldc, const kiln_gemm_epilogue *ep,
+                          const float *bias_row, kiln_error *err) {
   const kiln_gemm_isa_ops *ops = kiln_gemm_ops_for(lvl);
   kiln_threadpool *pool = ctx ? ctx->pool : NULL;
   if (M == 0 || N == 0) return KILN_OK;
@@ -452,6 +458,7 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
     tile.res_after = ep->residual_after_act;
     tile.act = ep->act;
   }
+  tile.bias_row = bias_row;
 
   if (K == 0 || alpha == 0.0f) { /* C = beta C + epilogue; A and B unread */
     float *zeros = ws_get(N);
@@ -460,6 +467,7 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
     for (size_t m = 0; m < M; m++) {
       kiln_gemm_tile t = tile;
       if (t.res) t.res += m * t.ldr;
+      if (t.bias_row) t.bias_row += m;
       ops->epilogue_row(C + m * ldc, zeros, N, &t);
     }
     return KILN_OK;
@@ -516,9 +524,11 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
     kiln_gemm_tile t = tile;
     if (beta != 0.0f)
       for (size_t m = 0; m < M; m++) cb[m] = C[m * ldc];
-    if (t.bias) {
-      for (size_t m = 0; m < M; m++) bb[m] = t.bias[0];
+    if (t.bias || t.bias_row) { /* both: one sum per row, rounded differently (no caller) */
+      for (size_t m = 0; m < M; m++)
+        bb[m] = t.bias ? (t.bias_row ? t.bias[0] + t.bias_row[m] : t.bias[0]) : t.bias_row[m];
       t.bias = bb;
+      t.bias_row = NULL;
     }
     if (t.res) {
       for (size_t m = 0; m < M; m++) rb[m] = t.res[m * t.ldr];
@@ -554,8 +564,10 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
                 (j.blk.order == 2 && (ldb * sizeof(float)) % 4096 != 0)); /* streamed B only */
   /* Transposed A is packed. So is A whose rows are 4 KiB apart when strips are streamed past
    * an L1-resident B panel (order 1); with the A strip held in L1 (order 2) the copy costs
-   * more than the set conflicts of its few rows. */
-  j.pack_a = trans_a || (j.blk.order != 2 && (lda * sizeof(float)) % 4096 == 0);
+   * more than the set conflicts of its few rows. Where the ISA has a kernel that reads A
+   * transposed in place, transposed A is not packed either. */
+  j.pack_a = (trans_a && !ops->ukernel_at) ||
+             (!trans_a && j.blk.order != 2 && (lda * sizeof(float)) % 4096 == 0);
   j.a_outer = j.blk.order == 2;
   int n_threads = kiln_threadpool_size(pool);
   plan_grid(&j, n_threads);
@@ -600,6 +612,15 @@ kiln_code kiln_gemm_f32(const kiln_gemm_ctx *ctx, int trans_a, int trans_b, size
                         size_t K, float alpha, const float *A, size_t lda, const float *B,
                         size_t ldb, float beta, float *C, size_t ldc,
                         const kiln_gemm_epilogue *ep, kiln_error *err) {
+  return kiln_gemm_f32_rows(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                            ep, NULL, err);
+}
+
+kiln_code kiln_gemm_f32_rows(const kiln_gemm_ctx *ctx, int trans_a, int trans_b, size_t M,
+                             size_t N, size_t K, float alpha, const float *A, size_t lda,
+                             const float *B, size_t ldb, float beta, float *C, size_t ldc,
+                             const kiln_gemm_epilogue *ep, const float *bias_row,
+                             kiln_error *err) {
   int lvl = kiln_isa_resolve(ctx ? ctx->isa : KILN_ISA_AUTO);
   if (lvl < 0)
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "gemm: ISA level %s not available on this CPU",
@@ -610,7 +631,7 @@ kiln_code kiln_gemm_f32(const kiln_gemm_ctx *ctx, int trans_a, int trans_b, size
   if (K && N && ldb < (trans_b ? K : N))
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "gemm: ldb %zu < %zu", ldb, trans_b ? K : N);
   return gemm_run(ctx, lvl, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, NULL, beta, C, ldc,
-                  ep, err);
+                  ep, bias_row, err);
 }
 
 kiln_code kiln_gemm_f32_packed(const kiln_gemm_ctx *ctx, int trans_a, size_t M, float alpha,
@@ -627,5 +648,5 @@ kiln_code kiln_gemm_f32_packed(const kiln_gemm_ctx *ctx, int trans_a, size_t M, 
   kiln_code rc = check_common("gemm", M, pb->N, pb->K, A, lda, trans_a, C, ldc, ep, err);
   if (rc) return rc;
   return gemm_run(ctx, pb->isa, trans_a, 0, M, pb->N, pb->K, alpha, A, lda, NULL, 0, pb, beta, C,
-                  ldc, ep, err);
+                  ldc, ep, NULL, err);
 }

@@ -16,12 +16,14 @@
  * KC rows, a 6-row strip of A stays in L1 while it meets every B panel of an L2-sized block
  * (AVX-512; AVX2 keeps the B panel in L1 instead), and B panels that stream from L2 are
  * prefetched. B is packed into zero-padded panels of NR columns unless it can be read in place
- * (not transposed, rows not 4 KiB apart); A is read in place unless transposed or 4 KiB-aliased.
- * Constant B (weights) is packed once with kiln_gemm_pack_b. The epilogue is applied to each
- * C tile at its last K block, from registers (plain stores, bias, residual, relu/leaky/clip)
- * and then over the tile's rows in L1 (the other activations). Work is split into M x N blocks
- * (N first) over a kiln_threadpool; the result does not depend on the thread count. M == 1
- * and N == 1 take matrix-vector paths (bandwidth bound).
+ * (not transposed, rows not 4 KiB apart); A is read in place unless 4 KiB-aliased (order 1),
+ * transposed A in place too where the ISA has a kernel for it (f32_gemm_6x64_at__avx512),
+ * else packed. Constant B (weights) is packed once with kiln_gemm_pack_b. The epilogue is
+ * applied to each C tile at its last K block: from registers (AVX-512: column and row bias,
+ * residual before a clamp-like activation: none, relu, clip) or through the tile in L1 (the
+ * rest). Work is split into M x N blocks (N first) over a kiln_threadpool; the result does
+ * not depend on the thread count. M == 1 and N == 1 take matrix-vector paths (bandwidth
+ * bound).
  */
 #ifndef KILN_KERNELS_GEMM_H
 #define KILN_KERNELS_GEMM_H
@@ -58,6 +60,14 @@ kiln_code kiln_gemm_f32(const kiln_gemm_ctx *ctx, int trans_a, int trans_b, size
                         size_t K, float alpha, const float *A, size_t lda, const float *B,
                         size_t ldb, float beta, float *C, size_t ldc,
                         const kiln_gemm_epilogue *ep, kiln_error *err);
+
+/* As kiln_gemm_f32, plus a bias per row: bias_row (M values, or NULL) adds bias_row[i] to
+ * every entry of row i, after ep->bias and before the residual and activation. */
+kiln_code kiln_gemm_f32_rows(const kiln_gemm_ctx *ctx, int trans_a, int trans_b, size_t M,
+                             size_t N, size_t K, float alpha, const float *A, size_t lda,
+                             const float *B, size_t ldb, float beta, float *C, size_t ldc,
+                             const kiln_gemm_epilogue *ep, const float *bias_row,
+                             kiln_error *err);
 
 /* Pack op(B) (K x N, see above) for the ISA level `isa` (KILN_ISA_AUTO: kiln_cpu_isa()). The
  * handle does not refer to B afterwards and is read-only: several threads may use it at once.

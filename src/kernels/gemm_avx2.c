@@ -131,7 +131,7 @@ static T256 void act_avx2(float *x, size_t n, const kiln_act *a) {
 /* ---- epilogue ------------------------------------------------------------------------ */
 
 V256 __m256 finish256(__m256 v, const float *cp, __m256i m, size_t col, const kiln_gemm_tile *t,
-                      const float *rp, int inline_act) {
+                      const float *brp, const float *rp, int inline_act) {
   if (t->alpha != 1.0f) v = _mm256_mul_ps(v, _mm256_set1_ps(t->alpha));
   if (t->flags & KILN_GT_FIRST) {
     if (t->beta != 0.0f) v = _mm256_fmadd_ps(_mm256_set1_ps(t->beta), _mm256_maskload_ps(cp, m), v);
@@ -140,6 +140,7 @@ V256 __m256 finish256(__m256 v, const float *cp, __m256i m, size_t col, const ki
   }
   if (t->flags & KILN_GT_LAST) {
     if (t->bias) v = _mm256_add_ps(v, _mm256_maskload_ps(t->bias + col, m));
+    if (brp) v = _mm256_add_ps(v, _mm256_set1_ps(*brp));
     if (rp && !t->res_after) v = _mm256_add_ps(v, _mm256_maskload_ps(rp, m));
     if (inline_act) v = act256(v, &t->act);
   }
@@ -164,8 +165,8 @@ static T256 void epilogue_row_avx2(float *c, const float *acc, size_t n, const k
   int simple = kiln_act_is_simple(t->act.kind);
   for (size_t j = 0; j < n; j += 8) {
     __m256i m = mask256(n - j < 8 ? n - j : 8);
-    __m256 v = finish256(_mm256_maskload_ps(acc + j, m), c + j, m, j, t, t->res ? t->res + j : NULL,
-                         simple);
+    __m256 v = finish256(_mm256_maskload_ps(acc + j, m), c + j, m, j, t, t->bias_row,
+                         t->res ? t->res + j : NULL, simple);
     _mm256_maskstore_ps(c + j, m, v);
   }
   if (t->flags & KILN_GT_LAST) post_row256(c, n, t, t->res);
@@ -181,10 +182,11 @@ static T256 void store_tile256(size_t mr, size_t nc, const float *buf, float *c,
   for (size_t i = 0; i < mr; i++) {
     float *cr = c + i * ldc;
     const float *rp = t->res ? t->res + i * t->ldr : NULL;
+    const float *brp = t->bias_row ? t->bias_row + i : NULL;
     for (size_t j = 0; j < nc; j += 8) {
       __m256i m = mask256(nc - j < 8 ? nc - j : 8);
-      __m256 v = finish256(_mm256_load_ps(buf + 16 * i + j), cr + j, m, j, t, rp ? rp + j : NULL,
-                           simple);
+      __m256 v = finish256(_mm256_load_ps(buf + 16 * i + j), cr + j, m, j, t, brp,
+                           rp ? rp + j : NULL, simple);
       _mm256_maskstore_ps(cr + j, m, v);
     }
     if (post) post_row256(cr, nc, t, rp);
@@ -397,7 +399,7 @@ static T256 void gemv_t_avx2(size_t kc, size_t nr, const float *x, const float *
 }
 
 const kiln_gemm_isa_ops kiln_gemm_ops_avx2 = {
-    KILN_ISA_AVX2, "f32_gemm_6x16__avx2", 6,         16, 8, f32_gemm_6x16__avx2,
+    KILN_ISA_AVX2, "f32_gemm_6x16__avx2", 6,         16, 8, f32_gemm_6x16__avx2, NULL,
     gemv_n_avx2,   gemv_t_avx2,           epilogue_row_avx2, act_avx2,
 };
 

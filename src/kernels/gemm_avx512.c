@@ -135,7 +135,7 @@ static T512 void act_avx512(float *x, size_t n, const kiln_act *a) {
 /* Finish one vector of a C row: alpha/beta/accumulate, then (last K block) bias, residual
  * and, when simple, the activation. */
 V512 __m512 finish512(__m512 v, const float *cp, __mmask16 m, size_t col, const kiln_gemm_tile *t,
-                      const float *rp, int inline_act) {
+                      const float *brp, const float *rp, int inline_act) {
   if (t->alpha != 1.0f) v = _mm512_mul_ps(v, _mm512_set1_ps(t->alpha));
   if (t->flags & KILN_GT_FIRST) {
     if (t->beta != 0.0f) v = _mm512_fmadd_ps(_mm512_set1_ps(t->beta), _mm512_maskz_loadu_ps(m, cp), v);
@@ -144,6 +144,7 @@ V512 __m512 finish512(__m512 v, const float *cp, __mmask16 m, size_t col, const 
   }
   if (t->flags & KILN_GT_LAST) {
     if (t->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, t->bias + col));
+    if (brp) v = _mm512_add_ps(v, _mm512_set1_ps(*brp));
     if (rp && !t->res_after) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, rp));
     if (inline_act) v = act512(v, &t->act);
   }
@@ -172,7 +173,7 @@ static T512 void epilogue_row_avx512(float *c, const float *acc, size_t n, const
   for (; j < n; j += 16) {
     size_t left = n - j;
     __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-    __m512 v = finish512(_mm512_maskz_loadu_ps(m, acc + j), c + j, m, j, t,
+    __m512 v = finish512(_mm512_maskz_loadu_ps(m, acc + j), c + j, m, j, t, t->bias_row,
                          t->res ? t->res + j : NULL, simple);
     _mm512_mask_storeu_ps(c + j, m, v);
   }
@@ -189,10 +190,11 @@ static T512 void store_tile512(size_t mr, size_t nc, const float *buf, float *c,
   for (size_t i = 0; i < mr; i++) {
     float *cr = c + i * ldc;
     const float *rp = t->res ? t->res + i * t->ldr : NULL;
+    const float *brp = t->bias_row ? t->bias_row + i : NULL;
     for (size_t j = 0; j < nc; j += 16) {
       __mmask16 m = nc - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - j)) - 1);
-      __m512 v = finish512(_mm512_load_ps(buf + 64 * i + j), cr + j, m, j, t, rp ? rp + j : NULL,
-                           simple);
+      __m512 v = finish512(_mm512_load_ps(buf + 64 * i + j), cr + j, m, j, t, brp,
+                           rp ? rp + j : NULL, simple);
       _mm512_mask_storeu_ps(cr + j, m, v);
     }
     if (post) post_row512(cr, nc, t, rp);
@@ -200,9 +202,11 @@ static T512 void store_tile512(size_t mr, size_t nc, const float *buf, float *c,
 }
 
 /* C[MR x 16*NV] tile; the last vector is masked to nc. Instantiated for each (MR, NV) with
- * named accumulators (c<row><vec>) so they live in MR*NV zmm registers. */
-V512 void ukr512(const int MR, const int NV, const int PF, size_t nc, size_t kc, const float *a,
-                 size_t lda, const float *b, size_t ldb, float *c, size_t ldc,
+ * named accumulators (c<row><vec>) so they live in MR*NV zmm registers. AT: A is read
+ * transposed in place, element (i, k) at a[k * lda + i] (the MR values of a step are
+ * adjacent), else at a[i * lda + k]. */
+V512 void ukr512(const int MR, const int NV, const int PF, const int AT, size_t nc, size_t kc,
+                 const float *a, size_t lda, const float *b, size_t ldb, float *c, size_t ldc,
                  const kiln_gemm_tile *t) {
   const size_t tail = nc - (size_t)(NV - 1) * 16;
   const __mmask16 ml = (__mmask16)((1u << tail) - 1);
@@ -212,9 +216,10 @@ V512 void ukr512(const int MR, const int NV, const int PF, size_t nc, size_t kc,
   for (int i = 0; i < MR; i++)
       for (int j = 0; j < NV; j++) _mm_prefetch((const char *)(c + (size_t)i * ldc + 16 * j), _MM_HINT_T0);
   /* rows past mr alias row 0 (never read) so no pointer leaves the matrix */
-  const float *a0 = a, *a1 = MR > 1 ? a + lda : a, *a2 = MR > 2 ? a + 2 * lda : a,
-              *a3 = MR > 3 ? a + 3 * lda : a, *a4 = MR > 4 ? a + 4 * lda : a,
-              *a5 = MR > 5 ? a + 5 * lda : a;
+  const size_t rs = AT ? 0 : lda; /* (unused when AT) */
+  const float *a0 = a, *a1 = MR > 1 ? a + rs : a, *a2 = MR > 2 ? a + 2 * rs : a,
+              *a3 = MR > 3 ? a + 3 * rs : a, *a4 = MR > 4 ? a + 4 * rs : a,
+              *a5 = MR > 5 ? a + 5 * rs : a;
 #define DECL(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = c##i##0, c##i##2 = c##i##0, c##i##3 = c##i##0;
   DECL(0) DECL(1) DECL(2) DECL(3) DECL(4) DECL(5)
 #undef DECL
@@ -222,13 +227,14 @@ V512 void ukr512(const int MR, const int NV, const int PF, size_t nc, size_t kc,
   (NV - 1 == j ? _mm512_maskz_loadu_ps(ml, b + 16 * j) : NV > j ? _mm512_loadu_ps(b + 16 * j) : _mm512_setzero_ps())
 #define ROW(i)                                                  \
   if (MR > i) {                                                 \
-    __m512 av = _mm512_set1_ps(a##i[k]);                        \
+    __m512 av = _mm512_set1_ps(AT ? ak[i] : a##i[k]);           \
     c##i##0 = _mm512_fmadd_ps(av, b0, c##i##0);                 \
     if (NV > 1) c##i##1 = _mm512_fmadd_ps(av, b1, c##i##1);     \
     if (NV > 2) c##i##2 = _mm512_fmadd_ps(av, b2, c##i##2);     \
     if (NV > 3) c##i##3 = _mm512_fmadd_ps(av, b3, c##i##3);     \
   }
-  for (size_t k = 0; k < kc; k++) {
+  const float *ak = a;
+  for (size_t k = 0; k < kc; k++, ak += AT ? lda : 0) {
     __m512 b0 = BLOAD(0), b1 = BLOAD(1), b2 = BLOAD(2), b3 = BLOAD(3);
     if (PF) { /* B streams from L2: ask for it 8 rows ahead */
       for (int j = 0; j < NV; j++) _mm_prefetch((const char *)(b + 8 * ldb + 16 * j), _MM_HINT_T0);
@@ -252,6 +258,32 @@ V512 void ukr512(const int MR, const int NV, const int PF, size_t nc, size_t kc,
 #undef PUT
     return;
   }
+  if (kiln_tile_reg_epilogue(t)) {
+    /* bias, residual and clamp from registers, in finish512's order */
+    const int accum = !(t->flags & KILN_GT_FIRST) || t->beta != 0.0f;
+    const int clamp = t->act.kind != KILN_ACT_NONE;
+    const __m512 lo = _mm512_set1_ps(t->act.kind == KILN_ACT_CLIP ? t->act.alpha : 0.0f);
+    const __m512 hi = _mm512_set1_ps(t->act.kind == KILN_ACT_CLIP ? t->act.beta : __builtin_inff());
+    const float *cb = t->bias, *rb = t->bias_row, *res = t->res;
+    const size_t ldr = t->ldr;
+#define PUT(i, j)                                                                      \
+  if (MR > i && NV > j) {                                                              \
+    float *cp = c + (size_t)i * ldc + 16 * j;                                          \
+    __mmask16 m = NV - 1 == j ? ml : (__mmask16)0xFFFF;                                \
+    __m512 v = c##i##j;                                                                \
+    if (accum) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, cp));                     \
+    if (cb) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, cb + 16 * j));               \
+    if (rb) v = _mm512_add_ps(v, _mm512_set1_ps(rb[i]));                               \
+    if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res + (size_t)i * ldr + 16 * j)); \
+    if (clamp) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);                            \
+    _mm512_mask_storeu_ps(cp, m, v);                                                   \
+  }
+#define PUTROW(i) PUT(i, 0) PUT(i, 1) PUT(i, 2) PUT(i, 3)
+    PUTROW(0) PUTROW(1) PUTROW(2) PUTROW(3) PUTROW(4) PUTROW(5)
+#undef PUTROW
+#undef PUT
+    return;
+  }
   /* Otherwise hand the tile over through L1 to one out-of-line routine for every (MR, NV). */
   alignas(64) float buf[6 * 64];
 #define SAVE(i)                                                    \
@@ -266,25 +298,31 @@ V512 void ukr512(const int MR, const int NV, const int PF, size_t nc, size_t kc,
   store_tile512(MR, nc, buf, c, ldc, t);
 }
 
-#define UKR(MR, NV, PF)                                                                      \
-  static T512 void ukr512_##MR##x##NV##_##PF(size_t nc, size_t kc, const float *a, size_t lda,  \
-                                             const float *b, size_t ldb, float *c, size_t ldc,  \
-                                             const kiln_gemm_tile *t) {                         \
-    ukr512(MR, NV, PF, nc, kc, a, lda, b, ldb, c, ldc, t);                                    \
+#define UKR(MR, NV, PF, AT)                                                                  \
+  static T512 void ukr512_##MR##x##NV##_##PF##AT(size_t nc, size_t kc, const float *a,          \
+                                                 size_t lda, const float *b, size_t ldb,        \
+                                                 float *c, size_t ldc, const kiln_gemm_tile *t) { \
+    ukr512(MR, NV, PF, AT, nc, kc, a, lda, b, ldb, c, ldc, t);                                \
   }
-#define UKR_ROW(MR) UKR(MR, 1, 0) UKR(MR, 2, 0) UKR(MR, 3, 0) UKR(MR, 4, 0) \
-                    UKR(MR, 1, 1) UKR(MR, 2, 1) UKR(MR, 3, 1) UKR(MR, 4, 1)
+#define UKR_PF(MR, PF, AT) UKR(MR, 1, PF, AT) UKR(MR, 2, PF, AT) UKR(MR, 3, PF, AT) UKR(MR, 4, PF, AT)
+#define UKR_ROW(MR) UKR_PF(MR, 0, 0) UKR_PF(MR, 1, 0) UKR_PF(MR, 0, 1) UKR_PF(MR, 1, 1)
 UKR_ROW(1) UKR_ROW(2) UKR_ROW(3) UKR_ROW(4) UKR_ROW(5) UKR_ROW(6)
 #undef UKR_ROW
+#undef UKR_PF
 #undef UKR
 
 typedef void (*ukr_fn)(size_t, size_t, const float *, size_t, const float *, size_t, float *,
                        size_t, const kiln_gemm_tile *);
-#define UKR_ROW(MR, PF) \
-  {ukr512_##MR##x1_##PF, ukr512_##MR##x2_##PF, ukr512_##MR##x3_##PF, ukr512_##MR##x4_##PF}
-static const ukr_fn ukr512_table[2][6][4] = {
-    {UKR_ROW(1, 0), UKR_ROW(2, 0), UKR_ROW(3, 0), UKR_ROW(4, 0), UKR_ROW(5, 0), UKR_ROW(6, 0)},
-    {UKR_ROW(1, 1), UKR_ROW(2, 1), UKR_ROW(3, 1), UKR_ROW(4, 1), UKR_ROW(5, 1), UKR_ROW(6, 1)}};
+#define UKR_ROW(MR, PF, AT)                                                              \
+  {ukr512_##MR##x1_##PF##AT, ukr512_##MR##x2_##PF##AT, ukr512_##MR##x3_##PF##AT,        \
+   ukr512_##MR##x4_##PF##AT}
+#define UKR_TAB(PF, AT)                                                                 \
+  {UKR_ROW(1, PF, AT), UKR_ROW(2, PF, AT), UKR_ROW(3, PF, AT), UKR_ROW(4, PF, AT),      \
+   UKR_ROW(5, PF, AT), UKR_ROW(6, PF, AT)}
+/* [AT][PF][mr - 1][vectors - 1] */
+static const ukr_fn ukr512_table[2][2][6][4] = {{UKR_TAB(0, 0), UKR_TAB(1, 0)},
+                                                 {UKR_TAB(0, 1), UKR_TAB(1, 1)}};
+#undef UKR_TAB
 #undef UKR_ROW
 
 /* When B does not stay in L1 between calls (t->pf_b), the kernel prefetches it ahead of use;
@@ -292,7 +330,14 @@ static const ukr_fn ukr512_table[2][6][4] = {
 static void f32_gemm_6x64__avx512(size_t mr, size_t nc, size_t kc, const float *a, size_t lda,
                                   const float *b, size_t ldb, float *c, size_t ldc,
                                   const kiln_gemm_tile *t) {
-  ukr512_table[t->pf_b != 0][mr - 1][(nc + 15) / 16 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
+  ukr512_table[0][t->pf_b != 0][mr - 1][(nc + 15) / 16 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
+}
+
+/* The same with A transposed in place (element (i, k) at a[k * lda + i]): no packing. */
+static void f32_gemm_6x64_at__avx512(size_t mr, size_t nc, size_t kc, const float *a, size_t lda,
+                                     const float *b, size_t ldb, float *c, size_t ldc,
+                                     const kiln_gemm_tile *t) {
+  ukr512_table[1][t->pf_b != 0][mr - 1][(nc + 15) / 16 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
 }
 
 /* ---- matrix-vector ------------------------------------------------------------------- */
@@ -427,7 +472,7 @@ static T512 void gemv_t_avx512(size_t kc, size_t nr, const float *x, const float
 
 const kiln_gemm_isa_ops kiln_gemm_ops_avx512 = {
     KILN_ISA_AVX512,       "f32_gemm_6x64__avx512", 6, 64, 16, f32_gemm_6x64__avx512,
-    gemv_n_avx512,         gemv_t_avx512,           epilogue_row_avx512, act_avx512,
+    f32_gemm_6x64_at__avx512, gemv_n_avx512,        gemv_t_avx512, epilogue_row_avx512, act_avx512,
 };
 
 #else

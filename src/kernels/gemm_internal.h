@@ -25,6 +25,7 @@ typedef struct kiln_gemm_tile {
   float alpha, beta;
   int flags;
   const float *bias; /* per column, or NULL */
+  const float *bias_row; /* per row: bias_row[i] is added to row i of the tile; or NULL */
   const float *res;  /* residual at the tile's (0,0), or NULL */
   size_t ldr;
   int res_after;
@@ -45,7 +46,8 @@ typedef void (*kiln_f32_gemv_n)(size_t kc, size_t nc, const float *x, const floa
 /* y[j] = sum_k x[k] * R[j*ldr + k] for j < nr (rows dot vector). */
 typedef void (*kiln_f32_gemv_t)(size_t kc, size_t nr, const float *x, const float *r,
                                 size_t ldr, float *y);
-/* c[j] = epilogue(acc[j]) for j < n, with t's bias/res read at [j] (contiguous). */
+/* c[j] = epilogue(acc[j]) for j < n, with t's bias/res read at [j] (contiguous) and the row
+ * bias at bias_row[0]. */
 typedef void (*kiln_f32_epilogue_row)(float *c, const float *acc, size_t n,
                                       const kiln_gemm_tile *t);
 typedef void (*kiln_f32_act_fn)(float *x, size_t n, const kiln_act *act);
@@ -55,6 +57,7 @@ typedef struct kiln_gemm_isa_ops {
   const char *name;    /* main micro-kernel */
   size_t mr, nr, gran; /* tile rows, panel width, vector width (panels pad to it) */
   kiln_f32_ukernel ukernel;
+  kiln_f32_ukernel ukernel_at; /* A transposed in place: (i, k) at a[k*lda + i]; NULL: pack A */
   kiln_f32_gemv_n gemv_n;
   kiln_f32_gemv_t gemv_t;
   kiln_f32_epilogue_row epilogue_row;
@@ -80,9 +83,19 @@ KILN_INLINE int kiln_act_is_simple(kiln_act_kind k) {
  * (C += acc), 0 anything else (alpha, beta or the epilogue: through the general path). */
 KILN_INLINE int kiln_tile_fast_mode(const kiln_gemm_tile *t) {
   if (t->alpha != 1.0f) return 0;
-  if ((t->flags & KILN_GT_LAST) && (t->bias || t->res || t->act.kind != KILN_ACT_NONE)) return 0;
+  if ((t->flags & KILN_GT_LAST) && (t->bias || t->bias_row || t->res || t->act.kind != KILN_ACT_NONE)) return 0;
   if (!(t->flags & KILN_GT_FIRST)) return 2;
   return t->beta == 0.0f ? 1 : t->beta == 1.0f ? 2 : 0;
+}
+
+/* Whether the last K block's epilogue fits in registers after the accumulators: alpha 1,
+ * C stored (beta 0) or accumulated (beta 1 or a later K block), then column bias, row bias,
+ * residual before the activation, and an activation that is a clamp (none, relu, clip). */
+KILN_INLINE int kiln_tile_reg_epilogue(const kiln_gemm_tile *t) {
+  if (t->alpha != 1.0f || !(t->flags & KILN_GT_LAST)) return 0;
+  if ((t->flags & KILN_GT_FIRST) && t->beta != 0.0f && t->beta != 1.0f) return 0;
+  if (t->res && t->res_after) return 0;
+  return t->act.kind == KILN_ACT_NONE || t->act.kind == KILN_ACT_RELU || t->act.kind == KILN_ACT_CLIP;
 }
 
 #endif

@@ -63,6 +63,7 @@ static void epilogue_row_scalar(float *c, const float *acc, size_t n, const kiln
     }
     if (last) {
       if (t->bias) v += t->bias[j];
+      if (t->bias_row) v += t->bias_row[0];
       if (t->res && !t->res_after) v += t->res[j];
       v = kiln_act_ref(v, &t->act);
       if (t->res && t->res_after) v += t->res[j];
@@ -96,6 +97,7 @@ static void f32_gemm_4x16__scalar(size_t mr, size_t nc, size_t kc, const float *
   for (size_t i = 0; i < mr; i++) {
     kiln_gemm_tile row = *t;
     if (t->res) row.res = t->res + i * t->ldr;
+    if (t->bias_row) row.bias_row = t->bias_row + i;
     epilogue_row_scalar(c + i * ldc, acc[i], nc, &row);
   }
 }
@@ -131,6 +133,6 @@ static void gemv_t_scalar(size_t kc, size_t nr, const float *x, const float *r, 
 }
 
 const kiln_gemm_isa_ops kiln_gemm_ops_scalar = {
-    KILN_ISA_SCALAR, "f32_gemm_4x16__scalar", 4,  16, 1, f32_gemm_4x16__scalar,
+    KILN_ISA_SCALAR, "f32_gemm_4x16__scalar", 4,  16, 1, f32_gemm_4x16__scalar, NULL,
     gemv_n_scalar,   gemv_t_scalar,           epilogue_row_scalar, act_scalar,
 };

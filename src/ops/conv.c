@@ -446,6 +446,61 @@ static const float *node_wino_weights(kiln_kctx *c, const kiln_tensor *w, const 
   return ww->source == w->data ? ww->u : NULL;
 }
 
+/* W^T packed for the transposed GEMM of small output planes (kiln_conv2d_f32_uses_transposed),
+ * kept on the node (kiln_node.state) like the Winograd weights. The first field is a tag that
+ * no weight pointer can equal: node_wino_weights, which compares the state's first pointer
+ * with W, then takes the state as someone else's. */
+typedef struct packed_wt {
+  const void *tag;    /* &g_packed_wt_tag */
+  const void *source; /* the initializer's data it was packed from */
+  kiln_gemm_packed_b *pb;
+} packed_wt;
+
+static const char g_packed_wt_tag = 0;
+
+static void packed_wt_free(void *v) {
+  packed_wt *pw = v;
+  kiln_gemm_packed_b_free(pw->pb);
+  free(pw);
+}
+
+/* The packed W^T of this node when W is an initializer: made on first use and published with
+ * a compare-and-swap; NULL otherwise (W computed or fed, no memory, the state taken by
+ * something else, another ISA level). */
+static const kiln_gemm_packed_b *node_packed_wt(kiln_kctx *c, const kiln_tensor *w,
+                                                const kiln_conv2d_f32_params *p, int isa) {
+  kiln_node *n = (kiln_node *)(uintptr_t)c->node; /* node state is runtime cache */
+  const kiln_frame *f = c->frame;
+  if (!n || !f || !f->g || n->n_in < 2 || n->in[1] < 0 || (size_t)n->in[1] >= f->g->n_values)
+    return NULL;
+  const kiln_tensor *init = f->g->values[n->in[1]].init;
+  if (!init || init->data != w->data) return NULL;
+  packed_wt *pw = __atomic_load_n((packed_wt **)&n->state, __ATOMIC_ACQUIRE);
+  if (!pw) {
+    size_t kk = (size_t)(p->c * p->kh * p->kw);
+    packed_wt *mine = kiln_malloc(sizeof *mine);
+    if (!mine) return NULL;
+    mine->tag = &g_packed_wt_tag;
+    mine->source = w->data;
+    mine->pb = NULL;
+    if (kiln_gemm_pack_b(isa, 1, kk, (size_t)p->m, w->data, kk, &mine->pb, NULL) != KILN_OK) {
+      free(mine);
+      return NULL;
+    }
+    void *expected = NULL;
+    if (__atomic_compare_exchange_n(&n->state, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      n->state_free = packed_wt_free;
+      pw = mine;
+    } else {
+      packed_wt_free(mine);
+      pw = expected;
+    }
+  }
+  if (pw->tag != &g_packed_wt_tag || pw->source != w->data || kiln_gemm_packed_b_isa(pw->pb) != isa)
+    return NULL;
+  return pw->pb;
+}
+
 /* float32 2-D Conv through kernels/conv2d_f32 with bias, residual and activation fused.
  * Returns KILN_ERR_UNSUPPORTED, with the node not failed and no output stored, when that path
  * does not apply (other types or ranks, a residual of another shape); the caller then takes
@@ -476,7 +531,10 @@ kiln_code kiln_conv2d_f32_run(kiln_kctx *c, const kiln_tensor *residual, const k
                                  residual ? (const float *)residual->data : NULL,
                                  act ? *act : (kiln_act){KILN_ACT_NONE, 0, 0}};
   const float *wu = kiln_conv2d_f32_uses_winograd(&p, 1) ? node_wino_weights(c, w, &p) : NULL;
-  rc = kiln_conv2d_f32_ex(kiln_kpool(c), KILN_ISA_AUTO, &p, x->data, w->data, wu, &ep, y->data);
+  int isa = kiln_isa_resolve(KILN_ISA_AUTO);
+  const kiln_gemm_packed_b *wt =
+      kiln_conv2d_f32_uses_transposed(&p, isa) ? node_packed_wt(c, w, &p, isa) : NULL;
+  rc = kiln_conv2d_f32_ex2(kiln_kpool(c), isa, &p, x->data, w->data, wu, wt, &ep, y->data);
   if (rc == KILN_ERR_NOMEM) return kiln_kfail(c, "out of memory for the convolution");
   if (rc) return kiln_kfail(c, "convolution failed (code %d)", (int)rc);
   return KILN_OK;

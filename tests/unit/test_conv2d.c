@@ -4,7 +4,9 @@
  * 1 and 2 threads; every ISA level this CPU has. Winograd F(2x2, 3x3): forced on 3x3 stride-1
  * shapes (odd sizes, padding 0/1/asymmetric, tile tails, several blocks, batch 2), with the
  * weights transformed per call and beforehand (kiln_conv2d_f32_ex); its normwise relative error
- * max |y - ref| / max |ref| must stay within 1e-4. (Conv and FusedConv nodes reach this kernel
+ * max |y - ref| / max |ref| must stay within 1e-4. The transposed GEMM of small planes (W^T
+ * packed, kiln_conv2d_f32_ex2) on fixed and random shapes; 1 and 2 threads give the same bytes
+ * for the even tile split and the transposed path. (Conv and FusedConv nodes reach this kernel
  * through src/ops/conv.c; the conformance and real-model tests cover that hook.) */
 #include <math.h>
 #include <stdint.h>
@@ -15,6 +17,7 @@
 #include "kernels/act.h"
 #include "kernels/conv2d_f32.h"
 #include "kernels/cpu.h"
+#include "kernels/gemm.h"
 #include "kernels/winograd_f32.h"
 #include "runtime/threadpool.h"
 #include "testutil.h"
@@ -55,6 +58,8 @@ static void reference(const kiln_conv2d_f32_params *p, const float *x, const flo
 
 static double g_wino_max_rel; /* largest Winograd normwise relative error seen */
 static int g_use_wu;          /* pass transformed weights (kiln_conv2d_f32_ex) */
+static int g_use_wt;          /* pass W^T packed for the transposed path (kiln_conv2d_f32_ex2) */
+static int g_wt_runs;         /* checks that took the transposed path */
 
 static int check_one(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p, int with_bias,
                      int with_res, kiln_act act) {
@@ -75,8 +80,16 @@ static int check_one(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_param
     u = malloc(sizeof(float) * (size_t)kiln_wino_f32_weights_size(p->m, p->c));
     kiln_wino_f32_weights(w, p->m, p->c, u);
   }
-  kiln_code rc = kiln_conv2d_f32_ex(pool, isa, p, x, w, u, &ep, y);
+  kiln_gemm_packed_b *wt = NULL;
+  int lvl = kiln_isa_resolve(isa);
+  if (g_use_wt && lvl >= 0 && kiln_conv2d_f32_uses_transposed(p, lvl)) {
+    size_t kk = (size_t)(p->c * p->kh * p->kw);
+    CHECK(kiln_gemm_pack_b(lvl, 1, kk, (size_t)p->m, w, kk, &wt, NULL) == KILN_OK);
+    g_wt_runs++;
+  }
+  kiln_code rc = kiln_conv2d_f32_ex2(pool, isa, p, x, w, u, wt, &ep, y);
   CHECK_MSG(rc == KILN_OK, "rc %d", (int)rc);
+  kiln_gemm_packed_b_free(wt);
   free(u);
   if (wino && !rc) {
     double emax = 0, rmax = 0;
@@ -112,6 +125,35 @@ static int check_one(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_param
   free(y);
   free(ref);
   return bad;
+}
+
+/* 1 and 2 threads must give the same bytes (tiles and GEMM splits never change an element's
+ * arithmetic), with and without packed W^T. */
+static void check_threads_equal(kiln_threadpool *pool2, const kiln_conv2d_f32_params *p) {
+  int64_t xn = p->n * p->c * p->h * p->w, wn = p->m * (p->c / p->group) * p->kh * p->kw;
+  int64_t yn = p->n * p->m * p->oh * p->ow;
+  float *x = malloc(sizeof(float) * (size_t)xn), *w = malloc(sizeof(float) * (size_t)wn);
+  float *b = malloc(sizeof(float) * (size_t)p->m), *r = malloc(sizeof(float) * (size_t)yn);
+  float *y1 = malloc(sizeof(float) * (size_t)yn), *y2 = malloc(sizeof(float) * (size_t)yn);
+  for (int64_t i = 0; i < xn; i++) x[i] = frand();
+  for (int64_t i = 0; i < wn; i++) w[i] = frand();
+  for (int64_t i = 0; i < p->m; i++) b[i] = frand();
+  for (int64_t i = 0; i < yn; i++) r[i] = frand();
+  kiln_conv2d_f32_epilogue ep = {b, r, {KILN_ACT_RELU, 0, 0}};
+  int isa = kiln_isa_resolve(KILN_ISA_AUTO);
+  kiln_gemm_packed_b *wt = NULL;
+  size_t kk = (size_t)(p->c / p->group * p->kh * p->kw);
+  if (p->group == 1) CHECK(kiln_gemm_pack_b(isa, 1, kk, (size_t)p->m, w, kk, &wt, NULL) == KILN_OK);
+  for (int use_wt = 0; use_wt < 2; use_wt++) {
+    const kiln_gemm_packed_b *u = use_wt ? wt : NULL;
+    CHECK(kiln_conv2d_f32_ex2(NULL, isa, p, x, w, NULL, u, &ep, y1) == KILN_OK);
+    CHECK(kiln_conv2d_f32_ex2(pool2, isa, p, x, w, NULL, u, &ep, y2) == KILN_OK);
+    CHECK_MSG(memcmp(y1, y2, sizeof(float) * (size_t)yn) == 0,
+              "c%lld %lldx%lld m%lld k%lld: 1 and 2 threads differ (wt %d)", (long long)p->c,
+              (long long)p->h, (long long)p->w, (long long)p->m, (long long)p->kh, use_wt);
+  }
+  kiln_gemm_packed_b_free(wt);
+  free(x), free(w), free(b), free(r), free(y1), free(y2);
 }
 
 /* Fills the output size from pads at the end (pb, pr); false when the kernel does not fit. */
@@ -165,12 +207,17 @@ int main(void) {
       {2, 64, 9, 50, 16, 4, 1, 1, 1, 1, 0, 0, 0},     /* grouped 1x1 direct */
       {1, 16, 37, 37, 96, 1, 1, 1, 1, 1, 0, 0, 0},    /* 1x1 direct with bias: column tiles, tail */
       {1, 24, 56, 56, 144, 1, 1, 1, 1, 1, 0, 0, 0},   /* MobileNetV2 expansion 1x1 */
+      /* few tiles cut evenly over 2 threads (each thread its own im2col block / columns) */
+      {1, 16, 64, 64, 32, 1, 3, 3, 2, 1, 1, 1, 0},    /* 3x3 s2: 2 tiles of 16 rows */
+      {3, 8, 50, 50, 24, 1, 3, 3, 2, 1, 1, 1, 0},     /* batch 3: 2 tiles each, uneven rows */
+      {1, 32, 40, 40, 16, 1, 1, 1, 1, 1, 0, 0, 0},    /* 1x1 direct, few channels: 2 x 800 */
   };
   for (size_t f = 0; f < sizeof fixed / sizeof fixed[0]; f++) {
     const int64_t *v = fixed[f];
     kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[8],
                                 v[9], v[9], v[10], v[10], 0, 0, 0};
     finish(&p, v[11], v[11]);
+    check_threads_equal(pools[1], &p);
     for (int i = 0; i < 3; i++) {
       if (kiln_isa_resolve(isas[i]) < 0) continue;
       for (int t = 0; t < 2; t++) {
@@ -218,6 +265,48 @@ int main(void) {
     }
     CHECK(kiln_conv2d_f32_uses_winograd(&p, f == 9));
   }
+  /* the transposed GEMM of small planes (C^T = X^T W^T, W^T packed beforehand; 1x1 kernels):
+   * direct and im2col (stride, padding), odd channel counts (vector tails), batch 2 */
+  static const int64_t tr[][9] = {
+      /* n  c    h   w   m   k  s  p */
+      {1, 64, 7, 7, 128, 1, 1, 0},    /* 1x1, 49 outputs */
+      {1, 40, 7, 7, 60, 1, 1, 0},     /* output channels with a tail */
+      {2, 33, 5, 5, 80, 1, 1, 0},     /* 5x5 plane, batch 2 */
+      {1, 48, 14, 14, 96, 1, 2, 0},   /* stride 2 to 7x7 (im2col) */
+      {1, 19, 9, 9, 64, 1, 2, 1},     /* stride 2 with padding */
+      {1, 8, 3, 3, 250, 1, 1, 0},     /* 3x3 plane, many channels */
+      {2, 530, 2, 3, 33, 1, 1, 0},    /* long K (several K blocks) */
+      {1, 600, 7, 7, 100, 1, 1, 0},   /* 49 rows: 9 strips; K over two blocks */
+  };
+  g_use_wt = 1;
+  for (size_t f = 0; f < sizeof tr / sizeof tr[0]; f++) {
+    const int64_t *v = tr[f];
+    kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], 1, v[5], v[5], v[6], v[6],
+                                1, 1, v[7], v[7], 0, 0, -1};
+    finish(&p, v[7], v[7]);
+    if (kiln_isa_resolve(KILN_ISA_AVX512) >= 0) CHECK(kiln_conv2d_f32_uses_transposed(&p, KILN_ISA_AVX512));
+    check_threads_equal(pools[1], &p);
+    for (int i = 0; i < 3; i++) {
+      if (kiln_isa_resolve(isas[i]) < 0) continue;
+      for (int t = 0; t < 2; t++) {
+        kiln_act none = {KILN_ACT_NONE, 0, 0}, relu = {KILN_ACT_RELU, 0, 0};
+        kiln_act clip = {KILN_ACT_CLIP, 0.0f, 6.0f}, hs = {KILN_ACT_HARD_SWISH, 0, 0};
+        check_one(pools[t], isas[i], &p, 0, 0, none);
+        check_one(pools[t], isas[i], &p, 1, 1, relu);
+        check_one(pools[t], isas[i], &p, 0, 1, clip);
+        check_one(pools[t], isas[i], &p, 1, 0, hs);
+      }
+    }
+  }
+  g_use_wt = 0;
+  /* large enough that 2 threads take the transposed path too (and 1 thread for the pixel) */
+  kiln_conv2d_f32_params big = {1, 768, 7, 7, 1024, 1, 1, 1, 1, 1, 1, 1, 0, 0, 7, 7, -1};
+  check_threads_equal(pools[1], &big);
+  kiln_conv2d_f32_params pix = {1, 900, 1, 1, 64, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, -1};
+  check_threads_equal(pools[1], &pix);
+  CHECK(!kiln_conv2d_f32_uses_transposed(&pix, KILN_ISA_AUTO));
+  if (kiln_isa_resolve(KILN_ISA_AVX512) >= 0) CHECK(g_wt_runs > 0);
+  printf("transposed path: %d checks\n", g_wt_runs);
   kiln_conv2d_f32_params w7 = {1, 512, 7, 7, 512, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7, 0};
   CHECK(!kiln_conv2d_f32_uses_winograd(&w7, 1)); /* 7x7: im2col */
   printf("winograd: max relative error %.3g\n", g_wino_max_rel);
@@ -258,9 +347,12 @@ int main(void) {
     if (kiln_isa_resolve(isa) < 0) isa = KILN_ISA_AUTO;
     p.winograd = (int)(rnd() % 2); /* forced where it applies (3x3 stride 1 group 1) */
     g_use_wu = (int)(rnd() % 2);
+    g_use_wt = (int)(rnd() % 2);
     check_one(pools[rnd() % 2], isa, &p, (int)(rnd() % 2), (int)(rnd() % 2), random_act());
   }
   g_use_wu = 0;
+  g_use_wt = 0;
+  printf("transposed path: %d checks in all\n", g_wt_runs);
   /* bad parameters */
   kiln_conv2d_f32_params bad = {1, 3, 4, 4, 4, 2, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4, 0};
   float dummy[64] = {0};

@@ -70,6 +70,7 @@ typedef struct gcase {
   size_t M, N, K, lda, ldb, ldc, ldr;
   float alpha, beta;
   int use_bias, use_res, res_after, prepack, scale;
+  int use_brow; /* a per-row bias through kiln_gemm_f32_rows (not with prepack) */
   kiln_act act;
 } gcase;
 
@@ -83,7 +84,7 @@ static int run_case(const gcase *g, int isa, kiln_threadpool *pool, float **out)
   uint64_t seed = g_rng;
   float *A = make_mat(ar, ac, g->lda), *B = make_mat(br, bc, g->ldb);
   float *C0 = make_mat(M, N, g->ldc), *R = make_mat(M, N, g->ldr);
-  float *bias = make_mat(1, N, N);
+  float *bias = make_mat(1, N, N), *brow = make_mat(1, M, M);
   if (g->scale)
     for (size_t i = 0; i < ar * g->lda; i++) A[i] *= 8.0f;
   g_rng = seed; /* every (isa, threads) run of a case sees the same data */
@@ -115,8 +116,8 @@ static int run_case(const gcase *g, int isa, kiln_threadpool *pool, float **out)
     }
     kiln_gemm_packed_b_free(pb);
   } else {
-    rc = kiln_gemm_f32(&ctx, g->ta, g->tb, M, N, K, g->alpha, A, g->lda, B, g->ldb, g->beta, C,
-                       g->ldc, &ep, &err);
+    rc = kiln_gemm_f32_rows(&ctx, g->ta, g->tb, M, N, K, g->alpha, A, g->lda, B, g->ldb,
+                            g->beta, C, g->ldc, &ep, g->use_brow ? brow : NULL, &err);
   }
   int ok = rc == KILN_OK;
   CHECK_MSG(rc == KILN_OK, "gemm returned %d: %s", (int)rc, err.message);
@@ -140,6 +141,7 @@ static int run_case(const gcase *g, int isa, kiln_threadpool *pool, float **out)
       double v = g->alpha * acc, vmag = fabs(g->alpha) * mag;
       if (g->beta != 0.0f) v += (double)g->beta * C0[i * g->ldc + j], vmag += fabs(g->beta * C0[i * g->ldc + j]);
       if (g->use_bias) v += bias[j], vmag += fabs(bias[j]);
+      if (g->use_brow && !g->prepack) v += brow[i], vmag += fabs(brow[i]);
       double r = g->use_res ? R[i * g->ldr + j] : 0.0;
       if (g->use_res && !g->res_after) v += r, vmag += fabs(r);
       v = ref_act(v, &g->act);
@@ -165,6 +167,7 @@ static int run_case(const gcase *g, int isa, kiln_threadpool *pool, float **out)
   free(C0);
   free(R);
   free(bias);
+  free(brow);
   if (out)
     *out = C;
   else
@@ -194,6 +197,7 @@ static gcase random_case(size_t max_dim, int epilogues) {
   g.prepack = rnd() % 3 == 0;
   if (epilogues && rnd() % 2) {
     g.use_bias = (int)(rnd() % 2);
+    g.use_brow = (int)(rnd() % 2);
     g.use_res = (int)(rnd() % 2);
     g.res_after = (int)(rnd() % 2);
     g.act = random_act();
@@ -266,6 +270,7 @@ static void test_fixed(kiln_threadpool *pool2) {
         g.beta = (tr & 1) ? 0.5f : 0.0f;
         g.prepack = pp;
         g.use_bias = pp;
+        g.use_brow = !pp && tr != 1;
         g.use_res = tr == 3;
         g.act.kind = pp ? KILN_ACT_GELU : KILN_ACT_RELU;
         if (!run_everywhere(&g, pool2)) bad++;
