@@ -28,8 +28,9 @@
  *   the residual and apply the activation. With several threads only from 24 MFLOP per
  *   thread (the rows of C^T split unevenly); both formulations give the same bytes.
  * - 3x3, stride 1, dilation 1, one group, enough channels and a large enough output plane:
- *   Winograd F(2x2, 3x3) (kernels/winograd_f32.h), weights transformed per call unless the
- *   caller passes them transformed (kiln_conv2d_f32_ex).
+ *   Winograd (kernels/winograd_f32.h: F(4x4, 3x3) on planes of 24x24 and up, F(2x2, 3x3) below),
+ *   weights transformed per call (F(2x2)) unless the caller passes them transformed
+ *   (kiln_conv2d_f32_ex; the transformed weights say which tile size they are for).
  * Loops run on `pool` (NULL: the calling thread).
  */
 #ifndef KILN_KERNELS_CONV2D_F32_H
@@ -49,7 +50,7 @@ typedef struct kiln_conv2d_f32_params {
   int64_t sh, sw, dh, dw;     /* strides and dilations (>= 1) */
   int64_t pt, pl;             /* padding at the top and left (bottom/right follow from oh/ow) */
   int64_t oh, ow;             /* output [n, m, oh, ow] */
-  int winograd;               /* Winograd F(2x2, 3x3): 0 where it is faster (the default), 1
+  int winograd;               /* Winograd: 0 where it is faster (the default), 1
                                  wherever it applies (3x3, stride 1, dilation 1, one group; for
                                  tests and benchmarks), -1 never */
 } kiln_conv2d_f32_params;
@@ -85,7 +86,7 @@ kiln_code kiln_conv2d_f32_ex2(kiln_threadpool *pool, int isa, const kiln_conv2d_
                               const kiln_gemm_packed_b *wt, const kiln_conv2d_f32_epilogue *ep,
                               float *y);
 
-/* 1 when kiln_conv2d_f32_ex computes p (valid parameters) with Winograd F(2x2, 3x3), given
+/* 1 when kiln_conv2d_f32_ex computes p (valid parameters) with Winograd, given
  * transformed weights (cached 1) or not (0: fewer shapes gain, the transform is per call). */
 int kiln_conv2d_f32_uses_winograd(const kiln_conv2d_f32_params *p, int cached);
 

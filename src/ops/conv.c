@@ -435,8 +435,8 @@ static const float *node_wino_weights(kiln_kctx *c, const kiln_tensor *w, const 
     mine->source = w->data;
     kiln_wino_f32_weights_tile(e, w->data, p->m, p->c, mine->u);
     void *expected = NULL;
-    n->state_free = free;
     if (__atomic_compare_exchange_n(&n->state, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      n->state_free = free; /* only the winner: the loser must not replace another cache's */
       ww = mine;
     } else {
       free(mine);
