@@ -39,6 +39,27 @@ kiln_code kiln_ifail(kiln_ictx *c, const char *fmt, ...) {
   return rc;
 }
 
+bool kiln_op_in_place_ok(const kiln_node *n) {
+  /* elementwise.c's UNARY_OP kernels (ys[i] = f(xs[i])) and binary.c's binary_run (row loops
+   * reading a[i * s], b[i * s] before writing y[i]) */
+  static const char *const ops[] = {
+      "Abs", "Neg", "Sign", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Sin",
+      "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Erf",
+      "Relu", "LeakyRelu", "ThresholdedRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish",
+      "Softplus", "Softsign", "Sigmoid", "Tanh", "Mish", "Shrink", "Add", "Sub", "Mul", "Div"};
+  if (*n->domain || n->n_out != 1) return false;
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+    if (!strcmp(n->op_type, ops[i])) return true;
+  return false;
+}
+
+/* Whether p is the data of one of the node's inputs (an output the plan put in place). */
+static bool is_input_data(const kiln_kctx *c, const void *p) {
+  for (size_t k = 0; k < c->n_in; k++)
+    if (c->in[k] && c->in[k]->kind == KILN_KIND_TENSOR && c->in[k]->data == p) return true;
+  return false;
+}
+
 static kiln_tensor *out_alloc(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank, const int64_t *dims,
                               bool zero) {
   if (i >= c->n_out) {
@@ -50,7 +71,9 @@ static kiln_tensor *out_alloc(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank
   kiln_run_mem *mem = c->frame ? c->frame->mem : NULL;
   int64_t bytes = mem && i < c->node->n_out ? kiln_tensor_bytes(dtype, rank, dims) : -1;
   void *slot = bytes > 0 ? kiln_planner_slot(mem, c->node->out[i], (size_t)bytes) : NULL;
-  if (slot && (t = kiln_tensor_wrap(dtype, rank, dims, slot, c->err)) && zero) memset(slot, 0, (size_t)bytes);
+  /* an output placed over its input (kiln_op_in_place_ok) must not be cleared first */
+  if (slot && (t = kiln_tensor_wrap(dtype, rank, dims, slot, c->err)) && zero && !is_input_data(c, slot))
+    memset(slot, 0, (size_t)bytes);
   if (!t) t = kiln_tensor_new(dtype, rank, dims, c->err);
   if (!t) {
     kiln_error_prefix(c->err, "node '%s' (%s) output %zu", node_name(c->node), c->node->op_type, i);

@@ -74,6 +74,11 @@ kiln_code kiln_kunsup(kiln_kctx *c, const char *fmt, ...) KILN_PRINTF(2, 3);
 const kiln_tensor *kiln_in(const kiln_kctx *c, size_t i);
 /* Whether output i is wanted by the graph (not omitted). */
 bool kiln_out_used(const kiln_kctx *c, size_t i);
+/* Whether n's kernel may write its output over an input of the same type and shape (the memory
+ * planner then gives both one slot): element i of the output depends only on element i of that
+ * input (and on broadcast operands), and the kernel reads it before writing there. True for the
+ * standard unary math/activation ops and Add/Sub/Mul/Div; their kernels must stay that way. */
+bool kiln_op_in_place_ok(const kiln_node *n);
 
 /* The session's thread pool for data-parallel loops (NULL: run on the calling thread). */
 struct kiln_threadpool *kiln_kpool(const kiln_kctx *c);

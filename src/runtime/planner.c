@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "ops/op.h"
 
 enum { ALIGN = 64 };
 
@@ -25,6 +26,7 @@ struct kiln_planner {
   bool *plannable;         /* per value: may live in the arena */
   int *first, *last;       /* per value: defining node, last reading node */
   bool *concat_cand;       /* per node: a Concat whose inputs may be placed inside its output */
+  bool *in_place_cand;     /* per node: an elementwise op whose output may overlay an input */
   pthread_mutex_t mu;
   kiln_plan *plans[KILN_PLAN_CACHE];
   uint64_t clock;
@@ -102,12 +104,17 @@ kiln_planner *kiln_planner_new(const kiln_graph *g, const int *time) {
     p->plannable[v] = p->first[v] >= 0 && g->uses && readers[v] == g->uses[v];
   free(readers);
   find_concats(p, g);
+  if ((p->in_place_cand = kiln_calloc(g->n_nodes ? g->n_nodes : 1, sizeof *p->in_place_cand)))
+    for (size_t i = 0; i < g->n_nodes; i++)
+      p->in_place_cand[i] = kiln_op_in_place_ok(&g->nodes[i]) && g->nodes[i].out[0] >= 0 &&
+                            p->plannable[g->nodes[i].out[0]];
   return p;
 }
 
 void kiln_planner_free(kiln_planner *p) {
   if (!p) return;
   free(p->concat_cand);
+  free(p->in_place_cand);
   for (int i = 0; i < KILN_PLAN_CACHE; i++) plan_free(p->plans[i]);
   pthread_mutex_destroy(&p->mu);
   free(p->plannable);
@@ -183,7 +190,7 @@ void kiln_planner_note_concat(kiln_run_mem *rm, size_t node, bool in_place) {
  * each starts 64-byte aligned. in_concat[v] gets the output value holding input v (else -1);
  * first[] of each such output moves back to its earliest producer. */
 static void group_concats(const kiln_planner *p, const size_t *rec, const bool *ok, int *in_concat,
-                          int *first) {
+                          int *first, bool *root) {
   const kiln_graph *g = p->g;
   for (size_t i = 0; ok && p->concat_cand && i < p->n_nodes; i++) {
     const kiln_node *n = &g->nodes[i];
@@ -195,9 +202,37 @@ static void group_concats(const kiln_planner *p, const size_t *rec, const bool *
       sum += rec[n->in[k]];
     }
     if (!fits || sum != rec[n->out[0]]) continue;
+    root[n->out[0]] = true;
     for (size_t k = 0; k < n->n_in; k++) {
       in_concat[n->in[k]] = n->out[0];
       if (first[n->in[k]] < first[n->out[0]]) first[n->out[0]] = first[n->in[k]];
+    }
+  }
+}
+
+static int alias_root(const int *alias, int v) {
+  while (alias[v] >= 0) v = alias[v];
+  return v;
+}
+
+/* Elementwise ops laid out in place: the output takes the slot of an input of the same size
+ * read by the op alone (alias[out] = that input), unless either belongs to an in-place Concat.
+ * Chains share one slot: its root's lifetime grows to the last reader of the chain. */
+static void group_in_place(const kiln_planner *p, const size_t *rec, const int *in_concat,
+                           const bool *croot, int *alias, int *last) {
+  const kiln_graph *g = p->g;
+  for (size_t i = 0; p->in_place_cand && i < p->n_nodes; i++) {
+    const kiln_node *n = &g->nodes[i];
+    int y = n->out[0];
+    if (!p->in_place_cand[i] || !rec[y] || in_concat[y] >= 0 || croot[y]) continue;
+    for (size_t k = 0; k < n->n_in; k++) {
+      int x = n->in[k];
+      if (x < 0 || !p->plannable[x] || g->uses[x] != 1 || rec[x] != rec[y] || in_concat[x] >= 0 || croot[x])
+        continue;
+      alias[y] = x;
+      int r = alias_root(alias, x);
+      if (last[y] > last[r]) last[r] = last[y];
+      break;
     }
   }
 }
@@ -227,17 +262,21 @@ static kiln_plan *build(kiln_planner *p, const size_t *rec, const bool *concat_o
   int *order = kiln_malloc(nv * sizeof *order);
   size_t *placed = kiln_malloc(nv * sizeof *placed);
   int *in_concat = kiln_malloc(nv * sizeof *in_concat), *first = kiln_malloc(nv * sizeof *first);
-  if (!plan || !order || !placed || !in_concat || !first) goto fail;
-  for (size_t v = 0; v < nv; v++) in_concat[v] = -1;
+  int *alias = kiln_malloc(nv * sizeof *alias), *last = kiln_malloc(nv * sizeof *last);
+  bool *croot = kiln_calloc(nv, sizeof *croot);
+  if (!plan || !order || !placed || !in_concat || !first || !alias || !last || !croot) goto fail;
+  for (size_t v = 0; v < nv; v++) in_concat[v] = alias[v] = -1;
   memcpy(first, p->first, nv * sizeof *first);
-  group_concats(p, rec, concat_ok, in_concat, first);
+  memcpy(last, p->last, nv * sizeof *last);
+  group_concats(p, rec, concat_ok, in_concat, first, croot);
+  group_in_place(p, rec, in_concat, croot, alias, last);
   plan->offset = kiln_malloc(nv * sizeof *plan->offset);
   plan->bytes = kiln_calloc(nv, sizeof *plan->bytes);
   plan->signature = kiln_strdup(sig);
   if (!plan->offset || !plan->bytes || !plan->signature) goto fail;
   for (size_t v = 0; v < nv; v++) {
     plan->offset[v] = SIZE_MAX;
-    if (p->plannable[v] && rec[v] && in_concat[v] < 0) order[n++] = (int)v;
+    if (p->plannable[v] && rec[v] && in_concat[v] < 0 && alias[v] < 0) order[n++] = (int)v;
   }
   /* insertion sort by size, descending (graphs have at most thousands of values) */
   for (size_t i = 1; i < n; i++) {
@@ -260,7 +299,7 @@ static kiln_plan *build(kiln_planner *p, const size_t *rec, const bool *concat_o
       int u = -1;
       if (k < n_placed) {
         u = (int)placed[k];
-        if (p->last[u] < first[v] || p->last[v] < first[u]) continue; /* disjoint in time */
+        if (last[u] < first[v] || last[v] < first[u]) continue; /* disjoint in time */
         end_gap = plan->offset[u];
       }
       if (end_gap >= cursor && end_gap - cursor >= size && (best == SIZE_MAX || end_gap - cursor < best_gap)) {
@@ -285,17 +324,28 @@ static kiln_plan *build(kiln_planner *p, const size_t *rec, const bool *concat_o
   }
   place_concat_inputs(p, rec, in_concat, plan);
   for (size_t v = 0; v < nv; v++)
-    if (in_concat[v] >= 0 && plan->offset[v] != SIZE_MAX) plan->total_bytes += rec[v];
+    if (alias[v] >= 0 && plan->offset[alias_root(alias, (int)v)] != SIZE_MAX) {
+      plan->offset[v] = plan->offset[alias_root(alias, (int)v)];
+      plan->bytes[v] = rec[v];
+    }
+  for (size_t v = 0; v < nv; v++)
+    if ((in_concat[v] >= 0 || alias[v] >= 0) && plan->offset[v] != SIZE_MAX) plan->total_bytes += rec[v];
   free(order);
   free(placed);
   free(in_concat);
   free(first);
+  free(alias);
+  free(last);
+  free(croot);
   return plan;
 fail:
   free(order);
   free(placed);
   free(in_concat);
   free(first);
+  free(alias);
+  free(last);
+  free(croot);
   plan_free(plan);
   return NULL;
 }
