@@ -15,7 +15,11 @@
  * before the concat axis has size 1, e.g. channels of a batch-1 NCHW tensor) at a 64-byte
  * aligned position, the plan places each input inside the output's slot: the producers write
  * straight into the concatenated tensor and the Concat kernel finds nothing to copy. The
- * output's slot then lives from the first producer to the output's last reader. */
+ * output's slot then lives from the first producer to the output's last reader.
+ *
+ * Elementwise in place: an op whose kernel may overwrite its input (kiln_op_in_place_ok) gets
+ * the slot of an input of the same size that it alone reads; a chain of such ops shares one
+ * slot. */
 #ifndef KILN_RUNTIME_PLANNER_H
 #define KILN_RUNTIME_PLANNER_H
 
