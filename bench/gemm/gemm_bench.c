@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/mman.h>
 
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
@@ -291,8 +292,19 @@ static int impl_available(int impl) {
   return 1;
 }
 
+static int g_huge; /* --huge: operands on transparent huge pages */
+
 static float *alloc_rand(size_t n, unsigned seed) {
-  float *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64 + 64);
+  size_t bytes = (n * sizeof(float) + 63) / 64 * 64 + 64;
+  float *p;
+  if (g_huge) {
+    const size_t h = (size_t)2 << 20;
+    bytes = (bytes + h - 1) / h * h;
+    p = aligned_alloc(h, bytes);
+    madvise(p, bytes, MADV_HUGEPAGE);
+  } else {
+    p = aligned_alloc(64, bytes);
+  }
   for (size_t i = 0; i < n; i++) {
     seed = seed * 1664525u + 1013904223u;
     p[i] = (float)(seed >> 8) / 16777216.0f - 0.5f;
@@ -442,6 +454,7 @@ int main(int argc, char **argv) {
       i++;
     } else if (!strcmp(a, "--best")) g_best = 1;
     else if (!strcmp(a, "--sample-ms")) g_sample_ms = atof(v), i++;
+    else if (!strcmp(a, "--huge")) g_huge = 1;
     else if (!strcmp(a, "--peak")) do_peak = 1;
     else if (!strcmp(a, "--dispatch")) do_dispatch = 1;
     else if (!strcmp(a, "--no-gemm")) do_gemm = 0;

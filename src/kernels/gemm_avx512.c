@@ -212,8 +212,9 @@ V512 void ukr512(const int MR, const int NV, const int PF, const int AT, size_t 
   const __mmask16 ml = (__mmask16)((1u << tail) - 1);
   const int fast = kiln_tile_fast_mode(t);
   /* bring C in while the tile computes: it is read (accumulate) or written (a store that
-   * misses waits for the line all the same) */
-  for (int i = 0; i < MR; i++)
+   * misses waits for the line all the same); the driver says when it pays (t->pf_c) */
+  if (t->pf_c)
+    for (int i = 0; i < MR; i++)
       for (int j = 0; j < NV; j++) _mm_prefetch((const char *)(c + (size_t)i * ldc + 16 * j), _MM_HINT_T0);
   /* rows past mr alias row 0 (never read) so no pointer leaves the matrix */
   const size_t rs = AT ? 0 : lda; /* (unused when AT) */

@@ -31,6 +31,7 @@ typedef struct kiln_gemm_tile {
   int res_after;
   kiln_act act;
   int pf_b; /* B does not stay in L1 between calls: the kernel prefetches it ahead */
+  int pf_c; /* the kernel prefetches its C tile when it starts */
 } kiln_gemm_tile;
 
 /* C[mr x nc] (+)= A[mr x kc] * B[kc x nc]: A row i at a + i*lda, B row k at b + k*ldb.
