@@ -15,6 +15,7 @@
  * thread count or the tile it falls in, so the result does not depend on the threads.
  * Weights are laid out per call ([m / 8][taps][8], zero-padded channels): m * taps floats,
  * far less than the work. */
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +46,10 @@ typedef struct dir_ctx {
   const int64_t *off;  /* per tap: its offset in xb from the image, row oy * sh, column ox */
   const kiln_conv2d_f32_epilogue *ep;
   float *y;
-  int64_t hp, t, taps, mb;
+  int64_t hp, t, taps, mb, ohw;
+  const float *bias; /* mb * CB values (zeros without a bias) */
+  bool clamp;        /* relu or clip: min(max(v, lo), hi) in registers (relu: hi = inf) */
+  float lo, hi;
 } dir_ctx;
 
 /* Rows of the phase buffer: row r of channel plane q holds input row r - pt, phase ph at
@@ -90,18 +94,19 @@ KILN_INLINE T512 void block_avx512(const dir_ctx *d, const float *xr, const floa
       for (int s = 0; s < NS; s++) acc[s][c] = _mm512_fmadd_ps(v[s], wv, acc[s][c]);
     }
   }
-  const kiln_conv2d_f32_epilogue *ep = d->ep;
-  const bool inl = act_inline(&ep->act);
-  int64_t ohw = d->p->oh * d->p->ow;
+  /* the epilogue from locals (stores to y could alias *d in the compiler's view) */
+  const float *bias = d->bias + co;
+  const bool clamp = d->clamp;
+  const __m512 lo = _mm512_set1_ps(d->lo), hi = _mm512_set1_ps(d->hi);
+  const int64_t ohw = d->ohw;
   for (int c = 0; c < CB; c++) {
     if (c >= nc) break;
-    __m512 vb = _mm512_set1_ps(ep->bias ? ep->bias[co + c] : 0.0f);
+    __m512 vb = _mm512_set1_ps(bias[c]);
     for (int s = 0; s < NS; s++) {
       __mmask16 m = s == NS - 1 ? lm : (__mmask16)0xffff;
-      __m512 v = acc[s][c];
-      if (ep->bias) v = _mm512_add_ps(v, vb);
+      __m512 v = _mm512_add_ps(acc[s][c], vb);
       if (r0) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r0 + c * ohw + 16 * s));
-      if (inl) v = act_inline512(v, &ep->act);
+      if (clamp) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
       _mm512_mask_storeu_ps(y0 + c * ohw + 16 * s, m, v);
     }
   }
@@ -163,10 +168,12 @@ kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv
   int64_t hp = (p->oh - 1) * p->sh + (p->kh - 1) * p->dh + 1;
   int64_t t = (p->ow + 15) / 16 * 16 + (p->kw - 1) * p->dw / p->sw + 1;
   size_t xbn = (size_t)(p->n * p->c * hp * p->sw * t), wbn = (size_t)(mb * taps * CB);
-  float *buf = kiln_malloc(sizeof(float) * (xbn + wbn) + sizeof(int64_t) * (size_t)taps);
+  float *buf = kiln_malloc(sizeof(float) * (xbn + wbn + (size_t)(mb * CB)) +
+                           sizeof(int64_t) * (size_t)taps);
   if (!buf) return KILN_ERR_NOMEM;
-  float *xb = buf, *wb = buf + xbn;
-  int64_t *off = (int64_t *)(void *)(wb + wbn);
+  float *xb = buf, *wb = buf + xbn, *bias = wb + wbn;
+  int64_t *off = (int64_t *)(void *)(bias + mb * CB);
+  for (int64_t co = 0; co < mb * CB; co++) bias[co] = ep->bias && co < p->m ? ep->bias[co] : 0.0f;
   for (int64_t co = 0; co < mb * CB; co++)
     for (int64_t k = 0; k < taps; k++)
       wb[(co / CB * taps + k) * CB + co % CB] = co < p->m ? w[co * taps + k] : 0.0f;
@@ -175,7 +182,10 @@ kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv
     int64_t ci = k / kk, ky = k % kk / p->kw, kx = k % p->kw, j = kx * p->dw;
     off[k] = ((ci * hp + ky * p->dh) * p->sw + j % p->sw) * t + j / p->sw;
   }
-  dir_ctx d = {p, x, xb, wb, off, ep, y, hp, t, taps, mb};
+  bool relu = ep->act.kind == KILN_ACT_RELU, clip = ep->act.kind == KILN_ACT_CLIP;
+  dir_ctx d = {p,    x,  xb,   wb,          off,  ep,  y,
+               hp,   t,  taps, mb, p->oh * p->ow, bias, relu || clip,
+               clip ? ep->act.alpha : 0.0f, clip ? ep->act.beta : INFINITY};
   kiln_parallel_for(pool, (size_t)(p->n * p->c * hp), fill_task, &d, 0);
   kiln_parallel_for(pool, (size_t)(p->n * p->oh), row_task, &d, 0);
   free(buf);
