@@ -50,6 +50,7 @@ typedef struct dir_ctx {
   const float *bias; /* mb * CB values (zeros without a bias) */
   bool clamp;        /* relu or clip: min(max(v, lo), hi) in registers (relu: hi = inf) */
   float lo, hi;
+  int64_t rows_per_pass;
 } dir_ctx;
 
 /* Rows of the phase buffer: row r of channel plane q holds input row r - pt, phase ph at
@@ -112,9 +113,11 @@ KILN_INLINE T512 void block_avx512(const dir_ctx *d, const float *xr, const floa
   }
 }
 
-/* Rows of output per pass over the channel blocks: one block's weights (taps * 8 floats)
- * stay in L1 while these rows are computed; all weights together (stem: 37 KiB) and the
- * input rows of one output row (22 KiB) do not fit L1 together. */
+/* Rows of output per pass over the channel blocks when the weights are large (7x7 stem: 37
+ * KiB; they and the input rows of one output row, 22 KiB, do not fit L1 together): one
+ * block's weights (taps * 8 floats) stay in L1 while these rows are computed. Small weights
+ * (3x3: 7 KiB) stay in L1 anyway: then one row at a time, every block reading its input rows
+ * from L1 (measured 5-7% faster on 3x3 stems). */
 enum { ROWS_PER_PASS = 16 };
 
 /* Output row i (task index n * oh + oy), channel block b: the row in vectors of 16 columns
@@ -151,8 +154,9 @@ T512 static void row_block(const dir_ctx *d, int64_t i, int64_t b) {
 T512 static void row_task(void *ctx, size_t begin, size_t end, int ti) {
   (void)ti;
   const dir_ctx *d = ctx;
-  for (size_t i0 = begin; i0 < end; i0 += ROWS_PER_PASS) {
-    size_t i1 = end - i0 < ROWS_PER_PASS ? end : i0 + ROWS_PER_PASS;
+  size_t pass = (size_t)d->rows_per_pass;
+  for (size_t i0 = begin; i0 < end; i0 += pass) {
+    size_t i1 = end - i0 < pass ? end : i0 + pass;
     for (int64_t b = 0; b < d->mb; b++)
       for (size_t i = i0; i < i1; i++) row_block(d, (int64_t)i, b);
   }
@@ -185,7 +189,8 @@ kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv
   bool relu = ep->act.kind == KILN_ACT_RELU, clip = ep->act.kind == KILN_ACT_CLIP;
   dir_ctx d = {p,    x,  xb,   wb,          off,  ep,  y,
                hp,   t,  taps, mb, p->oh * p->ow, bias, relu || clip,
-               clip ? ep->act.alpha : 0.0f, clip ? ep->act.beta : INFINITY};
+               clip ? ep->act.alpha : 0.0f, clip ? ep->act.beta : INFINITY,
+               sizeof(float) * wbn <= 16384 ? 1 : ROWS_PER_PASS};
   kiln_parallel_for(pool, (size_t)(p->n * p->c * hp), fill_task, &d, 0);
   kiln_parallel_for(pool, (size_t)(p->n * p->oh), row_task, &d, 0);
   free(buf);
