@@ -193,7 +193,9 @@ kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv
                clip ? ep->act.alpha : 0.0f, clip ? ep->act.beta : INFINITY,
                sizeof(float) * wbn <= 16384 ? 1 : ROWS_PER_PASS};
   kiln_parallel_for(pool, (size_t)(p->n * p->c * hp), fill_task, &d, 0);
-  kiln_parallel_for(pool, (size_t)(p->n * p->oh), row_task, &d, 0);
+  /* rows taken a pass at a time from a shared counter: a thread slowed down (a busy core)
+   * leaves its rows to the others; every row's arithmetic is the same either way */
+  kiln_parallel_for(pool, (size_t)(p->n * p->oh), row_task, &d, ROWS_PER_PASS);
   free(buf);
   return KILN_OK;
 }
