@@ -6,10 +6,10 @@
  *    stride's phases (stride 2: even and odd columns). Tap (ky, kx) of output columns
  *    [ox, ox + 16) then reads 16 consecutive floats of one phase row: no gathers, no masks,
  *    no bounds (the padding is in the buffer). Its size is about that of the input.
- * 2. Each task computes one output row: blocks of 8 output channels times 1-3 vectors of 16
- *    output columns (up to 24 accumulators), every tap one load per vector and one broadcast
- *    weight per channel; then bias, residual and relu/clip in registers (other activations
- *    over the stored row).
+ * 2. Output rows, taken a few at a time by the threads, are computed in blocks of 8 output
+ *    channels times 1-3 vectors of 16 output columns (up to 24 accumulators), every tap one
+ *    load per vector and one broadcast weight per channel; then bias, residual and relu/clip
+ *    in registers (other activations over the stored row).
  *
  * Every output element sums its taps in the same order (input channel, ky, kx) whatever the
  * thread count or the tile it falls in, so the result does not depend on the threads.
