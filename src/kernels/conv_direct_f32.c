@@ -61,8 +61,10 @@ T512 static void fill_task(void *ctx, size_t begin, size_t end, int ti) {
   const dir_ctx *d = ctx;
   const kiln_conv2d_f32_params *p = d->p;
   for (size_t r = begin; r < end; r++) {
-    int64_t q = (int64_t)r / d->hp, iy = (int64_t)r % d->hp - p->pt; /* q = n * c + ci */
-    float *dst = d->xb + (int64_t)r * p->sw * d->t;
+    /* task index (n * hp + row) * c + ci: a thread fills about the rows it computes from */
+    int64_t nn = (int64_t)r / (d->hp * p->c), row = (int64_t)r / p->c % d->hp;
+    int64_t q = nn * p->c + (int64_t)r % p->c, iy = row - p->pt; /* q = n * c + ci */
+    float *dst = d->xb + (q * d->hp + row) * p->sw * d->t;
     if (iy < 0 || iy >= p->h) {
       memset(dst, 0, sizeof(float) * (size_t)(p->sw * d->t));
       continue;
