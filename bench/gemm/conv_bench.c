@@ -8,7 +8,8 @@
  * --cold: every call takes the next of enough weight copies (256 MiB in all) that the
  * weights come from memory, as in a network whose weights do not fit the caches.
  *
- * Prints the best and the median sample per call in ms and GFLOP/s of the best. Built by
+ * Shapes with few input channels (kiln_conv2d_f32_uses_direct) take the direct kernel in
+ * both rows. Prints the best and the median sample per call in ms and GFLOP/s of the best. Built by
  * build.sh next to gemm_bench. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include <time.h>
 
 #include "kernels/conv2d_f32.h"
+#include "kernels/conv_internal.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "runtime/threadpool.h"
@@ -78,8 +80,10 @@ int main(int argc, char **argv) {
     double flops = 2.0 * (double)kk * (double)ysz;
     clockid_t clk = threads > 1 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID;
     int calls = (int)(2e7 / flops) + 1;
-    printf("%s  C%ld %ldx%ld -> M%ld %ldx%ld k%ld s%ld  transposed path %s\n", argv[a], c, h, w, m,
-           p.oh, p.ow, k, s, kiln_conv2d_f32_uses_transposed(&p, isa) ? "chosen" : "not chosen");
+    printf("%s  C%ld %ldx%ld -> M%ld %ldx%ld k%ld s%ld  transposed path %s%s\n", argv[a], c, h, w,
+           m, p.oh, p.ow, k, s, kiln_conv2d_f32_uses_transposed(&p, isa) ? "chosen" : "not chosen",
+           kiln_conv2d_f32_uses_direct(&p, isa) ? "  (few input channels: direct kernel, both rows)"
+                                                : "");
     for (int use_res = 0; use_res < 2; use_res++) {
       kiln_conv2d_f32_epilogue ep = {bias, use_res ? res : NULL, {KILN_ACT_RELU, 0, 0}};
       double *t[2];

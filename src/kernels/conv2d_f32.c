@@ -26,40 +26,6 @@ typedef struct col_ctx {
   int isa;
 } col_ctx;
 
-#ifdef KILN_HAVE_X86_KERNELS
-/* One im2col row: d[ox] = src[ox * sw] for ox in [a, b), 0 elsewhere in [0, ow); sw 1 or 2.
- * Reads src[a * sw .. (b - 1) * sw] only. */
-T512 static void im2col_row_avx512(float *d, const float *src, int64_t a, int64_t b, int64_t ow,
-                                   int sw) {
-  const __m512 z = _mm512_setzero_ps();
-  for (int64_t i = 0; i < a; i += 16) {
-    int64_t n = a - i < 16 ? a - i : 16;
-    _mm512_mask_storeu_ps(d + i, (__mmask16)((1u << n) - 1), z);
-  }
-  if (sw == 1) {
-    int64_t i = a;
-    for (; i + 16 <= b; i += 16) _mm512_storeu_ps(d + i, _mm512_loadu_ps(src + i));
-    if (i < b) {
-      __mmask16 m = (__mmask16)((1u << (b - i)) - 1);
-      _mm512_mask_storeu_ps(d + i, m, _mm512_maskz_loadu_ps(m, src + i));
-    }
-  } else {
-    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    for (int64_t i = a; i < b; i += 16) {
-      int64_t n = b - i < 16 ? b - i : 16, e = 2 * n - 1; /* elements read: src[2i .. 2i+e) */
-      __mmask16 lo = (__mmask16)(e >= 16 ? 0xffffu : (1u << e) - 1);
-      __mmask16 hi = (__mmask16)(e <= 16 ? 0u : (1u << (e - 16)) - 1);
-      __m512 v0 = _mm512_maskz_loadu_ps(lo, src + 2 * i);
-      __m512 v1 = hi ? _mm512_maskz_loadu_ps(hi, src + 2 * i + 16) : z;
-      _mm512_mask_storeu_ps(d + i, (__mmask16)((1u << n) - 1), _mm512_permutex2var_ps(v0, ev, v1));
-    }
-  }
-  for (int64_t i = b; i < ow; i += 16) {
-    int64_t n = ow - i < 16 ? ow - i : 16;
-    _mm512_mask_storeu_ps(d + i, (__mmask16)((1u << n) - 1), z);
-  }
-}
-#endif
 
 static void im2col_task(void *ctx, size_t begin, size_t end, int ti) {
   (void)ti;
@@ -353,6 +319,9 @@ kiln_code kiln_conv2d_f32_ex2(kiln_threadpool *pool, int isa, const kiln_conv2d_
     free(u);
     return rc;
   }
+
+  if (kiln_conv2d_f32_uses_direct(p, isa)) /* few input channels: no im2col */
+    return kiln_conv2d_direct_f32(pool, isa, p, x, w, ep, y);
 
   int64_t kk = cg * p->kh * p->kw;
   /* Several threads split the 49 rows of C^T unevenly (30 + 19) and the write-back adds a

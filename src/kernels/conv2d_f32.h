@@ -10,6 +10,13 @@
  *   masked loads (lanes and rows outside the input read 0); kernels wider than 16 columns
  *   copy the plane into a per-thread zero-padded buffer first. Otherwise portable C over
  *   clamped column ranges. Bias, residual and relu/clip are applied in registers.
+ * - few input channels (at most 4, one group, x stride 1 or 2, output rows of 16 and more:
+ *   the first layer of CNNs) at AVX-512: a direct kernel (conv_direct_f32.c). The input is
+ *   copied once into a zero-padded buffer with each row split into the stride's phases, so
+ *   every tap reads 16 consecutive floats; each output row is computed in blocks of 8 output
+ *   channels x up to 3 vectors of 16 columns in registers, bias, residual and relu/clip
+ *   applied before the store. The im2col GEMM is short in K there (27, 147) and its copy costs
+ *   about as much as the multiplications.
  * - otherwise per (n, group, tile of output rows) a GEMM (kiln_gemm_f32_rows) of the weights
  *   with the input itself (1x1, stride 1, no padding) or with a row-wise im2col block
  *   (contiguous runs copied, strided ones gathered, padding zero-filled; about 512 KiB so it

@@ -91,6 +91,41 @@ T512 static inline void bias_res_act_avx512(float *y, int64_t n, float b, const 
 }
 #endif
 
+#ifdef KILN_HAVE_X86_KERNELS
+/* One im2col row: d[ox] = src[ox * sw] for ox in [a, b), 0 elsewhere in [0, ow); sw 1 or 2.
+ * Reads src[a * sw .. (b - 1) * sw] only. */
+T512 static inline void im2col_row_avx512(float *d, const float *src, int64_t a, int64_t b, int64_t ow,
+                                   int sw) {
+  const __m512 z = _mm512_setzero_ps();
+  for (int64_t i = 0; i < a; i += 16) {
+    int64_t n = a - i < 16 ? a - i : 16;
+    _mm512_mask_storeu_ps(d + i, (__mmask16)((1u << n) - 1), z);
+  }
+  if (sw == 1) {
+    int64_t i = a;
+    for (; i + 16 <= b; i += 16) _mm512_storeu_ps(d + i, _mm512_loadu_ps(src + i));
+    if (i < b) {
+      __mmask16 m = (__mmask16)((1u << (b - i)) - 1);
+      _mm512_mask_storeu_ps(d + i, m, _mm512_maskz_loadu_ps(m, src + i));
+    }
+  } else {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (int64_t i = a; i < b; i += 16) {
+      int64_t n = b - i < 16 ? b - i : 16, e = 2 * n - 1; /* elements read: src[2i .. 2i+e) */
+      __mmask16 lo = (__mmask16)(e >= 16 ? 0xffffu : (1u << e) - 1);
+      __mmask16 hi = (__mmask16)(e <= 16 ? 0u : (1u << (e - 16)) - 1);
+      __m512 v0 = _mm512_maskz_loadu_ps(lo, src + 2 * i);
+      __m512 v1 = hi ? _mm512_maskz_loadu_ps(hi, src + 2 * i + 16) : z;
+      _mm512_mask_storeu_ps(d + i, (__mmask16)((1u << n) - 1), _mm512_permutex2var_ps(v0, ev, v1));
+    }
+  }
+  for (int64_t i = b; i < ow; i += 16) {
+    int64_t n = ow - i < 16 ? ow - i : 16;
+    _mm512_mask_storeu_ps(d + i, (__mmask16)((1u << n) - 1), z);
+  }
+}
+#endif
+
 static inline void add_bias_res(int isa, float *y, int64_t n, float b, const float *r) {
 #ifdef KILN_HAVE_X86_KERNELS
   if (isa >= KILN_ISA_AVX512) {
@@ -106,5 +141,17 @@ static inline void add_bias_res(int isa, float *y, int64_t n, float b, const flo
  * stride and dilation; planes split over the pool. */
 void kiln_conv2d_dw_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
                         const float *x, const float *w, const kiln_conv2d_f32_epilogue *ep, float *y);
+
+/* 1 when p (one group, at most 4 input channels, x stride 1 or 2, a kernel larger than 1x1,
+ * output rows of 16 and more) is computed by kiln_conv2d_direct_f32 at ISA level isa
+ * (resolved): the first layers of CNNs, whose im2col GEMM is short in K (27, 147) and spends
+ * much of its time copying. */
+int kiln_conv2d_f32_uses_direct(const kiln_conv2d_f32_params *p, int isa);
+
+/* Direct convolution for kiln_conv2d_f32_uses_direct shapes (AVX-512; see conv_direct_f32.c).
+ * Parameters validated by the caller. */
+kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                                 const float *x, const float *w,
+                                 const kiln_conv2d_f32_epilogue *ep, float *y);
 
 #endif

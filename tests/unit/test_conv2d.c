@@ -6,7 +6,8 @@
  * weights transformed per call and beforehand (kiln_conv2d_f32_ex); its normwise relative error
  * max |y - ref| / max |ref| must stay within 1e-4. The transposed GEMM of small planes (W^T
  * packed, kiln_conv2d_f32_ex2) on fixed and random shapes; 1 and 2 threads give the same bytes
- * for the even tile split and the transposed path. (Conv and FusedConv nodes reach this kernel
+ * for the even tile split and the transposed path. The direct kernel for few input channels
+ * (stems) on fixed shapes with every epilogue, and through the random shapes. (Conv and FusedConv nodes reach this kernel
  * through src/ops/conv.c; the conformance and real-model tests cover that hook.) */
 #include <math.h>
 #include <stdint.h>
@@ -18,6 +19,7 @@
 #include "kernels/conv2d_f32.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
+#include "kernels/conv_internal.h"
 #include "kernels/winograd_f32.h"
 #include "runtime/threadpool.h"
 #include "testutil.h"
@@ -227,6 +229,43 @@ int main(void) {
         check_one(pools[t], isas[i], &p, 0, 1, relu);
         kiln_act clip = {KILN_ACT_CLIP, 0.0f, 6.0f};
         check_one(pools[t], isas[i], &p, 1, 0, clip); /* bias + clip (Relu6) in one pass */
+      }
+    }
+  }
+  /* the direct kernel for few input channels (kiln_conv2d_f32_uses_direct): stems, odd
+   * rows (vector tails), 1 to 8 vectors per row (3, 2 + 2, 3 + 2, 3 + 3 + 1 ...), channel
+   * counts off the block of 8, strides 1 and 2, dilation, asymmetric pads, batch 2 */
+  static const int64_t dir[][15] = {
+      /* n  c  h   w    m  kh kw sh sw dh dw pt pl pb pr */
+      {1, 3, 40, 45, 64, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3},     /* ResNet stem 7x7/2 */
+      {1, 3, 35, 67, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},     /* MobileNetV2 stem 3x3/2 */
+      {1, 3, 23, 223, 64, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0},    /* SqueezeNet conv1: 111 columns */
+      {2, 1, 9, 64, 13, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},      /* 1 channel, 4 vectors, m 13 */
+      {1, 4, 11, 80, 20, 5, 3, 1, 1, 1, 1, 2, 1, 0, 2},     /* 4 channels, 5 vectors, pads */
+      {1, 2, 12, 50, 9, 3, 3, 2, 1, 2, 2, 2, 0, 1, 3},      /* dilated, stride (2, 1) */
+      {1, 3, 8, 33, 4, 2, 3, 1, 2, 1, 1, 0, 1, 0, 0},       /* 16 columns exactly, m 4 */
+      {1, 3, 7, 260, 8, 1, 5, 3, 2, 1, 3, 0, 2, 0, 2},      /* 1x5 dilated, sh 3, 8 vectors */
+  };
+  for (size_t f = 0; f < sizeof dir / sizeof dir[0]; f++) {
+    const int64_t *v = dir[f];
+    kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], 1, v[5], v[6], v[7], v[8],
+                                v[9], v[10], v[11], v[12], 0, 0, 0};
+    CHECK(finish(&p, v[13], v[14]));
+    if (kiln_isa_resolve(KILN_ISA_AVX512) >= 0) CHECK(kiln_conv2d_f32_uses_direct(&p, KILN_ISA_AVX512));
+    CHECK(!kiln_conv2d_f32_uses_direct(&p, KILN_ISA_AVX2));
+    check_threads_equal(pools[1], &p);
+    for (int i = 0; i < 3; i++) {
+      if (kiln_isa_resolve(isas[i]) < 0) continue;
+      for (int t = 0; t < 2; t++) {
+        kiln_act none = {KILN_ACT_NONE, 0, 0}, relu = {KILN_ACT_RELU, 0, 0};
+        kiln_act clip = {KILN_ACT_CLIP, 0.0f, 6.0f}, hs = {KILN_ACT_HARD_SWISH, 0, 0};
+        kiln_act leaky = {KILN_ACT_LEAKY_RELU, 0.1f, 0};
+        check_one(pools[t], isas[i], &p, 0, 0, none);
+        check_one(pools[t], isas[i], &p, 1, 0, relu);
+        check_one(pools[t], isas[i], &p, 1, 0, clip);
+        check_one(pools[t], isas[i], &p, 1, 1, relu);
+        check_one(pools[t], isas[i], &p, 0, 1, hs);
+        check_one(pools[t], isas[i], &p, 1, 0, leaky);
       }
     }
   }

@@ -1,0 +1,218 @@
+/* Direct float32 convolution for few input channels (the first layer of CNNs: 3 -> 32/64,
+ * 7x7 or 3x3, stride 2). Their im2col GEMM is short in K (27, 147): the copy of the input
+ * into the im2col block costs about as much as the multiplications. Here instead:
+ *
+ * 1. The input is copied once into a zero-padded buffer whose rows are split into the x
+ *    stride's phases (stride 2: even and odd columns). Tap (ky, kx) of output columns
+ *    [ox, ox + 16) then reads 16 consecutive floats of one phase row: no gathers, no masks,
+ *    no bounds (the padding is in the buffer). Its size is about that of the input.
+ * 2. Output rows, a contiguous range per thread, are computed in blocks of 8 output
+ *    channels times 1-3 vectors of 16 output columns (up to 24 accumulators), every tap one
+ *    load per vector and one broadcast weight per channel; then bias, residual and relu/clip
+ *    in registers (other activations over the stored row).
+ *
+ * Every output element sums its taps in the same order (input channel, ky, kx) whatever the
+ * thread count or the tile it falls in, so the result does not depend on the threads.
+ * Weights are laid out per call ([m / 8][taps][8], zero-padded channels): m * taps floats,
+ * far less than the work. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/conv_internal.h"
+
+/* Channels per block: 8 broadcasts per tap against up to 3 input vectors. */
+enum { CB = 8, MAX_NS = 3 };
+
+int kiln_conv2d_f32_uses_direct(const kiln_conv2d_f32_params *p, int isa) {
+#ifdef KILN_HAVE_X86_KERNELS
+  return p && isa >= KILN_ISA_AVX512 && p->group == 1 && p->c <= 4 && p->sw <= 2 &&
+         p->kh * p->kw > 1 && p->ow >= 16 && p->m >= 4;
+#else
+  (void)p;
+  (void)isa;
+  return 0;
+#endif
+}
+
+#ifdef KILN_HAVE_X86_KERNELS
+
+typedef struct dir_ctx {
+  const kiln_conv2d_f32_params *p;
+  const float *x;
+  float *xb;           /* [n][c][hp][sw][t] */
+  const float *wb;     /* [mb][taps][CB] */
+  const int64_t *off;  /* per tap: its offset in xb from the image, row oy * sh, column ox */
+  const kiln_conv2d_f32_epilogue *ep;
+  float *y;
+  int64_t hp, t, taps, mb, ohw;
+  const float *bias; /* mb * CB values (zeros without a bias) */
+  bool clamp;        /* relu or clip: min(max(v, lo), hi) in registers (relu: hi = inf) */
+  float lo, hi;
+  int64_t rows_per_pass;
+} dir_ctx;
+
+/* Rows of the phase buffer: row r of channel plane q holds input row r - pt, phase ph at
+ * [ph * t, ph * t + t): element i is input column i * sw + ph - pl (0 outside). */
+T512 static void fill_task(void *ctx, size_t begin, size_t end, int ti) {
+  (void)ti;
+  const dir_ctx *d = ctx;
+  const kiln_conv2d_f32_params *p = d->p;
+  for (size_t r = begin; r < end; r++) {
+    /* task index (n * hp + row) * c + ci: a thread fills about the rows it computes from */
+    int64_t nn = (int64_t)r / (d->hp * p->c), row = (int64_t)r / p->c % d->hp;
+    int64_t q = nn * p->c + (int64_t)r % p->c, iy = row - p->pt; /* q = n * c + ci */
+    float *dst = d->xb + (q * d->hp + row) * p->sw * d->t;
+    if (iy < 0 || iy >= p->h) {
+      memset(dst, 0, sizeof(float) * (size_t)(p->sw * d->t));
+      continue;
+    }
+    const float *src = d->x + (q * p->h + iy) * p->w;
+    for (int64_t ph = 0; ph < p->sw; ph++) {
+      int64_t off = ph - p->pl, a, b;
+      col_range(off, p->sw, p->w, d->t, &a, &b);
+      if (a == b)
+        memset(dst + ph * d->t, 0, sizeof(float) * (size_t)d->t);
+      else
+        im2col_row_avx512(dst + ph * d->t, src + off, a, b, d->t, (int)p->sw);
+    }
+  }
+}
+
+/* Channels [co, co + nc) (nc <= CB) of output columns [ox, ox + 16 * NS) (the last vector
+ * masked by lm) of the row at y0 (channel co), from input xr (image, row oy * sh, column ox). */
+KILN_INLINE T512 void block_avx512(const dir_ctx *d, const float *xr, const float *wb, int NS,
+                                   __mmask16 lm, float *y0, int64_t co, int64_t nc,
+                                   const float *r0) {
+  __m512 acc[MAX_NS][CB];
+  for (int s = 0; s < NS; s++)
+    for (int c = 0; c < CB; c++) acc[s][c] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < d->taps; k++) {
+    const float *src = xr + d->off[k], *wk = wb + k * CB;
+    __m512 v[MAX_NS];
+    for (int s = 0; s < NS; s++) v[s] = _mm512_loadu_ps(src + 16 * s);
+    for (int c = 0; c < CB; c++) {
+      __m512 wv = _mm512_set1_ps(wk[c]);
+      for (int s = 0; s < NS; s++) acc[s][c] = _mm512_fmadd_ps(v[s], wv, acc[s][c]);
+    }
+  }
+  /* the epilogue from locals (stores to y could alias *d in the compiler's view) */
+  const float *bias = d->bias + co;
+  const bool clamp = d->clamp;
+  const __m512 lo = _mm512_set1_ps(d->lo), hi = _mm512_set1_ps(d->hi);
+  const int64_t ohw = d->ohw;
+  for (int c = 0; c < CB; c++) {
+    if (c >= nc) break;
+    __m512 vb = _mm512_set1_ps(bias[c]);
+    for (int s = 0; s < NS; s++) {
+      __mmask16 m = s == NS - 1 ? lm : (__mmask16)0xffff;
+      __m512 v = _mm512_add_ps(acc[s][c], vb);
+      if (r0) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r0 + c * ohw + 16 * s));
+      if (clamp) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+      _mm512_mask_storeu_ps(y0 + c * ohw + 16 * s, m, v);
+    }
+  }
+}
+
+/* Rows of output per pass over the channel blocks when the weights are large (7x7 stem: 37
+ * KiB; they and the input rows of one output row, 22 KiB, do not fit L1 together): one
+ * block's weights (taps * 8 floats) stay in L1 while these rows are computed, and the input
+ * rows of 4 output rows (stem: 41 KiB) about do too (measured 2% faster than 16 rows). Small
+ * weights (3x3: 7 KiB) stay in L1 anyway: then one row at a time, every block reading its
+ * input rows from L1 (measured 5-7% faster on 3x3 stems). */
+enum { ROWS_PER_PASS = 4 };
+
+/* Output row i (task index n * oh + oy), channel block b: the row in vectors of 16 columns
+ * taken 3 at a time (4 left: 2 + 2). */
+T512 static void row_block(const dir_ctx *d, int64_t i, int64_t b) {
+  const kiln_conv2d_f32_params *p = d->p;
+  const kiln_conv2d_f32_epilogue *ep = d->ep;
+  int64_t ohw = p->oh * p->ow, nv = (p->ow + 15) / 16;
+  __mmask16 tail = (__mmask16)(p->ow % 16 ? (1u << (p->ow % 16)) - 1 : 0xffffu);
+  int64_t nn = i / p->oh, oy = i % p->oh;
+  const float *xi = d->xb + nn * p->c * d->hp * p->sw * d->t + oy * p->sh * p->sw * d->t;
+  int64_t co = b * CB, nc = p->m - co < CB ? p->m - co : CB;
+  int64_t yo = (nn * p->m + co) * ohw + oy * p->ow;
+  const float *wb = d->wb + b * d->taps * CB;
+  for (int64_t v0 = 0; v0 < nv;) {
+    int64_t left = nv - v0, ns = left == 4 ? 2 : left < MAX_NS ? left : MAX_NS;
+    __mmask16 lm = v0 + ns == nv ? tail : (__mmask16)0xffff;
+    const float *xr = xi + 16 * v0, *r0 = ep->residual ? ep->residual + yo + 16 * v0 : NULL;
+    float *y0 = d->y + yo + 16 * v0;
+    if (ns == 3)
+      block_avx512(d, xr, wb, 3, lm, y0, co, nc, r0);
+    else if (ns == 2)
+      block_avx512(d, xr, wb, 2, lm, y0, co, nc, r0);
+    else
+      block_avx512(d, xr, wb, 1, lm, y0, co, nc, r0);
+    v0 += ns;
+  }
+  if (!act_inline(&ep->act))
+    for (int64_t c = 0; c < nc; c++)
+      kiln_f32_act(KILN_ISA_AVX512, d->y + yo + c * ohw, (size_t)p->ow, &ep->act);
+}
+
+/* Task index: an output row (n * oh + oy). */
+T512 static void row_task(void *ctx, size_t begin, size_t end, int ti) {
+  (void)ti;
+  const dir_ctx *d = ctx;
+  size_t pass = (size_t)d->rows_per_pass;
+  for (size_t i0 = begin; i0 < end; i0 += pass) {
+    size_t i1 = end - i0 < pass ? end : i0 + pass;
+    for (int64_t b = 0; b < d->mb; b++)
+      for (size_t i = i0; i < i1; i++) row_block(d, (int64_t)i, b);
+  }
+}
+
+kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                                 const float *x, const float *w,
+                                 const kiln_conv2d_f32_epilogue *ep, float *y) {
+  (void)isa;
+  int64_t taps = p->c * p->kh * p->kw, mb = (p->m + CB - 1) / CB;
+  /* buffer rows reach row (oh - 1) * sh + (kh - 1) * dh; phase rows reach element
+   * (vectors of the row) * 16 - 1 + (kw - 1) * dw / sw, and are whole cache lines from an
+   * aligned start, so the taps at phase offset 0 load without line splits (measured 2-8%) */
+  int64_t hp = (p->oh - 1) * p->sh + (p->kh - 1) * p->dh + 1;
+  int64_t t = ((p->ow + 15) / 16 * 16 + (p->kw - 1) * p->dw / p->sw + 1 + 15) / 16 * 16;
+  size_t xbn = (size_t)(p->n * p->c * hp * p->sw * t); /* t: 16 floats, so 8-aligned offsets */
+  size_t wbn = (size_t)(mb * taps * CB);
+  float *buf = kiln_malloc(sizeof(float) * (xbn + wbn + (size_t)(mb * CB) + 15) +
+                           sizeof(int64_t) * (size_t)taps);
+  if (!buf) return KILN_ERR_NOMEM;
+  float *xb = (float *)(void *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+  float *wb = xb + xbn, *bias = wb + wbn;
+  int64_t *off = (int64_t *)(void *)(bias + mb * CB);
+  for (int64_t co = 0; co < mb * CB; co++) bias[co] = ep->bias && co < p->m ? ep->bias[co] : 0.0f;
+  for (int64_t co = 0; co < mb * CB; co++)
+    for (int64_t k = 0; k < taps; k++)
+      wb[(co / CB * taps + k) * CB + co % CB] = co < p->m ? w[co * taps + k] : 0.0f;
+  int64_t kk = p->kh * p->kw;
+  for (int64_t k = 0; k < taps; k++) {
+    int64_t ci = k / kk, ky = k % kk / p->kw, kx = k % p->kw, j = kx * p->dw;
+    off[k] = ((ci * hp + ky * p->dh) * p->sw + j % p->sw) * t + j / p->sw;
+  }
+  bool relu = ep->act.kind == KILN_ACT_RELU, clip = ep->act.kind == KILN_ACT_CLIP;
+  dir_ctx d = {p,    x,  xb,   wb,          off,  ep,  y,
+               hp,   t,  taps, mb, p->oh * p->ow, bias, relu || clip,
+               clip ? ep->act.alpha : 0.0f, clip ? ep->act.beta : INFINITY,
+               sizeof(float) * wbn <= 16384 ? 1 : ROWS_PER_PASS};
+  kiln_parallel_for(pool, (size_t)(p->n * p->c * hp), fill_task, &d, 0);
+  /* one contiguous range of rows per thread: taken in passes from a shared counter, the
+   * rows interleave between the threads and measured 10-50% slower at 2 threads */
+  kiln_parallel_for(pool, (size_t)(p->n * p->oh), row_task, &d, 0);
+  free(buf);
+  return KILN_OK;
+}
+
+#else
+
+kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                                 const float *x, const float *w,
+                                 const kiln_conv2d_f32_epilogue *ep, float *y) {
+  (void)pool, (void)isa, (void)p, (void)x, (void)w, (void)ep, (void)y;
+  return KILN_ERR_INVALID_ARG;
+}
+
+#endif
