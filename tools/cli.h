@@ -21,6 +21,10 @@ typedef struct cli_dims {
   int64_t values[32];
 } cli_dims;
 
+/* A whole decimal number in [lo, hi]; returns 0 on success. */
+int cli_parse_long(const char *s, long lo, long hi, long *out);
+/* Print "kiln CMD: <message>" and a pointer to --help on stderr; returns CLI_USAGE. */
+__attribute__((format(printf, 2, 3))) int cli_usage_error(const char *cmd, const char *fmt, ...);
 /* Parse NAME=VALUE into dims; returns 0 on success. */
 int cli_parse_dim(cli_dims *d, const char *arg);
 /* Build the feed for every session input: from --inputs DIR, --input NAME=FILE, or random

@@ -81,16 +81,6 @@ static long long peak_rss_bytes(void) {
   return (long long)ru.ru_maxrss * 1024; /* Linux reports kilobytes */
 }
 
-/* A whole decimal number in [lo, hi]; returns 0 on success. */
-static int parse_long(const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (!*s || *end || errno || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
-}
-
 static int parse_batches(const char *s, bench_args *a) {
   a->n_batches = 0;
   for (const char *p = s;; p++) {
@@ -100,7 +90,7 @@ static int parse_batches(const char *s, bench_args *a) {
     if (!len || len >= sizeof tok || a->n_batches == MAX_BATCHES) return -1;
     memcpy(tok, p, len);
     tok[len] = 0;
-    if (parse_long(tok, 1, 1L << 30, &v)) return -1;
+    if (cli_parse_long(tok, 1, 1L << 30, &v)) return -1;
     a->batches[a->n_batches++] = v;
     p += len;
     if (!*p) return 0;
@@ -424,16 +414,6 @@ static void print_report(FILE *f, const bench_args *a, double load_ms, long long
   }
 }
 
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "kiln bench: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n(kiln bench --help for usage)\n");
-  va_end(ap);
-  return CLI_USAGE;
-}
-
 static int takes_value(const char *o) {
   static const char *const opts[] = {"--inputs", "--input", "--dim", "--batch", "--warmup", "--repeat",
                                      "--threads", "--level", "--seed", "--json"};
@@ -461,37 +441,37 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     } else if (o[0] != '-' && !a->model) {
       a->model = o;
     } else if (o[0] != '-') {
-      return usage_error("unexpected argument '%s'", o);
+      return cli_usage_error("bench", "unexpected argument '%s'", o);
     } else if (!v || !takes_value(o)) {
-      return usage_error(takes_value(o) ? "%s needs a value" : "unknown option '%s'", o);
+      return cli_usage_error("bench", takes_value(o) ? "%s needs a value" : "unknown option '%s'", o);
     } else if (!strcmp(o, "--inputs")) {
       a->inputs_dir = argv[++i];
     } else if (!strcmp(o, "--input")) {
-      if (a->n_input_args == MAX_INPUT_ARGS) return usage_error("too many --input options (%s)", v);
-      if (!strchr(v, '=') || v[0] == '=') return usage_error("--input expects NAME=FILE, got '%s'", v);
+      if (a->n_input_args == MAX_INPUT_ARGS) return cli_usage_error("bench", "too many --input options (%s)", v);
+      if (!strchr(v, '=') || v[0] == '=') return cli_usage_error("bench", "--input expects NAME=FILE, got '%s'", v);
       a->input_args[a->n_input_args++] = argv[++i];
     } else if (!strcmp(o, "--dim")) {
-      if (cli_parse_dim(&a->dims, v)) return usage_error("--dim expects NAME=VALUE, got '%s'", v);
+      if (cli_parse_dim(&a->dims, v)) return cli_usage_error("bench", "--dim expects NAME=VALUE, got '%s'", v);
       i++;
     } else if (!strcmp(o, "--batch")) {
-      if (parse_batches(v, a)) return usage_error("--batch expects positive sizes like 1,4,16, got '%s'", v);
+      if (parse_batches(v, a)) return cli_usage_error("bench", "--batch expects positive sizes like 1,4,16, got '%s'", v);
       i++;
     } else if (!strcmp(o, "--warmup")) {
-      if (parse_long(v, 0, 1000000000L, &a->warmup)) return usage_error("--warmup expects a count >= 0, got '%s'", v);
+      if (cli_parse_long(v, 0, 1000000000L, &a->warmup)) return cli_usage_error("bench", "--warmup expects a count >= 0, got '%s'", v);
       i++;
     } else if (!strcmp(o, "--repeat")) {
-      if (parse_long(v, 1, 100000000L, &a->repeat)) return usage_error("--repeat expects a count >= 1, got '%s'", v);
+      if (cli_parse_long(v, 1, 100000000L, &a->repeat)) return cli_usage_error("bench", "--repeat expects a count >= 1, got '%s'", v);
       i++;
     } else if (!strcmp(o, "--threads")) {
-      if (parse_long(v, 0, 4096, &n)) return usage_error("--threads expects a count >= 0, got '%s'", v);
+      if (cli_parse_long(v, 0, 4096, &n)) return cli_usage_error("bench", "--threads expects a count >= 0, got '%s'", v);
       a->opts.threads = (int)n;
       i++;
     } else if (!strcmp(o, "--level")) {
-      if (parse_long(v, 0, 2, &n)) return usage_error("--level expects 0, 1 or 2, got '%s'", v);
+      if (cli_parse_long(v, 0, 2, &n)) return cli_usage_error("bench", "--level expects 0, 1 or 2, got '%s'", v);
       a->opts.opt_level = (int)n;
       i++;
     } else if (!strcmp(o, "--seed")) {
-      if (parse_long(v, 0, 0x7fffffffL, &a->seed)) return usage_error("--seed expects a number >= 0, got '%s'", v);
+      if (cli_parse_long(v, 0, 0x7fffffffL, &a->seed)) return cli_usage_error("bench", "--seed expects a number >= 0, got '%s'", v);
       i++;
     } else if (!strcmp(o, "--json")) {
       a->json = argv[++i];

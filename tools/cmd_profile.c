@@ -125,25 +125,6 @@ static double fma_peak_gflops(void) {
 #endif
 }
 
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "kiln profile: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n(kiln profile --help for usage)\n");
-  va_end(ap);
-  return CLI_USAGE;
-}
-
-static int parse_long(const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (!*s || *end || errno || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
-}
-
 static int parse_args(int argc, char **argv, prof_args *a) {
   memset(a, 0, sizeof *a);
   a->warmup = 3;
@@ -166,23 +147,23 @@ static int parse_args(int argc, char **argv, prof_args *a) {
     } else if (o[0] != '-' && !a->model) {
       a->model = o;
     } else if (o[0] != '-') {
-      return usage_error("unexpected argument '%s'", o);
+      return cli_usage_error("profile", "unexpected argument '%s'", o);
     } else if (!takes || !v) {
-      return usage_error(takes ? "%s needs a value" : "unknown option '%s'", o);
+      return cli_usage_error("profile", takes ? "%s needs a value" : "unknown option '%s'", o);
     } else if (!strcmp(o, "--inputs")) {
       a->inputs_dir = argv[++i];
     } else if (!strcmp(o, "--input")) {
-      if (a->n_input_args == MAX_INPUT_ARGS) return usage_error("too many --input options (%s)", v);
-      if (!strchr(v, '=') || v[0] == '=') return usage_error("--input expects NAME=FILE, got '%s'", v);
+      if (a->n_input_args == MAX_INPUT_ARGS) return cli_usage_error("profile", "too many --input options (%s)", v);
+      if (!strchr(v, '=') || v[0] == '=') return cli_usage_error("profile", "--input expects NAME=FILE, got '%s'", v);
       a->input_args[a->n_input_args++] = argv[++i];
     } else if (!strcmp(o, "--dim")) {
-      if (cli_parse_dim(&a->dims, argv[++i])) return usage_error("--dim expects NAME=VALUE, got '%s'", v);
+      if (cli_parse_dim(&a->dims, argv[++i])) return cli_usage_error("profile", "--dim expects NAME=VALUE, got '%s'", v);
     } else if (!strcmp(o, "--json")) {
       a->json = argv[++i];
     } else {
       long lo = !strcmp(o, "--repeat") || !strcmp(o, "--top") ? 1 : 0;
       long hi = !strcmp(o, "--level") ? 2 : !strcmp(o, "--threads") ? 4096 : 100000000L;
-      if (parse_long(v, lo, hi, &n)) return usage_error("%s expects a number in [%ld, %ld], got '%s'", o, lo, hi, v);
+      if (cli_parse_long(v, lo, hi, &n)) return cli_usage_error("profile", "%s expects a number in [%ld, %ld], got '%s'", o, lo, hi, v);
       i++;
       if (!strcmp(o, "--warmup")) a->warmup = n;
       else if (!strcmp(o, "--repeat")) a->repeat = n;

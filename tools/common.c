@@ -1,3 +1,4 @@
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -215,4 +216,23 @@ void cli_print_value(FILE *f, const char *name, const kiln_tensor *v) {
   fprintf(f, n > 6 ? ", ...]" : "]");
   if (n > 1) fprintf(f, "  min %.6g max %.6g (at %lld) mean %.6g", mn, mx, (long long)arg, sum / (double)n);
   fprintf(f, "\n");
+}
+
+int cli_parse_long(const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (!*s || *end || errno || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "kiln %s: ", cmd);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n(kiln %s --help for usage)\n", cmd);
+  va_end(ap);
+  return CLI_USAGE;
 }

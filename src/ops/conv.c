@@ -417,16 +417,23 @@ typedef struct wino_weights {
   float u[];          /* kiln_wino_f32_weights_size_tile(e, m, c) floats */
 } wino_weights;
 
-/* The transformed weights of this node when W is an initializer (or folded constant): made on
- * first use and published with a compare-and-swap (a losing thread frees its own); NULL
- * otherwise (W computed or fed, no memory, the state taken by something else). */
-static const float *node_wino_weights(kiln_kctx *c, const kiln_tensor *w, const kiln_conv2d_f32_params *p) {
-  kiln_node *n = (kiln_node *)(uintptr_t)c->node; /* node state is runtime cache */
+/* The node running c when its weight input w is an initializer (so per-node caches derived
+ * from it stay valid), else NULL. Node state is runtime cache, hence the cast. */
+static kiln_node *node_of_const_weight(kiln_kctx *c, const kiln_tensor *w) {
+  kiln_node *n = (kiln_node *)(uintptr_t)c->node;
   const kiln_frame *f = c->frame;
   if (!n || !f || !f->g || n->n_in < 2 || n->in[1] < 0 || (size_t)n->in[1] >= f->g->n_values)
     return NULL;
   const kiln_tensor *init = f->g->values[n->in[1]].init;
-  if (!init || init->data != w->data) return NULL;
+  return init && init->data == w->data ? n : NULL;
+}
+
+/* The transformed weights of this node when W is an initializer (or folded constant): made on
+ * first use and published with a compare-and-swap (a losing thread frees its own); NULL
+ * otherwise (W computed or fed, no memory, the state taken by something else). */
+static const float *node_wino_weights(kiln_kctx *c, const kiln_tensor *w, const kiln_conv2d_f32_params *p) {
+  kiln_node *n = node_of_const_weight(c, w);
+  if (!n) return NULL;
   wino_weights *ww = __atomic_load_n((wino_weights **)&n->state, __ATOMIC_ACQUIRE);
   if (!ww) {
     int e = kiln_wino_f32_tile(p); /* the weights say which; a later shape may run them too */
@@ -469,12 +476,8 @@ static void packed_wt_free(void *v) {
  * something else, another ISA level). */
 static const kiln_gemm_packed_b *node_packed_wt(kiln_kctx *c, const kiln_tensor *w,
                                                 const kiln_conv2d_f32_params *p, int isa) {
-  kiln_node *n = (kiln_node *)(uintptr_t)c->node; /* node state is runtime cache */
-  const kiln_frame *f = c->frame;
-  if (!n || !f || !f->g || n->n_in < 2 || n->in[1] < 0 || (size_t)n->in[1] >= f->g->n_values)
-    return NULL;
-  const kiln_tensor *init = f->g->values[n->in[1]].init;
-  if (!init || init->data != w->data) return NULL;
+  kiln_node *n = node_of_const_weight(c, w);
+  if (!n) return NULL;
   packed_wt *pw = __atomic_load_n((packed_wt **)&n->state, __ATOMIC_ACQUIRE);
   if (!pw) {
     size_t kk = (size_t)(p->c * p->kh * p->kw);

@@ -24,15 +24,6 @@
 #include "runtime/threadpool.h"
 #include "testutil.h"
 
-static uint64_t g_rng = 0x243f6a8885a308d3ull;
-static uint32_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return (uint32_t)(g_rng >> 11);
-}
-static float frand(void) { return (float)((double)rnd() / 2147483648.0 - 1.0); }
-static int64_t rint_in(int64_t lo, int64_t hi) { return lo + (int64_t)(rnd() % (uint32_t)(hi - lo + 1)); }
 
 static void reference(const kiln_conv2d_f32_params *p, const float *x, const float *w,
                       const kiln_conv2d_f32_epilogue *ep, float *y) {
@@ -70,10 +61,10 @@ static int check_one(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_param
   float *x = malloc(sizeof(float) * (size_t)(xn + 1)), *w = malloc(sizeof(float) * (size_t)(wn + 1));
   float *b = malloc(sizeof(float) * (size_t)(p->m + 1)), *r = malloc(sizeof(float) * (size_t)(yn + 1));
   float *y = malloc(sizeof(float) * (size_t)(yn + 1)), *ref = malloc(sizeof(float) * (size_t)(yn + 1));
-  for (int64_t i = 0; i < xn; i++) x[i] = frand();
-  for (int64_t i = 0; i < wn; i++) w[i] = frand();
-  for (int64_t i = 0; i < p->m; i++) b[i] = frand();
-  for (int64_t i = 0; i < yn; i++) r[i] = frand(), y[i] = NAN;
+  for (int64_t i = 0; i < xn; i++) x[i] = kt_frand();
+  for (int64_t i = 0; i < wn; i++) w[i] = kt_frand();
+  for (int64_t i = 0; i < p->m; i++) b[i] = kt_frand();
+  for (int64_t i = 0; i < yn; i++) r[i] = kt_frand(), y[i] = NAN;
   kiln_conv2d_f32_epilogue ep = {with_bias ? b : NULL, with_res ? r : NULL, act};
   reference(p, x, w, &ep, ref);
   float *u = NULL;
@@ -137,10 +128,10 @@ static void check_threads_equal(kiln_threadpool *pool2, const kiln_conv2d_f32_pa
   float *x = malloc(sizeof(float) * (size_t)xn), *w = malloc(sizeof(float) * (size_t)wn);
   float *b = malloc(sizeof(float) * (size_t)p->m), *r = malloc(sizeof(float) * (size_t)yn);
   float *y1 = malloc(sizeof(float) * (size_t)yn), *y2 = malloc(sizeof(float) * (size_t)yn);
-  for (int64_t i = 0; i < xn; i++) x[i] = frand();
-  for (int64_t i = 0; i < wn; i++) w[i] = frand();
-  for (int64_t i = 0; i < p->m; i++) b[i] = frand();
-  for (int64_t i = 0; i < yn; i++) r[i] = frand();
+  for (int64_t i = 0; i < xn; i++) x[i] = kt_frand();
+  for (int64_t i = 0; i < wn; i++) w[i] = kt_frand();
+  for (int64_t i = 0; i < p->m; i++) b[i] = kt_frand();
+  for (int64_t i = 0; i < yn; i++) r[i] = kt_frand();
   kiln_conv2d_f32_epilogue ep = {b, r, {KILN_ACT_RELU, 0, 0}};
   int isa = kiln_isa_resolve(KILN_ISA_AUTO);
   kiln_gemm_packed_b *wt = NULL;
@@ -170,7 +161,7 @@ static int finish(kiln_conv2d_f32_params *p, int64_t pb, int64_t pr) {
 
 static kiln_act random_act(void) {
   kiln_act a = {KILN_ACT_NONE, 0, 0};
-  switch (rnd() % 5) {
+  switch (kt_rand() % 5) {
     case 1: a.kind = KILN_ACT_RELU; break;
     case 2: a.kind = KILN_ACT_CLIP; a.alpha = 0.0f; a.beta = 6.0f; break;
     case 3: a.kind = KILN_ACT_LEAKY_RELU; a.alpha = 0.1f; break;
@@ -181,6 +172,7 @@ static kiln_act random_act(void) {
 }
 
 int main(void) {
+  kt_rng = 0x243f6a8885a308d3ull; /* this test's data */
   kiln_threadpool *pools[2] = {NULL, kiln_threadpool_create(2)};
   int isas[3] = {KILN_ISA_SCALAR, KILN_ISA_AVX2, KILN_ISA_AVX512};
   /* fixed layers of the target networks (shrunk where large) */
@@ -352,42 +344,42 @@ int main(void) {
   for (int it = 0; it < 400; it++) {
     kiln_conv2d_f32_params p;
     memset(&p, 0, sizeof p);
-    int kind = (int)(rnd() % 4); /* 0 general, 1 depthwise, 2 grouped, 3 1x1 */
-    p.n = rint_in(1, 2);
+    int kind = (int)(kt_rand() % 4); /* 0 general, 1 depthwise, 2 grouped, 3 1x1 */
+    p.n = kt_rand_in(1, 2);
     p.group = 1;
-    int64_t cg = rint_in(1, 9), mg = rint_in(1, 9);
+    int64_t cg = kt_rand_in(1, 9), mg = kt_rand_in(1, 9);
     if (kind == 1) {
-      p.group = rint_in(1, 12);
+      p.group = kt_rand_in(1, 12);
       cg = 1;
-      mg = rnd() % 3 ? 1 : rint_in(1, 3);
+      mg = kt_rand() % 3 ? 1 : kt_rand_in(1, 3);
     } else if (kind == 2) {
-      p.group = rint_in(2, 4);
+      p.group = kt_rand_in(2, 4);
     }
     p.c = cg * p.group;
     p.m = mg * p.group;
-    p.h = rint_in(1, 23);
-    p.w = rint_in(1, 41);
-    p.kh = kind == 3 ? 1 : rint_in(1, 5);
-    p.kw = kind == 3 ? 1 : rint_in(1, 5);
-    p.sh = rint_in(1, 3);
-    p.sw = rint_in(1, 3);
-    p.dh = rnd() % 4 ? 1 : rint_in(2, 3);
-    p.dw = rnd() % 4 ? 1 : rint_in(2, 3);
+    p.h = kt_rand_in(1, 23);
+    p.w = kt_rand_in(1, 41);
+    p.kh = kind == 3 ? 1 : kt_rand_in(1, 5);
+    p.kw = kind == 3 ? 1 : kt_rand_in(1, 5);
+    p.sh = kt_rand_in(1, 3);
+    p.sw = kt_rand_in(1, 3);
+    p.dh = kt_rand() % 4 ? 1 : kt_rand_in(2, 3);
+    p.dw = kt_rand() % 4 ? 1 : kt_rand_in(2, 3);
     int64_t pb = 0, pr = 0;
-    if (kind != 3 || rnd() % 2) {
-      p.pt = rint_in(0, 3);
-      p.pl = rint_in(0, 3);
-      pb = rint_in(0, 3);
-      pr = rint_in(0, 3);
+    if (kind != 3 || kt_rand() % 2) {
+      p.pt = kt_rand_in(0, 3);
+      p.pl = kt_rand_in(0, 3);
+      pb = kt_rand_in(0, 3);
+      pr = kt_rand_in(0, 3);
     }
-    if (kind == 3 && rnd() % 2) p.sh = p.sw = 1;
+    if (kind == 3 && kt_rand() % 2) p.sh = p.sw = 1;
     if (!finish(&p, pb, pr)) continue;
-    int isa = isas[rnd() % 3];
+    int isa = isas[kt_rand() % 3];
     if (kiln_isa_resolve(isa) < 0) isa = KILN_ISA_AUTO;
-    p.winograd = (int)(rnd() % 2); /* forced where it applies (3x3 stride 1 group 1) */
-    g_use_wu = (int)(rnd() % 2);
-    g_use_wt = (int)(rnd() % 2);
-    check_one(pools[rnd() % 2], isa, &p, (int)(rnd() % 2), (int)(rnd() % 2), random_act());
+    p.winograd = (int)(kt_rand() % 2); /* forced where it applies (3x3 stride 1 group 1) */
+    g_use_wu = (int)(kt_rand() % 2);
+    g_use_wt = (int)(kt_rand() % 2);
+    check_one(pools[kt_rand() % 2], isa, &p, (int)(kt_rand() % 2), (int)(kt_rand() % 2), random_act());
   }
   g_use_wu = 0;
   g_use_wt = 0;

@@ -18,15 +18,6 @@
 #include "runtime/threadpool.h"
 #include "testutil.h"
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return (uint32_t)(g_rng >> 11);
-}
-static float frand(void) { return (float)((double)rnd() / 2147483648.0 - 1.0); }
-static int64_t rint_in(int64_t lo, int64_t hi) { return lo + (int64_t)(rnd() % (uint32_t)(hi - lo + 1)); }
 
 static void reference(const kiln_conv2d_f32_params *p, const float *x, const float *w,
                       const kiln_conv2d_f32_epilogue *ep, float *y) {
@@ -59,10 +50,10 @@ static void check(kiln_threadpool *pool2, int isa, const kiln_conv2d_f32_params 
   float *b = malloc(sizeof(float) * (size_t)(p->m + 1)), *r = malloc(sizeof(float) * (size_t)(yn + 1));
   float *y1 = malloc(sizeof(float) * (size_t)(yn + 1)), *y2 = malloc(sizeof(float) * (size_t)(yn + 1));
   float *ref = malloc(sizeof(float) * (size_t)(yn + 1));
-  for (int64_t i = 0; i < xn; i++) x[i] = frand() * 4;
-  for (int64_t i = 0; i < wn; i++) w[i] = frand();
-  for (int64_t i = 0; i < p->m; i++) b[i] = frand();
-  for (int64_t i = 0; i < yn; i++) r[i] = frand(), y1[i] = y2[i] = NAN;
+  for (int64_t i = 0; i < xn; i++) x[i] = kt_frand() * 4;
+  for (int64_t i = 0; i < wn; i++) w[i] = kt_frand();
+  for (int64_t i = 0; i < p->m; i++) b[i] = kt_frand();
+  for (int64_t i = 0; i < yn; i++) r[i] = kt_frand(), y1[i] = y2[i] = NAN;
   kiln_conv2d_f32_epilogue ep = {with_bias ? b : NULL, with_res ? r : NULL, act};
   reference(p, x, w, &ep, ref);
   CHECK(kiln_conv2d_f32(NULL, isa, p, x, w, &ep, y1) == KILN_OK);
@@ -112,6 +103,7 @@ static kiln_act act_of(int k) {
 }
 
 int main(void) {
+  kt_rng = 0x9e3779b97f4a7c15ull; /* this test's data */
   kiln_threadpool *pool2 = kiln_threadpool_create(2);
   int isas[3] = {KILN_ISA_SCALAR, KILN_ISA_AVX2, KILN_ISA_AVX512};
   kiln_conv2d_f32_params p;
@@ -149,13 +141,13 @@ int main(void) {
   }
   /* random shapes, mostly 3x3 */
   for (int it = 0; it < 300; it++) {
-    int64_t k = rnd() % 4 ? 3 : rint_in(1, 5), d = rnd() % 5 ? 1 : 2;
-    if (!shape(&p, rint_in(1, 2), rint_in(1, 9), rint_in(1, 3), rint_in(1, 30), rint_in(1, 70), k,
-               rint_in(1, 2), rint_in(1, 2), d, rint_in(0, 2), rint_in(0, 2), rint_in(0, 2), rint_in(0, 2)))
+    int64_t k = kt_rand() % 4 ? 3 : kt_rand_in(1, 5), d = kt_rand() % 5 ? 1 : 2;
+    if (!shape(&p, kt_rand_in(1, 2), kt_rand_in(1, 9), kt_rand_in(1, 3), kt_rand_in(1, 30), kt_rand_in(1, 70), k,
+               kt_rand_in(1, 2), kt_rand_in(1, 2), d, kt_rand_in(0, 2), kt_rand_in(0, 2), kt_rand_in(0, 2), kt_rand_in(0, 2)))
       continue;
-    int isa = isas[rnd() % 3];
+    int isa = isas[kt_rand() % 3];
     if (kiln_isa_resolve(isa) < 0) isa = KILN_ISA_AUTO;
-    check(pool2, isa, &p, (int)(rnd() % 2), (int)(rnd() % 2), act_of((int)(rnd() % 4)));
+    check(pool2, isa, &p, (int)(kt_rand() % 2), (int)(kt_rand() % 2), act_of((int)(kt_rand() % 4)));
   }
   printf("test_dwconv: %d cases\n", g_cases);
   kiln_threadpool_free(pool2);

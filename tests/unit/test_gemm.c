@@ -12,15 +12,7 @@
 #include "runtime/threadpool.h"
 #include "testutil.h"
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return (uint32_t)(g_rng >> 11);
-}
-static float frand(void) { return (float)((double)rnd() / 2147483648.0 - 1.0); } /* [-1, 1) */
-static size_t pick(const size_t *v, size_t n) { return v[rnd() % n]; }
+static size_t pick(const size_t *v, size_t n) { return v[kt_rand() % n]; }
 
 static double ref_act(double x, const kiln_act *a) {
   switch (a->kind) {
@@ -42,7 +34,7 @@ static double ref_act(double x, const kiln_act *a) {
 
 static kiln_act random_act(void) {
   kiln_act a;
-  a.kind = (kiln_act_kind)(rnd() % KILN_ACT_COUNT);
+  a.kind = (kiln_act_kind)(kt_rand() % KILN_ACT_COUNT);
   a.alpha = 0.1f;
   a.beta = 0.0f;
   if (a.kind == KILN_ACT_CLIP) {
@@ -61,7 +53,7 @@ static kiln_act random_act(void) {
 static float *make_mat(size_t rows, size_t cols, size_t ld) {
   float *m = malloc((rows * ld + 1) * sizeof(float));
   for (size_t i = 0; i < rows; i++)
-    for (size_t j = 0; j < ld; j++) m[i * ld + j] = j < cols ? frand() : NAN;
+    for (size_t j = 0; j < ld; j++) m[i * ld + j] = j < cols ? kt_frand() : NAN;
   return m;
 }
 
@@ -81,13 +73,13 @@ static int g_case_fail_budget = 20;
 static int run_case(const gcase *g, int isa, kiln_threadpool *pool, float **out) {
   size_t M = g->M, N = g->N, K = g->K;
   size_t ar = g->ta ? K : M, ac = g->ta ? M : K, br = g->tb ? N : K, bc = g->tb ? K : N;
-  uint64_t seed = g_rng;
+  uint64_t seed = kt_rng;
   float *A = make_mat(ar, ac, g->lda), *B = make_mat(br, bc, g->ldb);
   float *C0 = make_mat(M, N, g->ldc), *R = make_mat(M, N, g->ldr);
   float *bias = make_mat(1, N, N), *brow = make_mat(1, M, M);
   if (g->scale)
     for (size_t i = 0; i < ar * g->lda; i++) A[i] *= 8.0f;
-  g_rng = seed; /* every (isa, threads) run of a case sees the same data */
+  kt_rng = seed; /* every (isa, threads) run of a case sees the same data */
   float *C = malloc((M * g->ldc + 1) * sizeof(float));
   for (size_t i = 0; i < M * g->ldc; i++) {
     int pad = i % g->ldc >= N;
@@ -181,27 +173,27 @@ static gcase random_case(size_t max_dim, int epilogues) {
   gcase g;
   memset(&g, 0, sizeof g);
   size_t nd = sizeof dims / sizeof dims[0];
-  g.M = rnd() % 4 ? pick(dims, nd) : 1 + rnd() % max_dim;
-  g.N = rnd() % 4 ? pick(dims, nd) : 1 + rnd() % max_dim;
-  g.K = rnd() % 4 ? pick(dims, nd) : 1 + rnd() % max_dim;
-  g.ta = (int)(rnd() % 2);
-  g.tb = (int)(rnd() % 2);
-  g.lda = (g.ta ? g.M : g.K) + (rnd() % 3 == 0 ? rnd() % 5 : 0);
-  g.ldb = (g.tb ? g.K : g.N) + (rnd() % 3 == 0 ? rnd() % 5 : 0);
-  g.ldc = g.N + (rnd() % 3 == 0 ? rnd() % 5 : 0);
-  g.ldr = g.N + rnd() % 3;
+  g.M = kt_rand() % 4 ? pick(dims, nd) : 1 + kt_rand() % max_dim;
+  g.N = kt_rand() % 4 ? pick(dims, nd) : 1 + kt_rand() % max_dim;
+  g.K = kt_rand() % 4 ? pick(dims, nd) : 1 + kt_rand() % max_dim;
+  g.ta = (int)(kt_rand() % 2);
+  g.tb = (int)(kt_rand() % 2);
+  g.lda = (g.ta ? g.M : g.K) + (kt_rand() % 3 == 0 ? kt_rand() % 5 : 0);
+  g.ldb = (g.tb ? g.K : g.N) + (kt_rand() % 3 == 0 ? kt_rand() % 5 : 0);
+  g.ldc = g.N + (kt_rand() % 3 == 0 ? kt_rand() % 5 : 0);
+  g.ldr = g.N + kt_rand() % 3;
   static const float alphas[] = {1.0f, 1.0f, 0.5f, -2.0f};
   static const float betas[] = {0.0f, 0.0f, 1.0f, 0.25f};
-  g.alpha = alphas[rnd() % 4];
-  g.beta = betas[rnd() % 4];
-  g.prepack = rnd() % 3 == 0;
-  if (epilogues && rnd() % 2) {
-    g.use_bias = (int)(rnd() % 2);
-    g.use_brow = (int)(rnd() % 2);
-    g.use_res = (int)(rnd() % 2);
-    g.res_after = (int)(rnd() % 2);
+  g.alpha = alphas[kt_rand() % 4];
+  g.beta = betas[kt_rand() % 4];
+  g.prepack = kt_rand() % 3 == 0;
+  if (epilogues && kt_rand() % 2) {
+    g.use_bias = (int)(kt_rand() % 2);
+    g.use_brow = (int)(kt_rand() % 2);
+    g.use_res = (int)(kt_rand() % 2);
+    g.res_after = (int)(kt_rand() % 2);
     g.act = random_act();
-    g.scale = rnd() % 2; /* spread values over the activations' interesting ranges */
+    g.scale = kt_rand() % 2; /* spread values over the activations' interesting ranges */
   }
   return g;
 }
@@ -210,12 +202,12 @@ static gcase random_case(size_t max_dim, int epilogues) {
  * bitwise equal (the partition never changes an element's arithmetic). */
 static int run_everywhere(const gcase *g, kiln_threadpool *pool2) {
   int ok = 1;
-  uint64_t seed = g_rng;
+  uint64_t seed = kt_rng;
   for (int isa = KILN_ISA_SCALAR; isa <= (int)kiln_cpu_isa_max(); isa++) {
     float *c1 = NULL, *c2 = NULL;
-    g_rng = seed;
+    kt_rng = seed;
     ok &= run_case(g, isa, NULL, &c1);
-    g_rng = seed;
+    kt_rng = seed;
     ok &= run_case(g, isa, pool2, &c2);
     if (memcmp(c1, c2, g->M * g->ldc * sizeof(float)) != 0) {
       int same = 1; /* NaN-aware compare, in case an element is NaN in both */
@@ -227,8 +219,8 @@ static int run_everywhere(const gcase *g, kiln_threadpool *pool2) {
     free(c1);
     free(c2);
   }
-  g_rng = seed;
-  rnd();
+  kt_rng = seed;
+  kt_rand();
   return ok;
 }
 
@@ -285,7 +277,7 @@ static void test_small_blocking(kiln_threadpool *pool2) {
   kiln_gemm_blocking saved[KILN_ISA_LEVELS];
   for (int isa = KILN_ISA_SCALAR; isa <= (int)kiln_cpu_isa_max(); isa++) {
     saved[isa] = kiln_gemm_get_blocking(isa);
-    kiln_gemm_blocking b = {1, 8, 1, 1 + (int)(rnd() % 2)}; /* rounded up to MR, 8, NR */
+    kiln_gemm_blocking b = {1, 8, 1, 1 + (int)(kt_rand() % 2)}; /* rounded up to MR, 8, NR */
     kiln_gemm_set_blocking(isa, b);
   }
   int bad = 0;
@@ -418,6 +410,7 @@ static void test_isa_env(const char *self) {
 }
 
 int main(int argc, char **argv) {
+  kt_rng = 0x9e3779b97f4a7c15ull; /* this test's data */
   if (argc > 1 && !strcmp(argv[1], "--print-isa")) {
     printf("%s\n", kiln_isa_name(kiln_cpu_isa()));
     return 0;

@@ -18,14 +18,6 @@
 #include "runtime/threadpool.h"
 #include "testutil.h"
 
-static uint64_t g_rng = 0x13198a2e03707344ull;
-static uint32_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return (uint32_t)(g_rng >> 11);
-}
-static float frand(void) { return (float)((double)rnd() / 2147483648.0 - 1.0); }
 
 static void reference(const kiln_conv2d_f32_params *p, const float *x, const float *w,
                       const kiln_conv2d_f32_epilogue *ep, float *y) {
@@ -59,10 +51,10 @@ static void check_one(kiln_threadpool *pools[2], int isa, int e, const kiln_conv
   float *ref = malloc(sizeof(float) * (size_t)yn);
   float *u = malloc(sizeof(float) * (size_t)kiln_wino_f32_weights_size_tile(e, p->m, p->c));
   float ws = (float)(1.0 / sqrt(9.0 * (double)p->c));
-  for (int64_t i = 0; i < xn; i++) x[i] = 0.5f * (frand() + 1.0f);
-  for (int64_t i = 0; i < wn; i++) w[i] = ws * frand();
-  for (int64_t i = 0; i < p->m; i++) b[i] = 0.1f * frand();
-  for (int64_t i = 0; i < yn; i++) r[i] = frand(), y[0][i] = y[1][i] = NAN;
+  for (int64_t i = 0; i < xn; i++) x[i] = 0.5f * (kt_frand() + 1.0f);
+  for (int64_t i = 0; i < wn; i++) w[i] = ws * kt_frand();
+  for (int64_t i = 0; i < p->m; i++) b[i] = 0.1f * kt_frand();
+  for (int64_t i = 0; i < yn; i++) r[i] = kt_frand(), y[0][i] = y[1][i] = NAN;
   kiln_conv2d_f32_epilogue ep = {with_bias ? b : NULL, with_res ? r : NULL, act};
   reference(p, x, w, &ep, ref);
   kiln_wino_f32_weights_tile(e, w, p->m, p->c, u);
@@ -95,6 +87,7 @@ static void check_one(kiln_threadpool *pools[2], int isa, int e, const kiln_conv
 }
 
 int main(void) {
+  kt_rng = 0x13198a2e03707344ull; /* this test's data */
   kiln_threadpool *pools[2] = {NULL, kiln_threadpool_create(2)};
   const int isas[3] = {KILN_ISA_SCALAR, KILN_ISA_AVX2, KILN_ISA_AVX512};
   static const int64_t shapes[][9] = {

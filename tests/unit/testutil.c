@@ -34,3 +34,16 @@ int kt_run(const char *cmd, char *out, size_t cap) {
   int st = pclose(p);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+uint64_t kt_rng = 0x9e3779b97f4a7c15ull;
+
+uint32_t kt_rand(void) {
+  kt_rng ^= kt_rng << 13;
+  kt_rng ^= kt_rng >> 7;
+  kt_rng ^= kt_rng << 17;
+  return (uint32_t)(kt_rng >> 11);
+}
+
+float kt_frand(void) { return (float)((double)kt_rand() / 2147483648.0 - 1.0); }
+
+int64_t kt_rand_in(int64_t lo, int64_t hi) { return lo + (int64_t)(kt_rand() % (uint32_t)(hi - lo + 1)); }

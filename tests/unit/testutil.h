@@ -2,6 +2,8 @@
 #ifndef KILN_TESTUTIL_H
 #define KILN_TESTUTIL_H
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 extern int kt_failures, kt_checks;
@@ -25,6 +27,15 @@ extern int kt_failures, kt_checks;
       fprintf(stderr, "\n");                                                     \
     }                                                                            \
   } while (0)
+
+/* Deterministic xorshift random numbers shared by the kernel tests; kt_rng is the state (set it
+ * to seed a test, save and restore it to replay the same data). */
+extern uint64_t kt_rng;
+uint32_t kt_rand(void);
+/* Uniform in [-1, 1). */
+float kt_frand(void);
+/* Uniform integer in [lo, hi]. */
+int64_t kt_rand_in(int64_t lo, int64_t hi);
 
 /* Print the summary and return the exit code. */
 int kt_finish(const char *name);
