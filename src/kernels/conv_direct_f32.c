@@ -2,10 +2,11 @@
  * 7x7 or 3x3, stride 2). Their im2col GEMM is short in K (27, 147): the copy of the input
  * into the im2col block costs about as much as the multiplications. Here instead:
  *
- * 1. The input is copied once into a zero-padded buffer whose rows are split into the x
- *    stride's phases (stride 2: even and odd columns). Tap (ky, kx) of output columns
+ * 1. Each thread copies the input rows its output rows read into its own zero-padded buffer,
+ *    rows split into the x stride's phases (stride 2: even and odd columns). Tap (ky, kx) of output columns
  *    [ox, ox + 16) then reads 16 consecutive floats of one phase row: no gathers, no masks,
- *    no bounds (the padding is in the buffer). Its size is about that of the input.
+ *    no bounds (the padding is in the buffer). Its size is about the input's share of the
+ *    thread; fill and compute are one parallel loop.
  * 2. Output rows, a contiguous range per thread, are computed in blocks of 8 output
  *    channels times 1-3 vectors of 16 output columns (up to 24 accumulators), every tap one
  *    load per vector and one broadcast weight per channel; then bias, residual and relu/clip
@@ -42,7 +43,9 @@ int kiln_conv2d_f32_uses_direct(const kiln_conv2d_f32_params *p, int isa) {
 typedef struct dir_ctx {
   const kiln_conv2d_f32_params *p;
   const float *x;
-  float *xb;           /* [n][c][hp][sw][t] */
+  float *xb;           /* one region per thread: [c][hp][sw][t] for up to `cap` output rows */
+  size_t region;       /* floats per region */
+  int64_t cap;         /* output rows per fill of a region */
   const float *wb;     /* [mb][taps][CB] */
   const int64_t *off;  /* per tap: its offset in xb from the image, row oy * sh, column ox */
   const kiln_conv2d_f32_epilogue *ep;
@@ -54,31 +57,31 @@ typedef struct dir_ctx {
   int64_t rows_per_pass;
 } dir_ctx;
 
-/* Rows of the phase buffer: row r of channel plane q holds input row r - pt, phase ph at
- * [ph * t, ph * t + t): element i is input column i * sw + ph - pl (0 outside). */
-T512 static void fill_task(void *ctx, size_t begin, size_t end, int ti) {
-  (void)ti;
-  const dir_ctx *d = ctx;
+/* Fill a thread's region with the phase rows that output rows [oy0, oy0 + nr) of image nn
+ * read: local row r of channel ci holds padded row oy0 * sh + r, i.e. input row
+ * oy0 * sh + r - pt; phase ph at [ph * t, ph * t + t): element i is input column
+ * i * sw + ph - pl (0 outside). */
+T512 static void fill_rows(const dir_ctx *d, float *reg, int64_t nn, int64_t oy0, int64_t nr) {
   const kiln_conv2d_f32_params *p = d->p;
-  for (size_t r = begin; r < end; r++) {
-    /* task index (n * hp + row) * c + ci: a thread fills about the rows it computes from */
-    int64_t nn = (int64_t)r / (d->hp * p->c), row = (int64_t)r / p->c % d->hp;
-    int64_t q = nn * p->c + (int64_t)r % p->c, iy = row - p->pt; /* q = n * c + ci */
-    float *dst = d->xb + (q * d->hp + row) * p->sw * d->t;
-    if (iy < 0 || iy >= p->h) {
-      memset(dst, 0, sizeof(float) * (size_t)(p->sw * d->t));
-      continue;
+  int64_t rows = (nr - 1) * p->sh + (p->kh - 1) * p->dh + 1;
+  for (int64_t ci = 0; ci < p->c; ci++)
+    for (int64_t r = 0; r < rows; r++) {
+      int64_t iy = oy0 * p->sh + r - p->pt;
+      float *dst = reg + (ci * d->hp + r) * p->sw * d->t;
+      if (iy < 0 || iy >= p->h) {
+        memset(dst, 0, sizeof(float) * (size_t)(p->sw * d->t));
+        continue;
+      }
+      const float *src = d->x + ((nn * p->c + ci) * p->h + iy) * p->w;
+      for (int64_t ph = 0; ph < p->sw; ph++) {
+        int64_t off = ph - p->pl, a, b;
+        col_range(off, p->sw, p->w, d->t, &a, &b);
+        if (a == b)
+          memset(dst + ph * d->t, 0, sizeof(float) * (size_t)d->t);
+        else
+          im2col_row_avx512(dst + ph * d->t, src + off, a, b, d->t, (int)p->sw);
+      }
     }
-    const float *src = d->x + (q * p->h + iy) * p->w;
-    for (int64_t ph = 0; ph < p->sw; ph++) {
-      int64_t off = ph - p->pl, a, b;
-      col_range(off, p->sw, p->w, d->t, &a, &b);
-      if (a == b)
-        memset(dst + ph * d->t, 0, sizeof(float) * (size_t)d->t);
-      else
-        im2col_row_avx512(dst + ph * d->t, src + off, a, b, d->t, (int)p->sw);
-    }
-  }
 }
 
 /* Channels [co, co + nc) (nc <= CB) of output columns [ox, ox + 16 * NS) (the last vector
@@ -124,15 +127,15 @@ KILN_INLINE T512 void block_avx512(const dir_ctx *d, const float *xr, const floa
  * input rows from L1 (measured 5-7% faster on 3x3 stems). */
 enum { ROWS_PER_PASS = 4 };
 
-/* Output row i (task index n * oh + oy), channel block b: the row in vectors of 16 columns
- * taken 3 at a time (4 left: 2 + 2). */
-T512 static void row_block(const dir_ctx *d, int64_t i, int64_t b) {
+/* Output row i (n * oh + oy), channel block b, from a region filled from output row oy0 of the
+ * same image: the row in vectors of 16 columns taken 3 at a time (4 left: 2 + 2). */
+T512 static void row_block(const dir_ctx *d, const float *reg, int64_t oy0, int64_t i, int64_t b) {
   const kiln_conv2d_f32_params *p = d->p;
   const kiln_conv2d_f32_epilogue *ep = d->ep;
   int64_t ohw = p->oh * p->ow, nv = (p->ow + 15) / 16;
   __mmask16 tail = (__mmask16)(p->ow % 16 ? (1u << (p->ow % 16)) - 1 : 0xffffu);
   int64_t nn = i / p->oh, oy = i % p->oh;
-  const float *xi = d->xb + nn * p->c * d->hp * p->sw * d->t + oy * p->sh * p->sw * d->t;
+  const float *xi = reg + (oy - oy0) * p->sh * p->sw * d->t;
   int64_t co = b * CB, nc = p->m - co < CB ? p->m - co : CB;
   int64_t yo = (nn * p->m + co) * ohw + oy * p->ow;
   const float *wb = d->wb + b * d->taps * CB;
@@ -154,15 +157,26 @@ T512 static void row_block(const dir_ctx *d, int64_t i, int64_t b) {
       kiln_f32_act(KILN_ISA_AVX512, d->y + yo + c * ohw, (size_t)p->ow, &ep->act);
 }
 
-/* Task index: an output row (n * oh + oy). */
+/* Task index: an output row (n * oh + oy). The thread fills its own region with the input
+ * rows of up to `cap` output rows of one image, then computes them: one loop per convolution,
+ * so a worker that joins late (still waking up) only leaves its rows to the others. */
 T512 static void row_task(void *ctx, size_t begin, size_t end, int ti) {
-  (void)ti;
   const dir_ctx *d = ctx;
+  const int64_t oh = d->p->oh;
+  float *reg = d->xb + (size_t)ti * d->region;
   size_t pass = (size_t)d->rows_per_pass;
-  for (size_t i0 = begin; i0 < end; i0 += pass) {
-    size_t i1 = end - i0 < pass ? end : i0 + pass;
-    for (int64_t b = 0; b < d->mb; b++)
-      for (size_t i = i0; i < i1; i++) row_block(d, (int64_t)i, b);
+  for (size_t s0 = begin; s0 < end;) {
+    int64_t nn = (int64_t)s0 / oh, oy0 = (int64_t)s0 % oh;
+    size_t s1 = (size_t)((nn + 1) * oh); /* the image's end */
+    if (s1 > end) s1 = end;
+    if (s1 - s0 > (size_t)d->cap) s1 = s0 + (size_t)d->cap;
+    fill_rows(d, reg, nn, oy0, (int64_t)(s1 - s0));
+    for (size_t i0 = s0; i0 < s1; i0 += pass) {
+      size_t i1 = s1 - i0 < pass ? s1 : i0 + pass;
+      for (int64_t b = 0; b < d->mb; b++)
+        for (size_t i = i0; i < i1; i++) row_block(d, reg, oy0, (int64_t)i, b);
+    }
+    s0 = s1;
   }
 }
 
@@ -174,9 +188,13 @@ kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv
   /* buffer rows reach row (oh - 1) * sh + (kh - 1) * dh; phase rows reach element
    * (vectors of the row) * 16 - 1 + (kw - 1) * dw / sw, and are whole cache lines from an
    * aligned start, so the taps at phase offset 0 load without line splits (measured 2-8%) */
-  int64_t hp = (p->oh - 1) * p->sh + (p->kh - 1) * p->dh + 1;
+  int64_t nthr = kiln_threadpool_size(pool), rows = p->n * p->oh;
+  int64_t cap = (rows + nthr - 1) / nthr; /* the static share of one thread */
+  if (cap > p->oh) cap = p->oh;
+  int64_t hp = (cap - 1) * p->sh + (p->kh - 1) * p->dh + 1; /* region rows per channel */
   int64_t t = ((p->ow + 15) / 16 * 16 + (p->kw - 1) * p->dw / p->sw + 1 + 15) / 16 * 16;
-  size_t xbn = (size_t)(p->n * p->c * hp * p->sw * t); /* t: 16 floats, so 8-aligned offsets */
+  size_t region = (size_t)(p->c * hp * p->sw * t); /* t: 16 floats, so 8-aligned offsets */
+  size_t xbn = region * (size_t)nthr;
   size_t wbn = (size_t)(mb * taps * CB);
   float *buf = kiln_malloc(sizeof(float) * (xbn + wbn + (size_t)(mb * CB) + 15) +
                            sizeof(int64_t) * (size_t)taps);
@@ -194,14 +212,13 @@ kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv
     off[k] = ((ci * hp + ky * p->dh) * p->sw + j % p->sw) * t + j / p->sw;
   }
   bool relu = ep->act.kind == KILN_ACT_RELU, clip = ep->act.kind == KILN_ACT_CLIP;
-  dir_ctx d = {p,    x,  xb,   wb,          off,  ep,  y,
+  dir_ctx d = {p,    x,  xb,   region, cap, wb,  off,  ep,  y,
                hp,   t,  taps, mb, p->oh * p->ow, bias, relu || clip,
                clip ? ep->act.alpha : 0.0f, clip ? ep->act.beta : INFINITY,
                sizeof(float) * wbn <= 16384 ? 1 : ROWS_PER_PASS};
-  kiln_parallel_for(pool, (size_t)(p->n * p->c * hp), fill_task, &d, 0);
   /* one contiguous range of rows per thread: taken in passes from a shared counter, the
    * rows interleave between the threads and measured 10-50% slower at 2 threads */
-  kiln_parallel_for(pool, (size_t)(p->n * p->oh), row_task, &d, 0);
+  kiln_parallel_for(pool, (size_t)rows, row_task, &d, 0);
   free(buf);
   return KILN_OK;
 }
