@@ -43,6 +43,15 @@ static size_t rows_chunk(int64_t n) { return n >= PAR_TASK ? 1 : (size_t)(PAR_TA
  * lanes stay in one register. Same lanes, same order as the array form, so the same sums. */
 typedef float lanes_f __attribute__((vector_size(LANES * sizeof(float))));
 
+/* Mean and 1 / sqrt(variance + eps) of a row from the sums s1, s2 of (x - k) and (x - k)^2
+ * over its n values (k: a shift that keeps the sums small). */
+__attribute__((always_inline)) static inline void finish_stats(double s1, double s2, int64_t n, float k, float eps,
+                                                              float *mean, float *inv) {
+  double m = n ? s1 / (double)n : 0, var = n ? s2 / (double)n - m * m : 0;
+  *mean = (float)(k + m);
+  *inv = (float)(1.0 / sqrt((var > 0 ? var : 0) + eps));
+}
+
 /* mean and 1 / sqrt(var + eps) of x[0..n). Float lanes inside a block of BLOCK values, double
  * across blocks so long rows keep their precision. */
 KILN_VECTORIZE static void row_stats(const float *x, int64_t n, float eps, float *mean, float *inv) {
@@ -67,9 +76,7 @@ KILN_VECTORIZE static void row_stats(const float *x, int64_t n, float eps, float
       s2 += a2[l];
     }
   }
-  double m = n ? s1 / (double)n : 0, var = n ? s2 / (double)n - m * m : 0;
-  *mean = (float)(k + m);
-  *inv = (float)(1.0 / sqrt((var > 0 ? var : 0) + eps));
+  finish_stats(s1, s2, n, k, eps, mean, inv);
 }
 
 /* y = (x - mean) * inv [* gamma] [+ beta]; y may be x. */
@@ -194,9 +201,7 @@ KILN_VECTORIZE static void add_row_stats(float *s, const float *a, const float *
       s2 += a2[l];
     }
   }
-  double m = n ? s1 / (double)n : 0, var = n ? s2 / (double)n - m * m : 0;
-  *mean = (float)(k + m);
-  *inv = (float)(1.0 / sqrt((var > 0 ? var : 0) + eps));
+  finish_stats(s1, s2, n, k, eps, mean, inv);
 }
 
 static void ln_task(void *ctx, size_t begin, size_t end, int thread) {

@@ -9,6 +9,22 @@
 #include "runtime/session.h"
 #include "testutil.h"
 
+/* A level-0 session of the model; inter_op: two threads running independent nodes together. */
+static kiln_session *open_session(mg_model *mm, int inter_op) {
+  size_t len;
+  uint8_t *b = mg_pack(mm, &len);
+  kiln_options o;
+  kiln_options_init(&o);
+  o.opt_level = 0;
+  o.inter_op = inter_op;
+  o.threads = inter_op ? 2 : 0;
+  kiln_session *s = NULL;
+  kiln_error err = {0};
+  CHECK_MSG(kiln_session_create_from_memory(b, len, NULL, &o, &s, &err) == KILN_OK, "%s", err.message);
+  free(b);
+  return s;
+}
+
 static kiln_session *chain_session(void) {
   static const int64_t dims[] = {-1, 64};
   mg_model mm;
@@ -21,16 +37,7 @@ static kiln_session *chain_session(void) {
   mg_node(&mm, "Abs", (const char *[]){"b", NULL}, (const char *[]){"c", NULL});
   mg_node(&mm, "Add", (const char *[]){"c", "a", NULL}, (const char *[]){"d", NULL});
   mg_node(&mm, "Neg", (const char *[]){"d", NULL}, (const char *[]){"y", NULL});
-  size_t len;
-  uint8_t *b = mg_pack(&mm, &len);
-  kiln_options o;
-  kiln_options_init(&o);
-  o.opt_level = 0;
-  kiln_session *s = NULL;
-  kiln_error err = {0};
-  CHECK_MSG(kiln_session_create_from_memory(b, len, NULL, &o, &s, &err) == KILN_OK, "%s", err.message);
-  free(b);
-  return s;
+  return open_session(&mm, 0);
 }
 
 /* Run with n rows of x[i] = i - n/2 and check y = -2*relu(x). */
@@ -78,18 +85,7 @@ static kiln_session *concat_session_opts(int64_t axis, int inter_op) {
   cat->attribute = attrs;
   cat->n_attribute = 1;
   mg_node(&mm, "Abs", (const char *[]){"c", NULL}, (const char *[]){"y", NULL});
-  size_t len;
-  uint8_t *b = mg_pack(&mm, &len);
-  kiln_options o;
-  kiln_options_init(&o);
-  o.opt_level = 0;
-  o.inter_op = inter_op;
-  o.threads = inter_op ? 2 : 0;
-  kiln_session *s = NULL;
-  kiln_error err = {0};
-  CHECK_MSG(kiln_session_create_from_memory(b, len, NULL, &o, &s, &err) == KILN_OK, "%s", err.message);
-  free(b);
-  return s;
+  return open_session(&mm, inter_op);
 }
 
 static kiln_session *concat_session(int64_t axis) { return concat_session_opts(axis, 0); }
