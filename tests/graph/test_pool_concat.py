@@ -2,8 +2,6 @@
 a NumPy reference with the same tie and NaN rule (first valid tap, then any greater one), and
 Concat / Flatten / Add writing outputs that are not zero-filled first (kiln_out_uninit): run
 twice in one session-like sequence with different values, every element must be exact."""
-import itertools
-import math
 import os
 
 import onnx
@@ -11,28 +9,6 @@ import onnx
 from kilntest import *
 
 rng = np.random.default_rng(7)
-
-
-def maxpool_ref(x, k, s, pads, d, ceil):
-    n, c, h, w = x.shape
-    out = []
-    for ax, size in enumerate((h, w)):
-        span = size + pads[ax] + pads[ax + 2] - ((k[ax] - 1) * d[ax] + 1)
-        o = (math.ceil(span / s[ax]) if ceil else span // s[ax]) + 1
-        if ceil and (o - 1) * s[ax] >= size + pads[ax]:
-            o -= 1
-        out.append(o)
-    y = np.empty((n, c, out[0], out[1]), np.float32)
-    for oh, ow in itertools.product(range(out[0]), range(out[1])):
-        m = None
-        for a, b in itertools.product(range(k[0]), range(k[1])):
-            iy, ix = oh * s[0] - pads[0] + a * d[0], ow * s[1] - pads[1] + b * d[1]
-            if not (0 <= iy < h and 0 <= ix < w):
-                continue
-            v = x[:, :, iy, ix]
-            m = v.copy() if m is None else np.where(v > m, v, m)
-        y[:, :, oh, ow] = m if m is not None else -np.inf
-    return y
 
 
 def run_model(path, feeds, tag):

@@ -7,7 +7,6 @@ threads by output bytes (several inputs of unequal sizes, axes 0..3, 1- and 2-by
 whose pieces do not end on cache lines, an empty input); GlobalAveragePool's 4-plane AVX-512 sums
 byte-equal to the scalar ones."""
 import itertools
-import math
 import os
 
 import onnx
@@ -16,29 +15,6 @@ from kilntest import *
 
 rng = np.random.default_rng(11)
 ISAS = ["scalar", "avx2", "avx512"]
-
-
-def maxpool_ref(x, k, s, pads, d, ceil):
-    """First valid tap of the window, then any greater one (NaN only as the first tap sticks)."""
-    n, c, h, w = x.shape
-    out = []
-    for ax, size in enumerate((h, w)):
-        span = size + pads[ax] + pads[ax + 2] - ((k[ax] - 1) * d[ax] + 1)
-        o = (math.ceil(span / s[ax]) if ceil else span // s[ax]) + 1
-        if ceil and (o - 1) * s[ax] >= size + pads[ax]:
-            o -= 1
-        out.append(o)
-    y = np.empty((n, c, out[0], out[1]), np.float32)
-    for oh, ow in itertools.product(range(out[0]), range(out[1])):
-        m = None
-        for a, b in itertools.product(range(k[0]), range(k[1])):
-            iy, ix = oh * s[0] - pads[0] + a * d[0], ow * s[1] - pads[1] + b * d[1]
-            if not (0 <= iy < h and 0 <= ix < w):
-                continue
-            v = x[:, :, iy, ix]
-            m = v.copy() if m is None else np.where(v > m, v, m)
-        y[:, :, oh, ow] = m if m is not None else -np.inf
-    return y
 
 
 def run(path, feeds, tag, threads, isa):
