@@ -40,17 +40,25 @@ static kiln_session *chain_session(void) {
   return open_session(&mm, 0);
 }
 
-/* Run with n rows of x[i] = i - n/2 and check y = -2*relu(x). */
-static void run_rows(kiln_session *s, int64_t n) {
-  int64_t dims[] = {n, 64};
-  kiln_tensor *x, *y = NULL;
+/* Run s on x[n, w] with x[i] = i % mod - mod / 2; returns y (NULL on failure) and x in *xo. */
+static kiln_tensor *run_x(kiln_session *s, int64_t n, int64_t w, int mod, kiln_tensor **xo) {
+  int64_t dims[] = {n, w};
+  kiln_tensor *x = NULL, *y = NULL;
   kiln_error err = {0};
   CHECK(kiln_tensor_create(KILN_FLOAT, 2, dims, &x, NULL) == KILN_OK);
   float *px = kiln_tensor_data(x);
-  for (int64_t i = 0; i < n * 64; i++) px[i] = (float)(i % 97) - 48.0f;
+  for (int64_t i = 0; i < n * w; i++) px[i] = (float)(i % mod) - (float)(mod / 2);
   const char *names[] = {"x"};
   CHECK_MSG(kiln_session_run(s, 1, names, (const kiln_tensor *const *)&x, 1, NULL, &y, &err) == KILN_OK,
             "%s", err.message);
+  *xo = x;
+  return y;
+}
+
+/* Run with n rows of x[i] = i - n/2 and check y = -2*relu(x). */
+static void run_rows(kiln_session *s, int64_t n) {
+  kiln_tensor *x, *y = run_x(s, n, 64, 97, &x);
+  const float *px = kiln_tensor_cdata(x);
   if (y) {
     const float *py = kiln_tensor_cdata(y);
     int bad = 0;
@@ -92,15 +100,8 @@ static kiln_session *concat_session(int64_t axis) { return concat_session_opts(a
 
 /* y = |concat(relu(x), -x)|, checked element by element. */
 static void run_concat(kiln_session *s, int64_t axis, int64_t n) {
-  int64_t dims[] = {n, 16};
-  kiln_tensor *x, *y = NULL;
-  kiln_error err = {0};
-  CHECK(kiln_tensor_create(KILN_FLOAT, 2, dims, &x, NULL) == KILN_OK);
-  float *px = kiln_tensor_data(x);
-  for (int64_t i = 0; i < n * 16; i++) px[i] = (float)(i % 13) - 6.0f;
-  const char *names[] = {"x"};
-  CHECK_MSG(kiln_session_run(s, 1, names, (const kiln_tensor *const *)&x, 1, NULL, &y, &err) == KILN_OK,
-            "%s", err.message);
+  kiln_tensor *x, *y = run_x(s, n, 16, 13, &x);
+  const float *px = kiln_tensor_cdata(x);
   if (y) {
     const float *py = kiln_tensor_cdata(y);
     int bad = 0;
