@@ -21,49 +21,56 @@
 typedef struct col_ctx {
   const kiln_conv2d_f32_params *p;
   const float *xg; /* first input channel of the group */
-  float *col;      /* [cg * kh * kw, (oy1 - oy0) * ow] */
-  int64_t oy0, oy1; /* the output rows of this tile */
+  float *col;      /* [cg * kh * kw, tn] */
+  int64_t c0, tn;  /* the tile's output columns [c0, c0 + tn) of the oh x ow plane */
   int isa;
 } col_ctx;
 
+/* Output columns [lo, hi) of output row oy for im2col row (ci, ky, kx) into d. */
+static void im2col_seg(const col_ctx *cc, float *d, const float *xp, int64_t ky, int64_t off,
+                       int64_t a, int64_t b, int64_t oy, int64_t lo, int64_t hi) {
+  const kiln_conv2d_f32_params *p = cc->p;
+  int64_t iy = oy * p->sh - p->pt + ky * p->dh;
+  if (iy < 0 || iy >= p->h || a == b) {
+    memset(d, 0, sizeof(float) * (size_t)(hi - lo));
+    return;
+  }
+  const float *xr = xp + iy * p->w + off;
+#ifdef KILN_HAVE_X86_KERNELS
+  if (cc->isa >= KILN_ISA_AVX512 && p->sw <= 2) {
+    im2col_seg_avx512(d, xr, a, b, lo, hi, (int)p->sw);
+    return;
+  }
+#endif
+  for (int64_t ox = lo; ox < hi; ox++) d[ox - lo] = ox >= a && ox < b ? xr[ox * p->sw] : 0.0f;
+}
 
+/* im2col rows [begin, end) of the tile: row r = (ci, ky, kx) holds the input values under
+ * that kernel tap for the tile's output columns, which may start and end mid-row. */
 static void im2col_task(void *ctx, size_t begin, size_t end, int ti) {
   (void)ti;
   const col_ctx *cc = ctx;
   const kiln_conv2d_f32_params *p = cc->p;
-  int64_t kk = p->kh * p->kw, tn = (cc->oy1 - cc->oy0) * p->ow;
+  int64_t kk = p->kh * p->kw, c1 = cc->c0 + cc->tn;
+  int64_t oy0 = cc->c0 / p->ow, lo0 = cc->c0 % p->ow; /* where the tile starts */
   for (size_t r = begin; r < end; r++) {
     int64_t ci = (int64_t)r / kk, ky = (int64_t)r % kk / p->kw, kx = (int64_t)r % p->kw;
     const float *xp = cc->xg + ci * p->h * p->w;
-    float *dst = cc->col + (int64_t)r * tn - cc->oy0 * p->ow;
+    float *dst = cc->col + (int64_t)r * cc->tn;
     int64_t off = kx * p->dw - p->pl, a, b;
     col_range(off, p->sw, p->w, p->ow, &a, &b);
-    for (int64_t oy = cc->oy0; oy < cc->oy1; oy++) {
-      float *d = dst + oy * p->ow;
-      int64_t iy = oy * p->sh - p->pt + ky * p->dh;
-      if (iy < 0 || iy >= p->h || a == b) {
-        memset(d, 0, sizeof(float) * (size_t)p->ow);
-        continue;
-      }
-      const float *xr = xp + iy * p->w;
-#ifdef KILN_HAVE_X86_KERNELS
-      if (cc->isa >= KILN_ISA_AVX512 && p->sw <= 2) {
-        im2col_row_avx512(d, xr + off, a, b, p->ow, (int)p->sw);
-        continue;
-      }
-#endif
-      if (a) memset(d, 0, sizeof(float) * (size_t)a);
-      if (p->sw == 1)
-        memcpy(d + a, xr + a + off, sizeof(float) * (size_t)(b - a));
-      else
-        for (int64_t ox = a; ox < b; ox++) d[ox] = xr[ox * p->sw + off];
-      if (b < p->ow) memset(d + b, 0, sizeof(float) * (size_t)(p->ow - b));
+    for (int64_t c = cc->c0, oy = oy0, lo = lo0; c < c1; oy++, lo = 0) {
+      int64_t hi = p->ow - lo > c1 - c ? lo + (c1 - c) : p->ow;
+      im2col_seg(cc, dst + (c - cc->c0), xp, ky, off, a, b, oy, lo, hi);
+      c += hi - lo;
     }
   }
 }
 
 /* Floats per im2col tile (512 KiB: well within a core's L2). */
 enum { COL_TILE = 128 * 1024 };
+/* Weight blocks up to this size stay in L2 beside an im2col tile (see col_tile_cols). */
+#define WT_L2_BYTES (1024.0 * 1024.0)
 /* Columns a tile keeps at least when few tiles are cut evenly over the threads. */
 enum { EVEN_MIN_COLS = 256 };
 /* Flops per thread from which a pool of several threads takes the transposed path. */
@@ -71,13 +78,27 @@ enum { EVEN_MIN_COLS = 256 };
 /* Pools up to this size may take whole tiles per thread (per-thread results on the stack). */
 enum { MAX_THREADS = 64 };
 
+/* Output columns per im2col tile: about COL_TILE floats of im2col block, in whole vectors,
+ * spread evenly over the tiles the plane needs. Every tile streams the whole weight block
+ * (mg x kk) again: when that block does not stay in L2 beside the tile (over WT_L2_BYTES),
+ * a tile keeps at least 4 columns per weight row. */
+static int64_t col_tile_cols(int64_t kk, int64_t mg, int64_t ohw) {
+  int64_t tc = COL_TILE / kk / 16 * 16;
+  if (tc < 64) tc = 64;
+  if ((double)mg * (double)kk * sizeof(float) > WT_L2_BYTES && tc < 4 * mg) tc = 4 * mg;
+  if (tc >= ohw) return ohw;
+  int64_t nt = (ohw + tc - 1) / tc;
+  tc = ((ohw + nt - 1) / nt + 15) & ~(int64_t)15;
+  return tc < ohw ? tc : ohw;
+}
+
 typedef struct tile_job {
   const kiln_conv2d_f32_params *p;
   const float *x, *w;
   const kiln_conv2d_f32_epilogue *ep;
   float *y;
-  int64_t kk, cg, mg, rows, ntiles;
-  int64_t tcols;     /* direct: output columns (of the oh * ow plane) per tile */
+  int64_t kk, cg, mg, ntiles;
+  int64_t tcols;     /* output columns (of the oh * ow plane) per tile */
   bool direct;
   int isa;
   float *col;        /* col_floats per thread (NULL when direct) */
@@ -85,23 +106,18 @@ typedef struct tile_job {
   kiln_code *rc;     /* per thread */
 } tile_job;
 
-/* Task t = (n, group, tile of output rows): im2col, GEMM, epilogue. Loops inside run on
+/* Task t = (n, group, tile of output columns): im2col, GEMM, epilogue. Loops inside run on
  * `pool` (NULL: this thread). */
 static kiln_code run_tile(const tile_job *j, int64_t t, float *col, kiln_threadpool *pool) {
   const kiln_conv2d_f32_params *p = j->p;
   const kiln_conv2d_f32_epilogue *ep = j->ep;
   int64_t tile = t % j->ntiles, gr = t / j->ntiles % p->group, nn = t / j->ntiles / p->group;
-  int64_t ohw = p->oh * p->ow, oy0 = tile * j->rows;
-  int64_t oy1 = oy0 + j->rows < p->oh ? oy0 + j->rows : p->oh, tn = (oy1 - oy0) * p->ow;
-  int64_t c0 = oy0 * p->ow; /* first output column of the tile */
-  if (j->direct) {
-    c0 = tile * j->tcols;
-    tn = ohw - c0 < j->tcols ? ohw - c0 : j->tcols;
-  }
+  int64_t ohw = p->oh * p->ow, c0 = tile * j->tcols; /* the tile's first output column */
+  int64_t tn = ohw - c0 < j->tcols ? ohw - c0 : j->tcols;
   const float *xg = j->x + (nn * p->c + gr * j->cg) * p->h * p->w, *b = xg + c0;
   size_t ldb = (size_t)ohw;
   if (!j->direct) {
-    col_ctx cc = {p, xg, col, oy0, oy1, j->isa};
+    col_ctx cc = {p, xg, col, c0, tn, j->isa};
     kiln_parallel_for(pool, (size_t)j->kk, im2col_task, &cc, 0);
     b = col;
     ldb = (size_t)tn;
@@ -255,7 +271,7 @@ static kiln_code conv_transposed(kiln_threadpool *pool, const kiln_conv2d_f32_pa
   for (int64_t nn = 0; nn < p->n && !rc; nn++) {
     const float *xn = x + nn * p->c * p->h * p->w, *a = xn;
     if (!direct) {
-      col_ctx cc = {p, xn, col, 0, p->oh, isa};
+      col_ctx cc = {p, xn, col, 0, ohw, isa};
       kiln_parallel_for(pool, (size_t)kk, im2col_task, &cc, 0);
       a = col;
     }
@@ -336,66 +352,48 @@ kiln_code kiln_conv2d_f32_ex2(kiln_threadpool *pool, int isa, const kiln_conv2d_
     return conv_transposed(pool, p, x, wt, ep, y);
   bool direct = p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
                 p->pl == 0 && p->oh == p->h && p->ow == p->w;
-  /* Tiles of whole output rows whose im2col block (or input block, direct) is about COL_TILE
-   * floats: it stays in cache between its writing and the GEMM's reading ... */
-  int64_t rows = COL_TILE / (kk * p->ow);
-  /* ... but each tile streams the whole weight block again: at least 4 columns per weight row */
-  int64_t min_rows = (4 * mg + p->ow - 1) / p->ow;
-  if (rows < min_rows) rows = min_rows;
-  if (rows < 1) rows = 1;
-  if (rows > p->oh) rows = p->oh;
-  int64_t ntiles = (p->oh + rows - 1) / rows, tasks = p->n * p->group * ntiles;
+  /* Tiles of output columns (whole vectors, so every im2col row starts 64-byte aligned when
+   * the buffer is) whose im2col block is about COL_TILE floats: it stays in L2 between its
+   * writing and the GEMM's reading, next to the weight block the tile streams. The direct
+   * path has nothing to keep in cache: one GEMM per (n, group) unless there are tiles enough
+   * for every thread. */
+  int64_t planes = p->n * p->group, tcols = col_tile_cols(kk, mg, ohw);
+  int64_t ntiles = (ohw + tcols - 1) / tcols, tasks = planes * ntiles;
   int nthr = kiln_threadpool_size(pool);
   /* Enough tiles: each thread takes whole tiles (im2col, GEMM, epilogue on its own, one
    * barrier in all); else the tiles run in turn with every loop inside on the pool. */
   bool outer = nthr > 1 && nthr <= MAX_THREADS && tasks >= 3 * (int64_t)nthr;
-  int64_t tcols = rows * p->ow, planes = p->n * p->group;
-  if (!direct && !outer && nthr > 1 && nthr <= MAX_THREADS) {
+  if (direct && !outer) {
+    tcols = ohw;
+    ntiles = 1;
+    tasks = planes;
+    outer = nthr > 1 && nthr <= MAX_THREADS && tasks >= 3 * (int64_t)nthr;
+  }
+  if (!outer && nthr > 1 && nthr <= MAX_THREADS && (!direct || mg <= 64)) {
     /* Few tiles: as many equal tiles per thread (at least as many tiles as before), when they
      * keep EVEN_MIN_COLS columns. Each thread then writes and reads its own im2col block
      * (in its own cache) with one barrier in all, instead of every loop being split over the
-     * pool and the block crossing between cores. */
+     * pool and the block crossing between cores. (Direct: only for few output channels;
+     * with many the GEMM's own split does as well, measured neutral.) */
     int64_t nt = ntiles;
     while ((planes * nt) % nthr) nt++;
-    int64_t r2 = (p->oh + nt - 1) / nt;
-    if (r2 * p->ow >= EVEN_MIN_COLS && (planes * ((p->oh + r2 - 1) / r2)) % nthr == 0) {
-      rows = r2;
-      ntiles = (p->oh + rows - 1) / rows;
+    int64_t tc = ((ohw + nt - 1) / nt + 15) & ~(int64_t)15;
+    if (tc >= EVEN_MIN_COLS && (planes * ((ohw + tc - 1) / tc)) % nthr == 0) {
+      tcols = tc;
+      ntiles = (ohw + tcols - 1) / tcols;
       tasks = planes * ntiles;
-      tcols = rows * p->ow;
       outer = true;
     }
   }
-  if (direct) {
-    /* nothing to keep in cache: one GEMM per (n, group) unless the tiles are spread over
-     * threads */
-    if (!outer) tcols = ohw;
-    ntiles = (ohw + tcols - 1) / tcols;
-    tasks = planes * ntiles;
-    outer = nthr > 1 && nthr <= MAX_THREADS && tasks >= 3 * (int64_t)nthr;
-    if (!outer && mg <= 64 && nthr > 1 && nthr <= MAX_THREADS) {
-      /* as above, in whole vectors, for few output channels (with many the GEMM's own split
-       * does as well: measured neutral) */
-      int64_t nt = 1;
-      while ((planes * nt) % nthr) nt++;
-      int64_t tc = ((ohw + nt - 1) / nt + 15) & ~(int64_t)15;
-      if (tc >= EVEN_MIN_COLS && (planes * ((ohw + tc - 1) / tc)) % nthr == 0) {
-        tcols = tc;
-        ntiles = (ohw + tcols - 1) / tcols;
-        tasks = planes * ntiles;
-        outer = true;
-      }
-    }
-  }
   int nbuf = outer ? nthr : 1;
-  size_t col_floats = direct ? 0 : (size_t)kk * (size_t)(rows * p->ow);
+  size_t col_floats = direct ? 0 : (size_t)kk * (size_t)tcols;
   float *col = NULL;
   kiln_code rcs[MAX_THREADS] = {0};
   if (!direct) {
     col = kiln_malloc(sizeof(float) * col_floats * (size_t)nbuf);
     if (!col) return KILN_ERR_NOMEM;
   }
-  tile_job j = {p, x, w, ep, y, kk, cg, mg, rows, ntiles, tcols, direct, isa, col, col_floats, rcs};
+  tile_job j = {p, x, w, ep, y, kk, cg, mg, ntiles, tcols, direct, isa, col, col_floats, rcs};
   kiln_code rc = KILN_OK;
   if (outer) {
     kiln_parallel_for(pool, (size_t)tasks, tile_task, &j, 1);

@@ -92,37 +92,45 @@ T512 static inline void bias_res_act_avx512(float *y, int64_t n, float b, const 
 #endif
 
 #ifdef KILN_HAVE_X86_KERNELS
-/* One im2col row: d[ox] = src[ox * sw] for ox in [a, b), 0 elsewhere in [0, ow); sw 1 or 2.
- * Reads src[a * sw .. (b - 1) * sw] only. */
-T512 static inline void im2col_row_avx512(float *d, const float *src, int64_t a, int64_t b, int64_t ow,
-                                   int sw) {
+/* Output columns [lo, hi) of one im2col row: d[ox - lo] = src[ox * sw] for ox in [a, b),
+ * 0 elsewhere; sw 1 or 2. Reads src[a * sw .. (b - 1) * sw] within [lo, hi) only. */
+T512 static inline void im2col_seg_avx512(float *d, const float *src, int64_t a, int64_t b,
+                                          int64_t lo, int64_t hi, int sw) {
   const __m512 z = _mm512_setzero_ps();
-  for (int64_t i = 0; i < a; i += 16) {
+  a = a < lo ? lo : a > hi ? hi : a;
+  b = b < a ? a : b > hi ? hi : b;
+  for (int64_t i = lo; i < a; i += 16) {
     int64_t n = a - i < 16 ? a - i : 16;
-    _mm512_mask_storeu_ps(d + i, (__mmask16)((1u << n) - 1), z);
+    _mm512_mask_storeu_ps(d + (i - lo), (__mmask16)((1u << n) - 1), z);
   }
   if (sw == 1) {
     int64_t i = a;
-    for (; i + 16 <= b; i += 16) _mm512_storeu_ps(d + i, _mm512_loadu_ps(src + i));
+    for (; i + 16 <= b; i += 16) _mm512_storeu_ps(d + (i - lo), _mm512_loadu_ps(src + i));
     if (i < b) {
       __mmask16 m = (__mmask16)((1u << (b - i)) - 1);
-      _mm512_mask_storeu_ps(d + i, m, _mm512_maskz_loadu_ps(m, src + i));
+      _mm512_mask_storeu_ps(d + (i - lo), m, _mm512_maskz_loadu_ps(m, src + i));
     }
   } else {
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     for (int64_t i = a; i < b; i += 16) {
       int64_t n = b - i < 16 ? b - i : 16, e = 2 * n - 1; /* elements read: src[2i .. 2i+e) */
-      __mmask16 lo = (__mmask16)(e >= 16 ? 0xffffu : (1u << e) - 1);
-      __mmask16 hi = (__mmask16)(e <= 16 ? 0u : (1u << (e - 16)) - 1);
-      __m512 v0 = _mm512_maskz_loadu_ps(lo, src + 2 * i);
-      __m512 v1 = hi ? _mm512_maskz_loadu_ps(hi, src + 2 * i + 16) : z;
-      _mm512_mask_storeu_ps(d + i, (__mmask16)((1u << n) - 1), _mm512_permutex2var_ps(v0, ev, v1));
+      __mmask16 lo_m = (__mmask16)(e >= 16 ? 0xffffu : (1u << e) - 1);
+      __mmask16 hi_m = (__mmask16)(e <= 16 ? 0u : (1u << (e - 16)) - 1);
+      __m512 v0 = _mm512_maskz_loadu_ps(lo_m, src + 2 * i);
+      __m512 v1 = hi_m ? _mm512_maskz_loadu_ps(hi_m, src + 2 * i + 16) : z;
+      _mm512_mask_storeu_ps(d + (i - lo), (__mmask16)((1u << n) - 1), _mm512_permutex2var_ps(v0, ev, v1));
     }
   }
-  for (int64_t i = b; i < ow; i += 16) {
-    int64_t n = ow - i < 16 ? ow - i : 16;
-    _mm512_mask_storeu_ps(d + i, (__mmask16)((1u << n) - 1), z);
+  for (int64_t i = b; i < hi; i += 16) {
+    int64_t n = hi - i < 16 ? hi - i : 16;
+    _mm512_mask_storeu_ps(d + (i - lo), (__mmask16)((1u << n) - 1), z);
   }
+}
+
+/* A whole im2col row: output columns [0, ow). */
+T512 static inline void im2col_row_avx512(float *d, const float *src, int64_t a, int64_t b, int64_t ow,
+                                          int sw) {
+  im2col_seg_avx512(d, src, a, b, 0, ow, sw);
 }
 #endif
 

@@ -199,6 +199,8 @@ int main(void) {
       {2, 128, 5, 1000, 6, 2, 3, 3, 2, 1, 1, 1, 0},   /* tiles, groups, stride 2, batch 2 */
       {2, 64, 40, 300, 8, 1, 1, 1, 1, 1, 0, 0, 0},    /* 1x1 direct in several tiles */
       {2, 64, 9, 50, 16, 4, 1, 1, 1, 1, 0, 0, 0},     /* grouped 1x1 direct */
+      {1, 40, 61, 47, 24, 1, 3, 3, 2, 2, 2, 2, 0},    /* im2col tiles starting mid-row, dilated s2 */
+      {1, 96, 40, 50, 16, 1, 3, 3, 3, 1, 1, 1, 0},    /* stride 3 (no vector im2col), mid-row tiles */
       {1, 16, 37, 37, 96, 1, 1, 1, 1, 1, 0, 0, 0},    /* 1x1 direct with bias: column tiles, tail */
       {1, 24, 56, 56, 144, 1, 1, 1, 1, 1, 0, 0, 0},   /* MobileNetV2 expansion 1x1 */
       /* few tiles cut evenly over 2 threads (each thread its own im2col block / columns) */
