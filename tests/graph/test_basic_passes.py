@@ -187,6 +187,22 @@ m = model([helper.make_node("Add", ["x", "a"], ["y"]),
 ops, text = optimized_ops(save(m, "cse_shapes"), "--level", "1")
 check(ops == {"Add": 2}, f"initializers of different shapes are not merged: {ops} {text}")
 
+# Large initializers: equal ones merge; ones that differ in a single byte the hash does not
+# sample (float 10 of 1000) stay apart, since every candidate pair is compared in full.
+big = np.arange(1000, dtype=np.float32).reshape(100, 10) / 7
+odd = big.copy()
+odd.flat[10] += 1
+for w2, want, what in [(big, {"MatMul": 1, "Add": 1}, "equal large initializers merge"),
+                       (odd, {"MatMul": 2, "Add": 1}, "large initializers one float apart stay apart")]:
+    m = model([helper.make_node("MatMul", ["x", "W1"], ["m1"]),
+               helper.make_node("MatMul", ["x", "W2"], ["m2"]),
+               helper.make_node("Add", ["m1", "m2"], ["y"])],
+              [vi("x", [3, 100])], [vi("y", [3, 10])], [f32("W1", big), f32("W2", w2)])
+    p = save(m, "cse_big")
+    ops, text = optimized_ops(p, "--level", "1")
+    check(ops == want, f"{what}: {ops} {text}")
+    validate_dims(p, 1, [{}], "cse_big")
+
 # ---- fuse_transpose (level 2) ----
 
 L2 = ["--level", "2", "--disable", "fuse_elementwise"]
