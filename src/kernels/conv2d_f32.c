@@ -8,6 +8,7 @@
 
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_amx.h"
 #include "kernels/gemm_internal.h"
 #include "kernels/conv_internal.h"
 #include "kernels/winograd_f32.h"
@@ -75,6 +76,9 @@ enum { COL_TILE = 128 * 1024 };
 enum { EVEN_MIN_COLS = 256 };
 /* Flops per thread from which a pool of several threads takes the transposed path. */
 #define TR_MIN_FLOPS_PER_THREAD 24e6
+/* Output channels from which the AMX GEMM is used: X is split per call, a pass that a GEMM
+ * with few rows of W does not repay. */
+enum { AMX_MIN_M = 32 };
 /* Pools up to this size may take whole tiles per thread (per-thread results on the stack). */
 enum { MAX_THREADS = 64 };
 
@@ -95,6 +99,7 @@ static int64_t col_tile_cols(int64_t kk, int64_t mg, int64_t ohw) {
 typedef struct tile_job {
   const kiln_conv2d_f32_params *p;
   const float *x, *w;
+  const kiln_amx_w *wa; /* W for the AMX GEMM (one group), or NULL */
   const kiln_conv2d_f32_epilogue *ep;
   float *y;
   int64_t kk, cg, mg, ntiles;
@@ -130,6 +135,9 @@ static kiln_code run_tile(const tile_job *j, int64_t t, float *col, kiln_threadp
   gep.act = ep->act;
   gep.residual = res;
   gep.ldr = (size_t)ohw;
+  if (j->wa)
+    return kiln_amx_gemm(pool, j->wa, (size_t)tn, b, ldb, yb, (size_t)ohw, ep->bias, res,
+                         (size_t)ohw, &ep->act);
   kiln_gemm_ctx gctx = {pool, j->isa};
   kiln_code rc = kiln_gemm_f32_rows(&gctx, 0, 0, (size_t)j->mg, (size_t)tn, (size_t)j->kk, 1.0f,
                                     j->w + gr * j->mg * j->kk, (size_t)j->kk, b, ldb, 0.0f, yb,
@@ -309,6 +317,21 @@ kiln_code kiln_conv2d_f32_ex2(kiln_threadpool *pool, int isa, const kiln_conv2d_
                               const float *x, const float *w, const float *wu,
                               const kiln_gemm_packed_b *wt, const kiln_conv2d_f32_epilogue *ep,
                               float *y) {
+  return kiln_conv2d_f32_ex3(pool, isa, p, x, w, wu, wt, NULL, ep, y);
+}
+
+int kiln_conv2d_f32_uses_amx(const kiln_conv2d_f32_params *p, int isa) {
+  if (!p || kiln_isa_resolve(isa) != KILN_ISA_AVX512 || !kiln_amx_available()) return 0;
+  if (p->group != 1 || p->c < 2 || p->m < AMX_MIN_M || kiln_conv2d_f32_uses_winograd(p, 1) ||
+      kiln_conv2d_f32_uses_direct(p, isa))
+    return 0;
+  return 1;
+}
+
+kiln_code kiln_conv2d_f32_ex3(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                              const float *x, const float *w, const float *wu,
+                              const kiln_gemm_packed_b *wt, const kiln_amx_w *wa,
+                              const kiln_conv2d_f32_epilogue *ep, float *y) {
   static const kiln_conv2d_f32_epilogue none = {0};
   if (!ep) ep = &none;
   isa = kiln_isa_resolve(isa);
@@ -346,7 +369,10 @@ kiln_code kiln_conv2d_f32_ex2(kiln_threadpool *pool, int isa, const kiln_conv2d_
    * element alike (same K blocks and order, bias then residual then activation), so this
    * choice by thread count leaves the result unchanged. */
   double flops_per_thread = 2.0 * (double)(p->n * p->m * kk * ohw) / kiln_threadpool_size(pool);
-  if (wt && kiln_conv2d_f32_uses_transposed(p, isa) && kiln_gemm_packed_b_isa(wt) == isa &&
+  if (wa && !(kiln_conv2d_f32_uses_amx(p, isa) && kiln_amx_w_rows(wa) == (size_t)p->m &&
+              kiln_amx_w_cols(wa) == (size_t)kk))
+    wa = NULL;
+  if (!wa && wt && kiln_conv2d_f32_uses_transposed(p, isa) && kiln_gemm_packed_b_isa(wt) == isa &&
       kiln_gemm_packed_b_k(wt) == (size_t)kk && kiln_gemm_packed_b_n(wt) == (size_t)p->m &&
       (kiln_threadpool_size(pool) == 1 || flops_per_thread >= TR_MIN_FLOPS_PER_THREAD))
     return conv_transposed(pool, p, x, wt, ep, y);
@@ -393,7 +419,7 @@ kiln_code kiln_conv2d_f32_ex2(kiln_threadpool *pool, int isa, const kiln_conv2d_
     col = kiln_malloc(sizeof(float) * col_floats * (size_t)nbuf);
     if (!col) return KILN_ERR_NOMEM;
   }
-  tile_job j = {p, x, w, ep, y, kk, cg, mg, ntiles, tcols, direct, isa, col, col_floats, rcs};
+  tile_job j = {p, x, w, wa, ep, y, kk, cg, mg, ntiles, tcols, direct, isa, col, col_floats, rcs};
   kiln_code rc = KILN_OK;
   if (outer) {
     kiln_parallel_for(pool, (size_t)tasks, tile_task, &j, 1);

@@ -93,6 +93,19 @@ kiln_code kiln_conv2d_f32_ex2(kiln_threadpool *pool, int isa, const kiln_conv2d_
                               const kiln_gemm_packed_b *wt, const kiln_conv2d_f32_epilogue *ep,
                               float *y);
 
+/* 1 when p's GEMM (im2col or 1x1, one group) may run on AMX tiles in bf16x3 (see
+ * kernels/gemm_amx.h: within a few 1e-6 of float32) at ISA level `isa`: then
+ * kiln_conv2d_f32_ex3 takes W packed by kiln_amx_pack_w(w, m, c * kh * kw, c * kh * kw). */
+int kiln_conv2d_f32_uses_amx(const kiln_conv2d_f32_params *p, int isa);
+
+/* As kiln_conv2d_f32_ex2; wa (or NULL) holds W packed for the AMX GEMM, used when
+ * kiln_conv2d_f32_uses_amx(p, isa) and it matches (it then takes precedence over wt). */
+struct kiln_amx_w;
+kiln_code kiln_conv2d_f32_ex3(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                              const float *x, const float *w, const float *wu,
+                              const kiln_gemm_packed_b *wt, const struct kiln_amx_w *wa,
+                              const kiln_conv2d_f32_epilogue *ep, float *y);
+
 /* 1 when kiln_conv2d_f32_ex computes p (valid parameters) with Winograd, given
  * transformed weights (cached 1) or not (0: fewer shapes gain, the transform is per call). */
 int kiln_conv2d_f32_uses_winograd(const kiln_conv2d_f32_params *p, int cached);

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "kernels/conv2d_f32.h"
+#include "kernels/gemm_amx.h"
 #include "kernels/gemm.h"
 #include "kernels/winograd_f32.h"
 #include "ops/fused.h"
@@ -504,6 +505,49 @@ static const kiln_gemm_packed_b *node_packed_wt(kiln_kctx *c, const kiln_tensor 
   return pw->pb;
 }
 
+/* W split and packed for the AMX GEMM (kiln_conv2d_f32_uses_amx), kept on the node like the
+ * packed W^T above, with its own tag. */
+typedef struct packed_amx {
+  const void *tag;    /* &g_packed_amx_tag */
+  const void *source; /* the initializer's data it was packed from */
+  kiln_amx_w *wa;
+} packed_amx;
+
+static const char g_packed_amx_tag = 0;
+
+static void packed_amx_free(void *v) {
+  packed_amx *pa = v;
+  kiln_amx_w_free(pa->wa);
+  free(pa);
+}
+
+static const kiln_amx_w *node_amx_w(kiln_kctx *c, const kiln_tensor *w, const kiln_conv2d_f32_params *p) {
+  kiln_node *n = node_of_const_weight(c, w);
+  if (!n) return NULL;
+  packed_amx *pa = __atomic_load_n((packed_amx **)&n->state, __ATOMIC_ACQUIRE);
+  if (!pa) {
+    size_t kk = (size_t)(p->c * p->kh * p->kw);
+    packed_amx *mine = kiln_malloc(sizeof *mine);
+    if (!mine) return NULL;
+    mine->tag = &g_packed_amx_tag;
+    mine->source = w->data;
+    if (!(mine->wa = kiln_amx_pack_w(w->data, (size_t)p->m, kk, kk))) {
+      free(mine);
+      return NULL;
+    }
+    void *expected = NULL;
+    if (__atomic_compare_exchange_n(&n->state, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      n->state_free = packed_amx_free;
+      pa = mine;
+    } else {
+      packed_amx_free(mine);
+      pa = expected;
+    }
+  }
+  if (pa->tag != &g_packed_amx_tag || pa->source != w->data) return NULL;
+  return pa->wa;
+}
+
 /* float32 2-D Conv through kernels/conv2d_f32 with bias, residual and activation fused.
  * Returns KILN_ERR_UNSUPPORTED, with the node not failed and no output stored, when that path
  * does not apply (other types or ranks, a residual of another shape); the caller then takes
@@ -535,9 +579,10 @@ kiln_code kiln_conv2d_f32_run(kiln_kctx *c, const kiln_tensor *residual, const k
                                  act ? *act : (kiln_act){KILN_ACT_NONE, 0, 0}};
   const float *wu = kiln_conv2d_f32_uses_winograd(&p, 1) ? node_wino_weights(c, w, &p) : NULL;
   int isa = kiln_isa_resolve(KILN_ISA_AUTO);
+  const kiln_amx_w *wa = kiln_conv2d_f32_uses_amx(&p, isa) ? node_amx_w(c, w, &p) : NULL;
   const kiln_gemm_packed_b *wt =
-      kiln_conv2d_f32_uses_transposed(&p, isa) ? node_packed_wt(c, w, &p, isa) : NULL;
-  rc = kiln_conv2d_f32_ex2(kiln_kpool(c), isa, &p, x->data, w->data, wu, wt, &ep, y->data);
+      !wa && kiln_conv2d_f32_uses_transposed(&p, isa) ? node_packed_wt(c, w, &p, isa) : NULL;
+  rc = kiln_conv2d_f32_ex3(kiln_kpool(c), isa, &p, x->data, w->data, wu, wt, wa, &ep, y->data);
   if (rc == KILN_ERR_NOMEM) return kiln_kfail(c, "out of memory for the convolution");
   if (rc) return kiln_kfail(c, "convolution failed (code %d)", (int)rc);
   return KILN_OK;

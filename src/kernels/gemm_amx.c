@@ -1,0 +1,311 @@
+/* bf16x3 GEMM on AMX tiles: see gemm_amx.h.
+ *
+ * Layout. W is padded to whole tiles (rows to 32, k to 32) and stored as tiles of 16 rows x
+ * 32 bfloat16, [row block][k block], once for hi and once for lo. X is split per call, a
+ * block of 32 columns at a time, into the tile form AMX takes for its right operand (VNNI:
+ * row r of a tile holds columns 0..15 of k rows 2r and 2r + 1, interleaved), [column half]
+ * [k block], hi and lo.
+ *
+ * Kernel. A 32 x 32 block of C is four accumulator tiles (tmm0-3); per k block of 32, two
+ * W tiles (tmm4-5) and two X tiles (tmm6-7) are loaded for each of the three products
+ * hi.hi, hi.lo and lo.hi (10 tile loads, 12 tile multiplies). The block is then stored to a
+ * buffer and finished row by row: bias, residual, activation, masked to the matrix edges.
+ *
+ * Threads: a task is a block of 32 columns (and, when there are few, a share of W's rows);
+ * each thread splits the columns it needs into its own buffer and configures its own tiles,
+ * releasing them when its task is done. */
+#include "kernels/gemm_amx.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu.h"
+#include "runtime/threadpool.h"
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define KILN_AMX_BUILD 1
+#endif
+
+struct kiln_amx_w {
+  size_t m, k;       /* the matrix */
+  size_t mp, kb;     /* rows padded to 32; k blocks of 32 */
+  uint16_t *hi, *lo; /* [mp / 16][kb] tiles of 16 x 32 */
+};
+
+size_t kiln_amx_w_rows(const kiln_amx_w *w) { return w ? w->m : 0; }
+size_t kiln_amx_w_cols(const kiln_amx_w *w) { return w ? w->k : 0; }
+
+void kiln_amx_w_free(kiln_amx_w *w) {
+  if (!w) return;
+  free(w->hi);
+  free(w->lo);
+  free(w);
+}
+
+#ifdef KILN_AMX_BUILD
+
+#define T_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+#define T_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+
+enum { TILE_ELEMS = 512 }; /* bfloat16 per tile: 16 rows of 64 bytes */
+
+static int g_amx_ok;
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_probe(void) {
+  const kiln_cpu_features *f = kiln_cpu_get_features();
+  const char *env = getenv("KILN_AMX");
+  if (env && !strcmp(env, "0")) return;
+  if (!f->amx_tile || !f->amx_bf16 || !f->os_amx || kiln_cpu_isa() < KILN_ISA_AVX512) return;
+  /* ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA: tile data is off for a process until asked */
+  g_amx_ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+
+int kiln_amx_available(void) {
+  pthread_once(&g_amx_once, amx_probe);
+  return g_amx_ok;
+}
+
+static uint16_t bf16_rne(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+static float bf16_value(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+kiln_amx_w *kiln_amx_pack_w(const float *w, size_t m, size_t k, size_t ldw) {
+  if (!kiln_amx_available() || !w || !m || !k) return NULL;
+  kiln_amx_w *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->m = m;
+  p->k = k;
+  p->mp = (m + 31) / 32 * 32;
+  p->kb = (k + 31) / 32;
+  size_t elems = p->mp / 16 * p->kb * TILE_ELEMS;
+  p->hi = aligned_alloc(64, elems * sizeof(uint16_t));
+  p->lo = aligned_alloc(64, elems * sizeof(uint16_t));
+  if (!p->hi || !p->lo) {
+    kiln_amx_w_free(p);
+    return NULL;
+  }
+  for (size_t rb = 0; rb < p->mp / 16; rb++)
+    for (size_t kb = 0; kb < p->kb; kb++) {
+      size_t t = (rb * p->kb + kb) * TILE_ELEMS;
+      for (size_t i = 0; i < 16; i++)
+        for (size_t q = 0; q < 32; q++) {
+          size_t r = rb * 16 + i, c = kb * 32 + q;
+          float v = r < m && c < k ? w[r * ldw + c] : 0.0f;
+          uint16_t h = bf16_rne(v);
+          p->hi[t + i * 32 + q] = h;
+          p->lo[t + i * 32 + q] = bf16_rne(v - bf16_value(h));
+        }
+    }
+  return p;
+}
+
+/* bf16 of 16 floats, rounded to nearest even (finite values) */
+T_512 static inline __m256i cvt_bf16(__m512 v) {
+  __m512i u = _mm512_castps_si512(v);
+  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  u = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16));
+}
+
+T_512 static inline __m512 bf16_widen(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Columns [j0, j0 + 32) of X (those < n; the rest 0), all k rows (0 past k), into VNNI tiles
+ * xhi/xlo [2][kb]. */
+T_512 static void split_x(const float *x, size_t ldx, size_t k, size_t kb, size_t n, size_t j0,
+                          uint16_t *xhi, uint16_t *xlo) {
+  const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                         23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (size_t half = 0; half < 2; half++) {
+    size_t c0 = j0 + 16 * half;
+    size_t cols = c0 < n ? (n - c0 < 16 ? n - c0 : 16) : 0;
+    __mmask16 m = (__mmask16)((1u << cols) - 1);
+    for (size_t b = 0; b < kb; b++) {
+      uint16_t *th = xhi + (half * kb + b) * TILE_ELEMS, *tl = xlo + (half * kb + b) * TILE_ELEMS;
+      for (size_t r = 0; r < 16; r++) {
+        size_t k0 = b * 32 + 2 * r;
+        __m512 v0 = k0 < k ? _mm512_maskz_loadu_ps(m, x + k0 * ldx + c0) : _mm512_setzero_ps();
+        __m512 v1 = k0 + 1 < k ? _mm512_maskz_loadu_ps(m, x + (k0 + 1) * ldx + c0) : _mm512_setzero_ps();
+        __m256i h0 = cvt_bf16(v0), h1 = cvt_bf16(v1);
+        __m256i l0 = cvt_bf16(_mm512_sub_ps(v0, bf16_widen(h0)));
+        __m256i l1 = cvt_bf16(_mm512_sub_ps(v1, bf16_widen(h1)));
+        __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1);
+        __m512i ll = _mm512_inserti64x4(_mm512_castsi256_si512(l0), l1, 1);
+        _mm512_store_si512((void *)(th + r * 32), _mm512_permutexvar_epi16(inter, hh));
+        _mm512_store_si512((void *)(tl + r * 32), _mm512_permutexvar_epi16(inter, ll));
+      }
+    }
+  }
+}
+
+typedef struct amx_job {
+  const kiln_amx_w *w;
+  size_t n, ldx, ldc, ldr;
+  const float *x, *bias, *res;
+  float *c;
+  kiln_act act;
+  size_t n_blocks;  /* column blocks of 32 */
+  size_t m_parts;   /* tasks per column block (shares of W's row pairs) */
+  uint16_t *xbuf;   /* per thread: 4 * kb tiles */
+  size_t xbuf_elems;
+} amx_job;
+
+typedef struct tile_cfg {
+  uint8_t palette, start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tile_cfg;
+
+/* Eight tiles of 16 rows x 64 bytes. A constant: gcc 12 drops stores to a local whose only
+ * reader is _tile_loadconfig, leaving a configuration with garbage in it. */
+static const tile_cfg g_tile_cfg = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+T_AMX static void tiles_on(void) { _tile_loadconfig(&g_tile_cfg); }
+
+T_AMX static void tiles_off(void) { _tile_release(); }
+
+/* Rows [r0, r1) (multiples of 32) of the column block at j0, from the split X. */
+T_AMX static void block_rows(const amx_job *j, size_t r0, size_t r1, size_t j0, const uint16_t *xhi,
+                             const uint16_t *xlo, float *cbuf) {
+  const kiln_amx_w *w = j->w;
+  const size_t kb = w->kb, tstep = kb * TILE_ELEMS;
+  const uint16_t *x0h = xhi, *x1h = xhi + tstep, *x0l = xlo, *x1l = xlo + tstep;
+  for (size_t r = r0; r < r1; r += 32) {
+    const uint16_t *w0h = w->hi + r / 16 * tstep, *w1h = w0h + tstep;
+    const uint16_t *w0l = w->lo + r / 16 * tstep, *w1l = w0l + tstep;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (size_t b = 0; b < kb; b++) {
+      size_t o = b * TILE_ELEMS;
+      _tile_loadd(4, w0h + o, 64);
+      _tile_loadd(5, w1h + o, 64);
+      _tile_loadd(6, x0h + o, 64);
+      _tile_loadd(7, x1h + o, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+      _tile_loadd(6, x0l + o, 64);
+      _tile_loadd(7, x1l + o, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+      _tile_loadd(4, w0l + o, 64);
+      _tile_loadd(5, w1l + o, 64);
+      _tile_loadd(6, x0h + o, 64);
+      _tile_loadd(7, x1h + o, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, cbuf, 128);
+    _tile_stored(1, cbuf + 16, 128);
+    _tile_stored(2, cbuf + 16 * 32, 128);
+    _tile_stored(3, cbuf + 16 * 32 + 16, 128);
+    /* finish the block's rows that exist */
+    size_t rows = w->m - r < 32 ? w->m - r : 32, cols = j->n - j0 < 32 ? j->n - j0 : 32;
+    const int clamp = j->act.kind == KILN_ACT_RELU || j->act.kind == KILN_ACT_CLIP;
+    const __m512 lo = _mm512_set1_ps(j->act.kind == KILN_ACT_CLIP ? j->act.alpha : 0.0f);
+    const __m512 hi = _mm512_set1_ps(j->act.kind == KILN_ACT_CLIP ? j->act.beta : __builtin_inff());
+    for (size_t i = 0; i < rows; i++) {
+      float *cr = j->c + (r + i) * j->ldc + j0;
+      const float *rr = j->res ? j->res + (r + i) * j->ldr + j0 : NULL;
+      __m512 vb = _mm512_set1_ps(j->bias ? j->bias[r + i] : 0.0f);
+      for (size_t h = 0; h < cols; h += 16) {
+        size_t left = cols - h;
+        __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+        __m512 v = _mm512_add_ps(_mm512_load_ps(cbuf + i * 32 + h), vb);
+        if (rr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, rr + h));
+        if (clamp) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+        _mm512_mask_storeu_ps(cr + h, m, v);
+      }
+      if (!clamp && j->act.kind != KILN_ACT_NONE) kiln_f32_act(KILN_ISA_AVX512, cr, cols, &j->act);
+    }
+  }
+}
+
+static void amx_task(void *ctx, size_t begin, size_t end, int ti) {
+  const amx_job *j = ctx;
+  uint16_t *xhi = j->xbuf + (size_t)ti * j->xbuf_elems, *xlo = xhi + j->xbuf_elems / 2;
+  float cbuf[32 * 32] __attribute__((aligned(64)));
+  size_t pairs = j->w->mp / 32, have = (size_t)-1;
+  tiles_on();
+  for (size_t t = begin; t < end; t++) {
+    size_t blk = t / j->m_parts, part = t % j->m_parts;
+    size_t j0 = blk * 32;
+    if (blk != have) { /* consecutive tasks of one block share the split */
+      split_x(j->x, j->ldx, j->w->k, j->w->kb, j->n, j0, xhi, xlo);
+      have = blk;
+    }
+    size_t p0 = pairs * part / j->m_parts, p1 = pairs * (part + 1) / j->m_parts;
+    block_rows(j, p0 * 32, p1 * 32, j0, xhi, xlo, cbuf);
+  }
+  tiles_off();
+}
+
+kiln_code kiln_amx_gemm(struct kiln_threadpool *pool, const kiln_amx_w *w, size_t n,
+                        const float *x, size_t ldx, float *c, size_t ldc, const float *bias,
+                        const float *res, size_t ldr, const kiln_act *act) {
+  if (!w || !x || !c || !kiln_amx_available()) return KILN_ERR_INVALID_ARG;
+  if (!n) return KILN_OK;
+  amx_job j = {w, n, ldx, ldc, ldr, x, bias, res, c, act ? *act : (kiln_act){KILN_ACT_NONE, 0, 0},
+               (n + 31) / 32, 1, NULL, 0};
+  int nthr = kiln_threadpool_size(pool);
+  size_t pairs = w->mp / 32;
+  /* few column blocks for the threads: split W's rows too (each share splits X again) */
+  if (nthr > 1 && j.n_blocks < 4 * (size_t)nthr)
+    j.m_parts = pairs < (size_t)nthr ? pairs : (size_t)nthr;
+  j.xbuf_elems = 2 * 2 * w->kb * TILE_ELEMS; /* hi and lo, two column halves */
+  j.xbuf = aligned_alloc(64, j.xbuf_elems * sizeof(uint16_t) * (size_t)nthr);
+  if (!j.xbuf) return KILN_ERR_NOMEM;
+  size_t tasks = j.n_blocks * j.m_parts;
+  if (nthr <= 1 || tasks < 2)
+    amx_task(&j, 0, tasks, 0);
+  else
+    kiln_parallel_for(pool, tasks, amx_task, &j, 0);
+  free(j.xbuf);
+  return KILN_OK;
+}
+
+#else /* no AMX build */
+
+int kiln_amx_available(void) { return 0; }
+kiln_amx_w *kiln_amx_pack_w(const float *w, size_t m, size_t k, size_t ldw) {
+  (void)w, (void)m, (void)k, (void)ldw;
+  return NULL;
+}
+kiln_code kiln_amx_gemm(struct kiln_threadpool *pool, const kiln_amx_w *w, size_t n,
+                        const float *x, size_t ldx, float *c, size_t ldc, const float *bias,
+                        const float *res, size_t ldr, const kiln_act *act) {
+  (void)pool, (void)w, (void)n, (void)x, (void)ldx, (void)c, (void)ldc, (void)bias, (void)res,
+      (void)ldr, (void)act;
+  return KILN_ERR_INVALID_ARG;
+}
+
+#endif
