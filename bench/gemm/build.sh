@@ -30,3 +30,8 @@ echo "built $out/gemm_bench"
   "$here/conv_bench.c" "$root"/src/kernels/*.c "$root/src/runtime/threadpool.c" \
   "$root/src/base/status.c" -o "$out/conv_bench" -lpthread -lm
 echo "built $out/conv_bench"
+# what AMX bf16x3 could do for float32 GEMM (runs only where the CPU has AMX-BF16)
+"$CC" -O3 -DNDEBUG -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -I"$root/include" -I"$root/src" \
+  "$here/amx_bench.c" "$root"/src/kernels/*.c "$root/src/runtime/threadpool.c" \
+  "$root/src/base/status.c" -o "$out/amx_bench" -lpthread -lm
+echo "built $out/amx_bench"

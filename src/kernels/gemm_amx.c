@@ -163,8 +163,9 @@ typedef struct amx_job {
   kiln_act act;
   size_t n_blocks;  /* column blocks of 32 */
   size_t m_parts;   /* tasks per column block (shares of W's row pairs) */
-  uint16_t *xbuf;   /* per thread: 4 * kb tiles */
+  uint16_t *xbuf;   /* per thread: 4 * kb tiles; or (w_outer) every block's, 4 * kb each */
   size_t xbuf_elems;
+  int w_outer;      /* W larger than X: X split once, each task a share of W's row pairs */
 } amx_job;
 
 typedef struct tile_cfg {
@@ -250,6 +251,31 @@ T_AMX static void block_rows(const amx_job *j, size_t r0, size_t r1, size_t j0, 
   }
 }
 
+/* w_outer, step 1: column blocks [begin, end) of X split into the shared buffer. */
+static void split_task(void *ctx, size_t begin, size_t end, int ti) {
+  (void)ti;
+  const amx_job *j = ctx;
+  for (size_t blk = begin; blk < end; blk++) {
+    uint16_t *xhi = j->xbuf + blk * j->xbuf_elems, *xlo = xhi + j->xbuf_elems / 2;
+    split_x(j->x, j->ldx, j->w->k, j->w->kb, j->n, blk * 32, xhi, xlo);
+  }
+}
+
+/* w_outer, step 2: row pairs [begin, end) of W against every column block, so that a pair of
+ * W's rows is read from memory once and reused from cache. */
+static void rows_task(void *ctx, size_t begin, size_t end, int ti) {
+  (void)ti;
+  const amx_job *j = ctx;
+  float cbuf[32 * 32] __attribute__((aligned(64)));
+  tiles_on();
+  for (size_t pr = begin; pr < end; pr++)
+    for (size_t blk = 0; blk < j->n_blocks; blk++) {
+      const uint16_t *xhi = j->xbuf + blk * j->xbuf_elems, *xlo = xhi + j->xbuf_elems / 2;
+      block_rows(j, pr * 32, pr * 32 + 32, blk * 32, xhi, xlo, cbuf);
+    }
+  tiles_off();
+}
+
 static void amx_task(void *ctx, size_t begin, size_t end, int ti) {
   const amx_job *j = ctx;
   uint16_t *xhi = j->xbuf + (size_t)ti * j->xbuf_elems, *xlo = xhi + j->xbuf_elems / 2;
@@ -275,13 +301,23 @@ kiln_code kiln_amx_gemm(struct kiln_threadpool *pool, const kiln_amx_w *w, size_
   if (!w || !x || !c || !kiln_amx_available()) return KILN_ERR_INVALID_ARG;
   if (!n) return KILN_OK;
   amx_job j = {w, n, ldx, ldc, ldr, x, bias, res, c, act ? *act : (kiln_act){KILN_ACT_NONE, 0, 0},
-               (n + 31) / 32, 1, NULL, 0};
+               (n + 31) / 32, 1, NULL, 0, 0};
   int nthr = kiln_threadpool_size(pool);
   size_t pairs = w->mp / 32;
+  j.xbuf_elems = 2 * 2 * w->kb * TILE_ELEMS; /* hi and lo, two column halves */
+  if (w->mp > j.n_blocks * 32 && j.n_blocks > 1) {
+    /* W is the larger operand: read it once (its row pairs outside), X split up front */
+    j.w_outer = 1;
+    j.xbuf = aligned_alloc(64, j.xbuf_elems * sizeof(uint16_t) * j.n_blocks);
+    if (!j.xbuf) return KILN_ERR_NOMEM;
+    kiln_parallel_for(j.n_blocks >= 2 ? pool : NULL, j.n_blocks, split_task, &j, 0);
+    kiln_parallel_for(pairs >= 2 ? pool : NULL, pairs, rows_task, &j, 0);
+    free(j.xbuf);
+    return KILN_OK;
+  }
   /* few column blocks for the threads: split W's rows too (each share splits X again) */
   if (nthr > 1 && j.n_blocks < 4 * (size_t)nthr)
     j.m_parts = pairs < (size_t)nthr ? pairs : (size_t)nthr;
-  j.xbuf_elems = 2 * 2 * w->kb * TILE_ELEMS; /* hi and lo, two column halves */
   j.xbuf = aligned_alloc(64, j.xbuf_elems * sizeof(uint16_t) * (size_t)nthr);
   if (!j.xbuf) return KILN_ERR_NOMEM;
   size_t tasks = j.n_blocks * j.m_parts;
