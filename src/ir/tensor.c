@@ -1,9 +1,11 @@
 #include "ir/tensor.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "base/status.h"
 
@@ -52,7 +54,66 @@ int64_t kiln_numel(int rank, const int64_t *dims) {
   return n;
 }
 
-kiln_tensor *kiln_tensor_new(kiln_dtype dtype, int rank, const int64_t *dims, kiln_error *err) {
+/* ---- the large-block cache ---- */
+
+/* Blocks of at least POOL_MIN bytes freed by kiln_tensor_free wait here (up to POOL_SLOTS of
+ * them, POOL_MAX_BYTES in all) for a tensor of at most their size and at least half of it. */
+enum { POOL_SLOTS = 4 };
+#define POOL_MIN ((size_t)1 << 20)
+#define POOL_MAX_BYTES ((size_t)1 << 30)
+static pthread_mutex_t g_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  void *p;
+  size_t cap;
+} g_pool[POOL_SLOTS];
+static size_t g_pool_n, g_pool_bytes;
+
+static void *pool_get(size_t bytes, size_t *cap) {
+  pthread_mutex_lock(&g_pool_mu);
+  size_t best = g_pool_n;
+  for (size_t i = 0; i < g_pool_n; i++)
+    if (g_pool[i].cap >= bytes && g_pool[i].cap / 2 <= bytes &&
+        (best == g_pool_n || g_pool[i].cap < g_pool[best].cap))
+      best = i;
+  void *p = NULL;
+  if (best < g_pool_n) {
+    p = g_pool[best].p;
+    *cap = g_pool[best].cap;
+    g_pool_bytes -= *cap;
+    g_pool[best] = g_pool[--g_pool_n];
+  }
+  pthread_mutex_unlock(&g_pool_mu);
+  if (p) return p;
+  *cap = (bytes + 4095) / 4096 * 4096;
+  p = aligned_alloc(4096, *cap);
+#ifdef MADV_HUGEPAGE
+  if (p && *cap >= ((size_t)2 << 20)) madvise(p, *cap, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
+static void pool_put(void *p, size_t cap) {
+  pthread_mutex_lock(&g_pool_mu);
+  if (g_pool_n < POOL_SLOTS && g_pool_bytes + cap <= POOL_MAX_BYTES) {
+    g_pool[g_pool_n].p = p;
+    g_pool[g_pool_n].cap = cap;
+    g_pool_n++;
+    g_pool_bytes += cap;
+    p = NULL;
+  }
+  pthread_mutex_unlock(&g_pool_mu);
+  free(p);
+}
+
+size_t kiln_tensor_pool_blocks(void) {
+  pthread_mutex_lock(&g_pool_mu);
+  size_t n = g_pool_n;
+  pthread_mutex_unlock(&g_pool_mu);
+  return n;
+}
+
+static kiln_tensor *tensor_new(kiln_dtype dtype, int rank, const int64_t *dims, bool zero,
+                               kiln_error *err) {
   char buf[256];
   if (rank < 0 || rank > KILN_MAX_RANK) {
     kiln_fail(err, KILN_ERR_UNSUPPORTED, "tensor rank %d exceeds kiln's limit of %d", rank,
@@ -79,7 +140,12 @@ kiln_tensor *kiln_tensor_new(kiln_dtype dtype, int rank, const int64_t *dims, ki
   if (rank) memcpy(t->dims, dims, (size_t)rank * sizeof *dims);
   t->numel = n;
   t->nbytes = (size_t)bytes;
-  t->data = kiln_calloc((size_t)bytes, 1);
+  if ((size_t)bytes >= POOL_MIN && dtype != KILN_STRING) {
+    t->data = pool_get((size_t)bytes, &t->pool_cap);
+    if (t->data && zero) memset(t->data, 0, (size_t)bytes);
+  } else {
+    t->data = zero || dtype == KILN_STRING ? kiln_calloc((size_t)bytes, 1) : kiln_malloc((size_t)bytes ? (size_t)bytes : 1);
+  }
   if (!t->data) {
     free(t);
     goto oom;
@@ -97,6 +163,15 @@ oom:
   kiln_fail(err, KILN_ERR_NOMEM, "out of memory allocating tensor %s",
             kiln_dims_str(rank, dims, buf, sizeof buf));
   return NULL;
+}
+
+kiln_tensor *kiln_tensor_new(kiln_dtype dtype, int rank, const int64_t *dims, kiln_error *err) {
+  return tensor_new(dtype, rank, dims, true, err);
+}
+
+kiln_tensor *kiln_tensor_new_uninit(kiln_dtype dtype, int rank, const int64_t *dims,
+                                    kiln_error *err) {
+  return tensor_new(dtype, rank, dims, false, err);
 }
 
 int64_t kiln_tensor_bytes(kiln_dtype dtype, int rank, const int64_t *dims) {
@@ -140,7 +215,10 @@ void kiln_tensor_free(kiln_tensor *t) {
       char **s = t->data;
       for (int64_t i = 0; i < t->numel; i++) free(s[i]);
     }
-    free(t->data);
+    if (t->pool_cap)
+      pool_put(t->data, t->pool_cap);
+    else
+      free(t->data);
   }
   free(t);
 }
@@ -164,7 +242,8 @@ kiln_tensor *kiln_tensor_clone(const kiln_tensor *t, kiln_error *err) {
     }
     return c;
   }
-  kiln_tensor *c = kiln_tensor_new(t->dtype, t->rank, t->dims, err);
+  kiln_tensor *c = t->dtype == KILN_STRING ? kiln_tensor_new(t->dtype, t->rank, t->dims, err)
+                                         : kiln_tensor_new_uninit(t->dtype, t->rank, t->dims, err);
   if (!c) return NULL;
   if (t->dtype == KILN_STRING) {
     for (int64_t i = 0; i < t->numel; i++) kiln_copy_elem(c, i, t, i);

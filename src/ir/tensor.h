@@ -17,12 +17,21 @@ struct kiln_tensor {
   void *data;                    /* numel elements; STRING: char *[numel], each malloc'd */
   size_t nbytes;
   bool borrowed;                 /* data is not ours (mmap'd or a view); never freed here */
+  size_t pool_cap;               /* > 0: data is a block of this size from the large-block
+                                    cache, returned there when the tensor is freed */
   size_t n_items, cap_items;     /* SEQUENCE */
   kiln_tensor **items;
 };
 
-/* Allocate a tensor; returns NULL with err set on overflow or allocation failure. */
+/* Allocate a tensor, zero-filled; returns NULL with err set on overflow or allocation failure.
+ * Data of 1 MiB or more comes from a small process-wide cache of freed blocks, so that a
+ * large output allocated on every run does not fault in fresh pages every time. */
 kiln_tensor *kiln_tensor_new(kiln_dtype dtype, int rank, const int64_t *dims, kiln_error *err);
+/* Blocks waiting in that cache now (for tests and diagnostics). */
+size_t kiln_tensor_pool_blocks(void);
+/* The same, the data left uninitialised (not for strings) for a writer of every element. */
+kiln_tensor *kiln_tensor_new_uninit(kiln_dtype dtype, int rank, const int64_t *dims,
+                                    kiln_error *err);
 /* A tensor over caller-owned memory of at least the shape's byte size (marked borrowed, never
  * freed here). Not for strings. */
 kiln_tensor *kiln_tensor_wrap(kiln_dtype dtype, int rank, const int64_t *dims, void *data,

@@ -265,7 +265,7 @@ static kiln_code fused_ew_run(kiln_kctx *c) {
     if (!kiln_broadcast_shape(rank, prev, t->rank, t->dims, &rank, dims))
       return kiln_kfail(c, "input shapes cannot be broadcast");
   }
-  kiln_tensor *y = kiln_out(c, 0, KILN_FLOAT, rank, dims);
+  kiln_tensor *y = kiln_out_uninit(c, 0, KILN_FLOAT, rank, dims); /* ew_task writes every element */
   if (!y) return c->err->code;
   int64_t total = y->numel;
   ew_in in[MAX_PROG];

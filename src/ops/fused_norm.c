@@ -321,7 +321,7 @@ static kiln_code gelu_common(kiln_kctx *c, bool bias) {
   int64_t cols = x->rank ? x->dims[x->rank - 1] : 1;
   if (bias && (x->rank < 1 || b->numel != cols || b->rank > x->rank))
     return kiln_kunsup(c, "the bias must hold one value per position of the last dim");
-  kiln_tensor *y = kiln_out(c, 0, KILN_FLOAT, x->rank, x->dims);
+  kiln_tensor *y = kiln_out_uninit(c, 0, KILN_FLOAT, x->rank, x->dims); /* every element written */
   if (!y) return c->err->code ? c->err->code : KILN_ERR_NOMEM;
   int64_t n = x->numel;
   if (n == 0) return KILN_OK;

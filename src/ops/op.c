@@ -74,7 +74,7 @@ static kiln_tensor *out_alloc(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank
   /* an output placed over its input (kiln_op_in_place_ok) must not be cleared first */
   if (slot && (t = kiln_tensor_wrap(dtype, rank, dims, slot, c->err)) && zero && !is_input_data(c, slot))
     memset(slot, 0, (size_t)bytes);
-  if (!t) t = kiln_tensor_new(dtype, rank, dims, c->err);
+  if (!t) t = zero ? kiln_tensor_new(dtype, rank, dims, c->err) : kiln_tensor_new_uninit(dtype, rank, dims, c->err);
   if (!t) {
     kiln_error_prefix(c->err, "node '%s' (%s) output %zu", node_name(c->node), c->node->op_type, i);
     return NULL;
