@@ -76,8 +76,6 @@ enum { COL_TILE = 128 * 1024 };
 enum { EVEN_MIN_COLS = 256 };
 /* Flops per thread from which a pool of several threads takes the transposed path. */
 #define TR_MIN_FLOPS_PER_THREAD 24e6
-/* W and im2col blocks both over this size keep a convolution off AMX (kiln_conv2d_f32_uses_amx). */
-#define AMX_BIG_BYTES (1.5 * 1024.0 * 1024.0)
 /* Pools up to this size may take whole tiles per thread (per-thread results on the stack). */
 enum { MAX_THREADS = 64 };
 
@@ -328,12 +326,8 @@ int kiln_conv2d_f32_uses_amx(const kiln_conv2d_f32_params *p, int isa) {
    * K or few output channels do not repay them (measured per layer on ResNet-50, MobileNetV2
    * and SqueezeNet: K 16-64 with 64 channels ran up to 1.8x slower, K >= 32 with 128 channels
    * or more and K >= 128 with 64 or more 1.2-2.8x faster) */
-  int64_t kk = p->c * p->kh * p->kw, ohw = p->oh * p->ow;
+  int64_t kk = p->c * p->kh * p->kw;
   if (kk < 32 || p->m < 64 || (p->m < 128 && kk < 128)) return 0;
-  /* both operands far beyond L2 (3x3 convolutions of 256 channels at 14x14): each would be
-   * streamed from memory many times; float32 runs these as fast */
-  if ((double)p->m * (double)kk * 4.0 > AMX_BIG_BYTES && (double)kk * (double)ohw * 4.0 > AMX_BIG_BYTES)
-    return 0;
   return 1;
 }
 

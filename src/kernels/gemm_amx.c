@@ -53,6 +53,7 @@ void kiln_amx_w_free(kiln_amx_w *w) {
 #define T_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
 
 enum { TILE_ELEMS = 512 }; /* bfloat16 per tile: 16 rows of 64 bytes */
+enum { K_CHUNK = 16 };     /* k blocks of 32 per chunk when W is read once (rows_task) */
 
 static int g_amx_ok;
 static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
@@ -166,6 +167,7 @@ typedef struct amx_job {
   uint16_t *xbuf;   /* per thread: 4 * kb tiles; or (w_outer) every block's, 4 * kb each */
   size_t xbuf_elems;
   int w_outer;      /* W larger than X: X split once, each task a share of W's row pairs */
+  float *acc;       /* w_outer with K in chunks: 32 x 32 sums per (row pair, column block) */
 } amx_job;
 
 typedef struct tile_cfg {
@@ -187,67 +189,86 @@ T_AMX static void tiles_on(void) { _tile_loadconfig(&g_tile_cfg); }
 
 T_AMX static void tiles_off(void) { _tile_release(); }
 
-/* Rows [r0, r1) (multiples of 32) of the column block at j0, from the split X. */
-T_AMX static void block_rows(const amx_job *j, size_t r0, size_t r1, size_t j0, const uint16_t *xhi,
-                             const uint16_t *xlo, float *cbuf) {
-  const kiln_amx_w *w = j->w;
-  const size_t kb = w->kb, tstep = kb * TILE_ELEMS;
+/* The 32 x 32 block of C at rows r (a multiple of 32) for k blocks [b0, b1) of the split
+ * column block (xhi, xlo): started from acc (32 x 32 floats) or from 0 when acc is NULL, and
+ * stored to out (32 x 32 floats; may be acc). */
+T_AMX static void mma_block(const kiln_amx_w *w, size_t r, const uint16_t *xhi, const uint16_t *xlo,
+                            size_t b0, size_t b1, const float *acc, float *out) {
+  const size_t tstep = w->kb * TILE_ELEMS;
   const uint16_t *x0h = xhi, *x1h = xhi + tstep, *x0l = xlo, *x1l = xlo + tstep;
-  for (size_t r = r0; r < r1; r += 32) {
-    const uint16_t *w0h = w->hi + r / 16 * tstep, *w1h = w0h + tstep;
-    const uint16_t *w0l = w->lo + r / 16 * tstep, *w1l = w0l + tstep;
+  const uint16_t *w0h = w->hi + r / 16 * tstep, *w1h = w0h + tstep;
+  const uint16_t *w0l = w->lo + r / 16 * tstep, *w1l = w0l + tstep;
+  if (acc) {
+    _tile_loadd(0, acc, 128);
+    _tile_loadd(1, acc + 16, 128);
+    _tile_loadd(2, acc + 16 * 32, 128);
+    _tile_loadd(3, acc + 16 * 32 + 16, 128);
+  } else {
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
-    for (size_t b = 0; b < kb; b++) {
-      size_t o = b * TILE_ELEMS;
-      _tile_loadd(4, w0h + o, 64);
-      _tile_loadd(5, w1h + o, 64);
-      _tile_loadd(6, x0h + o, 64);
-      _tile_loadd(7, x1h + o, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-      _tile_loadd(6, x0l + o, 64);
-      _tile_loadd(7, x1l + o, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-      _tile_loadd(4, w0l + o, 64);
-      _tile_loadd(5, w1l + o, 64);
-      _tile_loadd(6, x0h + o, 64);
-      _tile_loadd(7, x1h + o, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
+  }
+  for (size_t b = b0; b < b1; b++) {
+    size_t o = b * TILE_ELEMS;
+    _tile_loadd(4, w0h + o, 64);
+    _tile_loadd(5, w1h + o, 64);
+    _tile_loadd(6, x0h + o, 64);
+    _tile_loadd(7, x1h + o, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+    _tile_loadd(6, x0l + o, 64);
+    _tile_loadd(7, x1l + o, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+    _tile_loadd(4, w0l + o, 64);
+    _tile_loadd(5, w1l + o, 64);
+    _tile_loadd(6, x0h + o, 64);
+    _tile_loadd(7, x1h + o, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, out, 128);
+  _tile_stored(1, out + 16, 128);
+  _tile_stored(2, out + 16 * 32, 128);
+  _tile_stored(3, out + 16 * 32 + 16, 128);
+}
+
+/* Write the block of C at rows r, columns j0 from its sums (32 x 32 floats): bias, residual
+ * and activation, the rows and columns that exist. */
+T_AMX static void finish_block(const amx_job *j, size_t r, size_t j0, const float *cbuf) {
+  size_t rows = j->w->m - r < 32 ? j->w->m - r : 32, cols = j->n - j0 < 32 ? j->n - j0 : 32;
+  const int clamp = j->act.kind == KILN_ACT_RELU || j->act.kind == KILN_ACT_CLIP;
+  const __m512 lo = _mm512_set1_ps(j->act.kind == KILN_ACT_CLIP ? j->act.alpha : 0.0f);
+  const __m512 hi = _mm512_set1_ps(j->act.kind == KILN_ACT_CLIP ? j->act.beta : __builtin_inff());
+  for (size_t i = 0; i < rows; i++) {
+    float *cr = j->c + (r + i) * j->ldc + j0;
+    const float *rr = j->res ? j->res + (r + i) * j->ldr + j0 : NULL;
+    __m512 vb = _mm512_set1_ps(j->bias ? j->bias[r + i] : 0.0f);
+    for (size_t h = 0; h < cols; h += 16) {
+      size_t left = cols - h;
+      __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+      __m512 v = _mm512_add_ps(_mm512_load_ps(cbuf + i * 32 + h), vb);
+      if (rr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, rr + h));
+      if (clamp) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+      _mm512_mask_storeu_ps(cr + h, m, v);
     }
-    _tile_stored(0, cbuf, 128);
-    _tile_stored(1, cbuf + 16, 128);
-    _tile_stored(2, cbuf + 16 * 32, 128);
-    _tile_stored(3, cbuf + 16 * 32 + 16, 128);
-    /* finish the block's rows that exist */
-    size_t rows = w->m - r < 32 ? w->m - r : 32, cols = j->n - j0 < 32 ? j->n - j0 : 32;
-    const int clamp = j->act.kind == KILN_ACT_RELU || j->act.kind == KILN_ACT_CLIP;
-    const __m512 lo = _mm512_set1_ps(j->act.kind == KILN_ACT_CLIP ? j->act.alpha : 0.0f);
-    const __m512 hi = _mm512_set1_ps(j->act.kind == KILN_ACT_CLIP ? j->act.beta : __builtin_inff());
-    for (size_t i = 0; i < rows; i++) {
-      float *cr = j->c + (r + i) * j->ldc + j0;
-      const float *rr = j->res ? j->res + (r + i) * j->ldr + j0 : NULL;
-      __m512 vb = _mm512_set1_ps(j->bias ? j->bias[r + i] : 0.0f);
-      for (size_t h = 0; h < cols; h += 16) {
-        size_t left = cols - h;
-        __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-        __m512 v = _mm512_add_ps(_mm512_load_ps(cbuf + i * 32 + h), vb);
-        if (rr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, rr + h));
-        if (clamp) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-        _mm512_mask_storeu_ps(cr + h, m, v);
-      }
-      if (!clamp && j->act.kind != KILN_ACT_NONE) kiln_f32_act(KILN_ISA_AVX512, cr, cols, &j->act);
-    }
+    if (!clamp && j->act.kind != KILN_ACT_NONE) kiln_f32_act(KILN_ISA_AVX512, cr, cols, &j->act);
+  }
+}
+
+/* Rows [r0, r1) (multiples of 32) of the column block at j0, from the split X, whole K. */
+T_AMX static void block_rows(const amx_job *j, size_t r0, size_t r1, size_t j0, const uint16_t *xhi,
+                             const uint16_t *xlo, float *cbuf) {
+  for (size_t r = r0; r < r1; r += 32) {
+    mma_block(j->w, r, xhi, xlo, 0, j->w->kb, NULL, cbuf);
+    finish_block(j, r, j0, cbuf);
   }
 }
 
@@ -262,17 +283,27 @@ static void split_task(void *ctx, size_t begin, size_t end, int ti) {
 }
 
 /* w_outer, step 2: row pairs [begin, end) of W against every column block, so that a pair of
- * W's rows is read from memory once and reused from cache. */
+ * W's rows is read from memory once and reused from cache. A long K is taken in chunks of
+ * K_CHUNK blocks, every row pair and column block per chunk, the sums kept in j->acc between
+ * chunks: the chunk of W and of X then both stay in L2 (3x3 convolutions of 256 channels at
+ * 14x14 have 2.4 MiB of W and 2 MiB of split X). */
 static void rows_task(void *ctx, size_t begin, size_t end, int ti) {
   (void)ti;
   const amx_job *j = ctx;
   float cbuf[32 * 32] __attribute__((aligned(64)));
+  const size_t kb = j->w->kb, nch = (kb + K_CHUNK - 1) / K_CHUNK;
   tiles_on();
-  for (size_t pr = begin; pr < end; pr++)
-    for (size_t blk = 0; blk < j->n_blocks; blk++) {
-      const uint16_t *xhi = j->xbuf + blk * j->xbuf_elems, *xlo = xhi + j->xbuf_elems / 2;
-      block_rows(j, pr * 32, pr * 32 + 32, blk * 32, xhi, xlo, cbuf);
-    }
+  for (size_t ch = 0; ch < nch; ch++) {
+    size_t b0 = ch * K_CHUNK, b1 = b0 + K_CHUNK < kb ? b0 + K_CHUNK : kb;
+    for (size_t pr = begin; pr < end; pr++)
+      for (size_t blk = 0; blk < j->n_blocks; blk++) {
+        const uint16_t *xhi = j->xbuf + blk * j->xbuf_elems, *xlo = xhi + j->xbuf_elems / 2;
+        float *acc = nch > 1 ? j->acc + (pr * j->n_blocks + blk) * 1024 : NULL;
+        float *out = ch + 1 == nch ? cbuf : acc;
+        mma_block(j->w, pr * 32, xhi, xlo, b0, b1, ch ? acc : NULL, out);
+        if (ch + 1 == nch) finish_block(j, pr * 32, blk * 32, cbuf);
+      }
+  }
   tiles_off();
 }
 
@@ -301,7 +332,7 @@ kiln_code kiln_amx_gemm(struct kiln_threadpool *pool, const kiln_amx_w *w, size_
   if (!w || !x || !c || !kiln_amx_available()) return KILN_ERR_INVALID_ARG;
   if (!n) return KILN_OK;
   amx_job j = {w, n, ldx, ldc, ldr, x, bias, res, c, act ? *act : (kiln_act){KILN_ACT_NONE, 0, 0},
-               (n + 31) / 32, 1, NULL, 0, 0};
+               (n + 31) / 32, 1, NULL, 0, 0, NULL};
   int nthr = kiln_threadpool_size(pool);
   size_t pairs = w->mp / 32;
   j.xbuf_elems = 2 * 2 * w->kb * TILE_ELEMS; /* hi and lo, two column halves */
@@ -309,10 +340,16 @@ kiln_code kiln_amx_gemm(struct kiln_threadpool *pool, const kiln_amx_w *w, size_
     /* W is the larger operand: read it once (its row pairs outside), X split up front */
     j.w_outer = 1;
     j.xbuf = aligned_alloc(64, j.xbuf_elems * sizeof(uint16_t) * j.n_blocks);
-    if (!j.xbuf) return KILN_ERR_NOMEM;
+    if (w->kb > K_CHUNK) j.acc = aligned_alloc(64, sizeof(float) * 1024 * pairs * j.n_blocks);
+    if (!j.xbuf || (w->kb > K_CHUNK && !j.acc)) {
+      free(j.xbuf);
+      free(j.acc);
+      return KILN_ERR_NOMEM;
+    }
     kiln_parallel_for(j.n_blocks >= 2 ? pool : NULL, j.n_blocks, split_task, &j, 0);
     kiln_parallel_for(pairs >= 2 ? pool : NULL, pairs, rows_task, &j, 0);
     free(j.xbuf);
+    free(j.acc);
     return KILN_OK;
   }
   /* few column blocks for the threads: split W's rows too (each share splits X again) */

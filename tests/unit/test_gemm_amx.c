@@ -77,6 +77,7 @@ int main(void) {
   static const size_t shapes[][3] = {
       {1, 1, 1},     {5, 7, 3},     {32, 32, 32},   {33, 65, 47},  {64, 96, 196},
       {100, 300, 49}, {256, 64, 300}, {31, 1000, 17}, {128, 33, 512},
+      {200, 1100, 70}, /* W read once (more rows than columns), K in 3 chunks */
   };
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     size_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
