@@ -326,8 +326,12 @@ int kiln_conv2d_f32_uses_amx(const kiln_conv2d_f32_params *p, int isa) {
    * K or few output channels do not repay them (measured per layer on ResNet-50, MobileNetV2
    * and SqueezeNet: K 16-64 with 64 channels ran up to 1.8x slower, K >= 32 with 128 channels
    * or more and K >= 128 with 64 or more 1.2-2.8x faster) */
-  int64_t kk = p->c * p->kh * p->kw;
+  int64_t kk = p->c * p->kh * p->kw, ohw = p->oh * p->ow;
   if (kk < 32 || p->m < 64 || (p->m < 128 && kk < 128)) return 0;
+  /* K under 64 pays only with many output channels and columns (SqueezeNet's 32 -> 128 at
+   * 27x27 and 48 -> 192 at 13x13 ran 1.2-1.4x slower at 2 threads, MobileNetV2's 32 -> 192
+   * at 28x28 twice as fast) */
+  if (kk < 64 && (p->m < 192 || ohw < 256)) return 0;
   return 1;
 }
 
