@@ -24,11 +24,11 @@
 #include "kernels/cpu.h"
 #include "runtime/threadpool.h"
 
-#if defined(__x86_64__) && defined(__linux__)
-#include <immintrin.h>
+#include "kernels/gemm_amx_internal.h"
+
+#ifdef KILN_AMX_BUILD
 #include <sys/syscall.h>
 #include <unistd.h>
-#define KILN_AMX_BUILD 1
 #endif
 
 struct kiln_amx_w {
@@ -49,11 +49,6 @@ void kiln_amx_w_free(kiln_amx_w *w) {
 
 #ifdef KILN_AMX_BUILD
 
-#define T_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
-#define T_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
-
-enum { TILE_ELEMS = 512 }; /* bfloat16 per tile: 16 rows of 64 bytes */
-enum { K_CHUNK = 16 };     /* k blocks of 32 per chunk when W is read once (rows_task) */
 
 static int g_amx_ok;
 static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
@@ -70,20 +65,6 @@ static void amx_probe(void) {
 int kiln_amx_available(void) {
   pthread_once(&g_amx_once, amx_probe);
   return g_amx_ok;
-}
-
-static uint16_t bf16_rne(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-static float bf16_value(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
 }
 
 kiln_amx_w *kiln_amx_pack_w(const float *w, size_t m, size_t k, size_t ldw) {
@@ -108,24 +89,12 @@ kiln_amx_w *kiln_amx_pack_w(const float *w, size_t m, size_t k, size_t ldw) {
         for (size_t q = 0; q < 32; q++) {
           size_t r = rb * 16 + i, c = kb * 32 + q;
           float v = r < m && c < k ? w[r * ldw + c] : 0.0f;
-          uint16_t h = bf16_rne(v);
+          uint16_t h = kiln_bf16_rne(v);
           p->hi[t + i * 32 + q] = h;
-          p->lo[t + i * 32 + q] = bf16_rne(v - bf16_value(h));
+          p->lo[t + i * 32 + q] = kiln_bf16_rne(v - kiln_bf16_value(h));
         }
     }
   return p;
-}
-
-/* bf16 of 16 floats, rounded to nearest even (finite values) */
-T_512 static inline __m256i cvt_bf16(__m512 v) {
-  __m512i u = _mm512_castps_si512(v);
-  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  u = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16));
-}
-
-T_512 static inline __m512 bf16_widen(__m256i h) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
 /* Columns [j0, j0 + 32) of X (those < n; the rest 0), all k rows (0 past k), into VNNI tiles
@@ -144,9 +113,9 @@ T_512 static void split_x(const float *x, size_t ldx, size_t k, size_t kb, size_
         size_t k0 = b * 32 + 2 * r;
         __m512 v0 = k0 < k ? _mm512_maskz_loadu_ps(m, x + k0 * ldx + c0) : _mm512_setzero_ps();
         __m512 v1 = k0 + 1 < k ? _mm512_maskz_loadu_ps(m, x + (k0 + 1) * ldx + c0) : _mm512_setzero_ps();
-        __m256i h0 = cvt_bf16(v0), h1 = cvt_bf16(v1);
-        __m256i l0 = cvt_bf16(_mm512_sub_ps(v0, bf16_widen(h0)));
-        __m256i l1 = cvt_bf16(_mm512_sub_ps(v1, bf16_widen(h1)));
+        __m256i h0 = kiln_cvt_bf16(v0), h1 = kiln_cvt_bf16(v1);
+        __m256i l0 = kiln_cvt_bf16(_mm512_sub_ps(v0, kiln_bf16_widen(h0)));
+        __m256i l1 = kiln_cvt_bf16(_mm512_sub_ps(v1, kiln_bf16_widen(h1)));
         __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1);
         __m512i ll = _mm512_inserti64x4(_mm512_castsi256_si512(l0), l1, 1);
         _mm512_store_si512((void *)(th + r * 32), _mm512_permutexvar_epi16(inter, hh));
@@ -185,19 +154,14 @@ static const tile_cfg g_tile_cfg = {
     .rows = {16, 16, 16, 16, 16, 16, 16, 16},
 };
 
-T_AMX static void tiles_on(void) { _tile_loadconfig(&g_tile_cfg); }
+T_AMX void kiln_amx_tiles_on(void) { _tile_loadconfig(&g_tile_cfg); }
 
-T_AMX static void tiles_off(void) { _tile_release(); }
+T_AMX void kiln_amx_tiles_off(void) { _tile_release(); }
 
-/* The 32 x 32 block of C at rows r (a multiple of 32) for k blocks [b0, b1) of the split
- * column block (xhi, xlo): started from acc (32 x 32 floats) or from 0 when acc is NULL, and
- * stored to out (32 x 32 floats; may be acc). */
-T_AMX static void mma_block(const kiln_amx_w *w, size_t r, const uint16_t *xhi, const uint16_t *xlo,
-                            size_t b0, size_t b1, const float *acc, float *out) {
-  const size_t tstep = w->kb * TILE_ELEMS;
-  const uint16_t *x0h = xhi, *x1h = xhi + tstep, *x0l = xlo, *x1l = xlo + tstep;
-  const uint16_t *w0h = w->hi + r / 16 * tstep, *w1h = w0h + tstep;
-  const uint16_t *w0l = w->lo + r / 16 * tstep, *w1l = w0l + tstep;
+T_AMX void kiln_amx_mma(const uint16_t *lh, const uint16_t *ll, const uint16_t *rh, const uint16_t *rl,
+                        size_t tstep, size_t b0, size_t b1, const float *acc, float *out) {
+  const uint16_t *w0h = lh, *w1h = lh + tstep, *w0l = ll, *w1l = ll + tstep;
+  const uint16_t *x0h = rh, *x1h = rh + tstep, *x0l = rl, *x1l = rl + tstep;
   if (acc) {
     _tile_loadd(0, acc, 128);
     _tile_loadd(1, acc + 16, 128);
@@ -238,6 +202,14 @@ T_AMX static void mma_block(const kiln_amx_w *w, size_t r, const uint16_t *xhi, 
   _tile_stored(1, out + 16, 128);
   _tile_stored(2, out + 16 * 32, 128);
   _tile_stored(3, out + 16 * 32 + 16, 128);
+}
+
+/* The 32 x 32 block of C at rows r (a multiple of 32) for k blocks [b0, b1) of the split
+ * column block (xhi, xlo), from acc or 0, to out (see kiln_amx_mma). */
+static void mma_block(const kiln_amx_w *w, size_t r, const uint16_t *xhi, const uint16_t *xlo,
+                      size_t b0, size_t b1, const float *acc, float *out) {
+  const size_t tstep = w->kb * TILE_ELEMS;
+  kiln_amx_mma(w->hi + r / 16 * tstep, w->lo + r / 16 * tstep, xhi, xlo, tstep, b0, b1, acc, out);
 }
 
 /* Write the block of C at rows r, columns j0 from its sums (32 x 32 floats): bias, residual
@@ -292,7 +264,7 @@ static void rows_task(void *ctx, size_t begin, size_t end, int ti) {
   const amx_job *j = ctx;
   float cbuf[32 * 32] __attribute__((aligned(64)));
   const size_t kb = j->w->kb, nch = (kb + K_CHUNK - 1) / K_CHUNK;
-  tiles_on();
+  kiln_amx_tiles_on();
   for (size_t ch = 0; ch < nch; ch++) {
     size_t b0 = ch * K_CHUNK, b1 = b0 + K_CHUNK < kb ? b0 + K_CHUNK : kb;
     for (size_t pr = begin; pr < end; pr++)
@@ -304,7 +276,7 @@ static void rows_task(void *ctx, size_t begin, size_t end, int ti) {
         if (ch + 1 == nch) finish_block(j, pr * 32, blk * 32, cbuf);
       }
   }
-  tiles_off();
+  kiln_amx_tiles_off();
 }
 
 static void amx_task(void *ctx, size_t begin, size_t end, int ti) {
@@ -312,7 +284,7 @@ static void amx_task(void *ctx, size_t begin, size_t end, int ti) {
   uint16_t *xhi = j->xbuf + (size_t)ti * j->xbuf_elems, *xlo = xhi + j->xbuf_elems / 2;
   float cbuf[32 * 32] __attribute__((aligned(64)));
   size_t pairs = j->w->mp / 32, have = (size_t)-1;
-  tiles_on();
+  kiln_amx_tiles_on();
   for (size_t t = begin; t < end; t++) {
     size_t blk = t / j->m_parts, part = t % j->m_parts;
     size_t j0 = blk * 32;
@@ -323,7 +295,7 @@ static void amx_task(void *ctx, size_t begin, size_t end, int ti) {
     size_t p0 = pairs * part / j->m_parts, p1 = pairs * (part + 1) / j->m_parts;
     block_rows(j, p0 * 32, p1 * 32, j0, xhi, xlo, cbuf);
   }
-  tiles_off();
+  kiln_amx_tiles_off();
 }
 
 kiln_code kiln_amx_gemm(struct kiln_threadpool *pool, const kiln_amx_w *w, size_t n,

@@ -20,6 +20,7 @@
 
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_amx.h"
 #include "runtime/threadpool.h"
 #include "ops/registry.h"
 #include "plugin/plugin.h"
@@ -169,22 +170,29 @@ static kiln_code fused_conv_run(kiln_kctx *c) {
   return kiln_fused_epilogue(c, c->out[0], NULL, kiln_in(c, 3));
 }
 
-/* Constant weights packed once for the GEMM, kept on the node (src/kernels/gemm.h). */
+/* Constant weights packed once for the GEMM, kept on the node (src/kernels/gemm.h), and for
+ * the AMX GEMM where the CPU has it and B is large enough (src/kernels/gemm_amx.h). */
 typedef struct packed_weights {
   const void *source;     /* the weight tensor's data the pack was made from */
   int trans;
   kiln_gemm_packed_b *pb;
+  kiln_amx_b *amx;        /* or NULL */
 } packed_weights;
 
 static void packed_weights_free(void *p) {
   packed_weights *w = p;
   kiln_gemm_packed_b_free(w->pb);
+  kiln_amx_b_free(w->amx);
   free(w);
 }
 
-/* The packed form of B for this node: made on first use and published with a compare-and-swap
+/* B sizes from which MatMul and Gemm use the AMX GEMM (with at least AMX_MIN_M rows of A):
+ * the tiles are 16 x 32 and A is split per call. */
+enum { AMX_MIN_K = 64, AMX_MIN_N = 64, AMX_MIN_M = 32 };
+
+/* The packed forms of B for this node: made on first use and published with a compare-and-swap
  * (a losing thread frees its own); NULL when B is not the tensor the pack was made from. */
-static const kiln_gemm_packed_b *node_packed_b(kiln_kctx *c, const kiln_tensor *b, int trans) {
+static const packed_weights *node_weights(kiln_kctx *c, const kiln_tensor *b, int trans) {
   kiln_node *n = (kiln_node *)(uintptr_t)c->node; /* node state is runtime cache */
   packed_weights *w = __atomic_load_n((packed_weights **)&n->state, __ATOMIC_ACQUIRE);
   if (!w) {
@@ -197,6 +205,8 @@ static const kiln_gemm_packed_b *node_packed_b(kiln_kctx *c, const kiln_tensor *
       free(mine);
       return NULL;
     }
+    if (kk >= AMX_MIN_K && nn >= AMX_MIN_N && kiln_amx_available())
+      mine->amx = kiln_amx_pack_b(b->data, kk, nn, (size_t)b->dims[1], trans); /* NULL: float32 */
     void *expected = NULL;
     n->state_free = packed_weights_free;
     if (__atomic_compare_exchange_n(&n->state, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
@@ -206,7 +216,19 @@ static const kiln_gemm_packed_b *node_packed_b(kiln_kctx *c, const kiln_tensor *
       w = expected;
     }
   }
-  return w->source == b->data && w->trans == trans ? w->pb : NULL;
+  return w->source == b->data && w->trans == trans ? w : NULL;
+}
+
+static const kiln_gemm_packed_b *node_packed_b(kiln_kctx *c, const kiln_tensor *b, int trans) {
+  const packed_weights *w = node_weights(c, b, trans);
+  return w ? w->pb : NULL;
+}
+
+/* The AMX form of B when this call should use it (m rows of A), else NULL. */
+static const kiln_amx_b *node_amx_b(kiln_kctx *c, const kiln_tensor *b, int trans, int64_t m) {
+  if (m < AMX_MIN_M || kiln_cpu_isa() < KILN_ISA_AVX512) return NULL;
+  const packed_weights *w = node_weights(c, b, trans);
+  return w ? w->amx : NULL;
 }
 
 /* ---- GELU (erf form) after the GEMM ----------------------------------------------------
@@ -328,10 +350,14 @@ static kiln_code fused_matmul_fast(kiln_kctx *c, bool *done) {
   bool gelu_after = act.kind == KILN_ACT_GELU;
   kiln_gemm_epilogue ep = {bias ? bias->data : NULL, act, res ? res->data : NULL, (size_t)n, 0};
   if (gelu_after) ep.act.kind = KILN_ACT_NONE;
-  const kiln_gemm_packed_b *pb = node_packed_b(c, b, 0);
-  kiln_code rc = pb ? kiln_gemm_f32_packed(&g, 0, (size_t)m, 1.0f, a->data, (size_t)k, pb, 0.0f, y->data, (size_t)n, &ep, c->err)
-                    : kiln_gemm_f32(&g, 0, 0, (size_t)m, (size_t)n, (size_t)k, 1.0f, a->data, (size_t)k, b->data,
-                                    (size_t)n, 0.0f, y->data, (size_t)n, &ep, c->err);
+  const kiln_amx_b *ab = node_amx_b(c, b, 0, m);
+  const kiln_gemm_packed_b *pb = ab ? NULL : node_packed_b(c, b, 0);
+  kiln_code rc = ab ? kiln_amx_gemm_ab(g.pool, (size_t)m, a->data, (size_t)k, ab, y->data, (size_t)n, ep.bias,
+                                       ep.residual, (size_t)n, &ep.act)
+                 : pb ? kiln_gemm_f32_packed(&g, 0, (size_t)m, 1.0f, a->data, (size_t)k, pb, 0.0f, y->data, (size_t)n, &ep, c->err)
+                      : kiln_gemm_f32(&g, 0, 0, (size_t)m, (size_t)n, (size_t)k, 1.0f, a->data, (size_t)k, b->data,
+                                      (size_t)n, 0.0f, y->data, (size_t)n, &ep, c->err);
+  if (rc && ab) rc = kiln_kfail(c, "AMX GEMM failed (code %d)", (int)rc);
   if (rc == KILN_OK && gelu_after) gelu_inplace(g.pool, y->data, (size_t)y->numel);
   *done = rc == KILN_OK;
   return rc;
@@ -368,11 +394,15 @@ static kiln_code fused_gemm_fast(kiln_kctx *c, bool *done) {
   if (!y) return KILN_ERR_NOMEM;
   kiln_gemm_ctx g = {kiln_kpool(c), 0};
   kiln_gemm_epilogue ep = {cc ? cc->data : NULL, act, NULL, 0, 0};
-  const kiln_gemm_packed_b *pb = node_packed_b(c, b, tb);
-  kiln_code rc = pb ? kiln_gemm_f32_packed(&g, ta, (size_t)m, alpha, a->data, (size_t)a->dims[1], pb, 0.0f, y->data,
+  const kiln_amx_b *ab = !ta && alpha == 1.0f ? node_amx_b(c, b, tb, m) : NULL;
+  const kiln_gemm_packed_b *pb = ab ? NULL : node_packed_b(c, b, tb);
+  kiln_code rc = ab ? kiln_amx_gemm_ab(g.pool, (size_t)m, a->data, (size_t)k, ab, y->data, (size_t)n, ep.bias, NULL, 0,
+                                       &ep.act)
+                 : pb ? kiln_gemm_f32_packed(&g, ta, (size_t)m, alpha, a->data, (size_t)a->dims[1], pb, 0.0f, y->data,
                                            (size_t)n, &ep, c->err)
                     : kiln_gemm_f32(&g, ta, tb, (size_t)m, (size_t)n, (size_t)k, alpha, a->data, (size_t)a->dims[1],
                                     b->data, (size_t)b->dims[1], 0.0f, y->data, (size_t)n, &ep, c->err);
+  if (rc && ab) rc = kiln_kfail(c, "AMX GEMM failed (code %d)", (int)rc);
   *done = rc == KILN_OK;
   return rc;
 }

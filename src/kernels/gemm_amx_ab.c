@@ -1,0 +1,186 @@
+/* bf16x3 GEMM on AMX tiles for C = A op(B) with constant B (MatMul and Gemm weights): see
+ * gemm_amx.h. The mirror of gemm_amx.c: B is packed once into the tiles AMX takes as its right
+ * operand (VNNI, [column block of 16][k block of 32], hi and lo), A is split per call into
+ * row-major tiles ([row block of 16][k block]), all of A up front since activations are the
+ * smaller operand here; each task then takes a share of B's column pairs against every row
+ * pair of A, so B is read once. K over K_CHUNK blocks is taken in chunks with the sums kept
+ * between them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/gemm_amx.h"
+#include "kernels/gemm_amx_internal.h"
+#include "runtime/threadpool.h"
+
+struct kiln_amx_b {
+  size_t k, n;
+  size_t kb, np;     /* k blocks of 32; column pairs (32 columns) */
+  uint16_t *hi, *lo; /* [np * 2][kb] tiles */
+};
+
+size_t kiln_amx_b_k(const kiln_amx_b *b) { return b ? b->k : 0; }
+size_t kiln_amx_b_n(const kiln_amx_b *b) { return b ? b->n : 0; }
+
+void kiln_amx_b_free(kiln_amx_b *b) {
+  if (!b) return;
+  free(b->hi);
+  free(b->lo);
+  free(b);
+}
+
+#ifdef KILN_AMX_BUILD
+
+kiln_amx_b *kiln_amx_pack_b(const float *b, size_t k, size_t n, size_t ldb, int trans) {
+  if (!kiln_amx_available() || !b || !k || !n) return NULL;
+  kiln_amx_b *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->k = k;
+  p->n = n;
+  p->kb = (k + 31) / 32;
+  p->np = (n + 31) / 32;
+  size_t elems = p->np * 2 * p->kb * TILE_ELEMS;
+  p->hi = aligned_alloc(64, elems * sizeof(uint16_t));
+  p->lo = aligned_alloc(64, elems * sizeof(uint16_t));
+  if (!p->hi || !p->lo) {
+    kiln_amx_b_free(p);
+    return NULL;
+  }
+  for (size_t cb = 0; cb < p->np * 2; cb++)
+    for (size_t kb = 0; kb < p->kb; kb++) {
+      size_t t = (cb * p->kb + kb) * TILE_ELEMS;
+      for (size_t q = 0; q < 32; q++)
+        for (size_t j = 0; j < 16; j++) {
+          size_t kk = kb * 32 + q, col = cb * 16 + j;
+          float v = kk < k && col < n ? (trans ? b[col * ldb + kk] : b[kk * ldb + col]) : 0.0f;
+          uint16_t h = kiln_bf16_rne(v);
+          size_t o = t + (q / 2) * 32 + j * 2 + (q % 2);
+          p->hi[o] = h;
+          p->lo[o] = kiln_bf16_rne(v - kiln_bf16_value(h));
+        }
+    }
+  return p;
+}
+
+typedef struct ab_job {
+  const kiln_amx_b *b;
+  size_t m, lda, ldc, ldr;
+  const float *a, *bias, *res;
+  float *c;
+  kiln_act act;
+  size_t mp;      /* row pairs of A */
+  uint16_t *abuf; /* per row pair: hi [2][kb] tiles, then lo [2][kb] */
+  float *acc;     /* K in chunks: 32 x 32 sums per (column pair, row pair) */
+} ab_job;
+
+/* Rows [32 rp, 32 rp + 32) of A (0 past m and k) into row-major tiles, hi and lo. */
+T_512 static void split_rows(const ab_job *j, size_t rp) {
+  const size_t kb = j->b->kb, k = j->b->k;
+  uint16_t *hi = j->abuf + rp * 4 * kb * TILE_ELEMS, *lo = hi + 2 * kb * TILE_ELEMS;
+  for (size_t i = 0; i < 32; i++) {
+    size_t row = rp * 32 + i;
+    uint16_t *th = hi + (i / 16) * kb * TILE_ELEMS + (i % 16) * 32;
+    uint16_t *tl = lo + (i / 16) * kb * TILE_ELEMS + (i % 16) * 32;
+    const float *ar = j->a + row * j->lda;
+    for (size_t b = 0; b < kb; b++) {
+      size_t k0 = b * 32;
+      size_t n0 = row < j->m && k0 < k ? (k - k0 < 16 ? k - k0 : 16) : 0;
+      size_t n1 = row < j->m && k0 + 16 < k ? (k - k0 - 16 < 16 ? k - k0 - 16 : 16) : 0;
+      __m512 v0 = _mm512_maskz_loadu_ps((__mmask16)((1u << n0) - 1), ar + k0);
+      __m512 v1 = _mm512_maskz_loadu_ps((__mmask16)((1u << n1) - 1), ar + k0 + 16);
+      __m256i h0 = kiln_cvt_bf16(v0), h1 = kiln_cvt_bf16(v1);
+      __m256i l0 = kiln_cvt_bf16(_mm512_sub_ps(v0, kiln_bf16_widen(h0)));
+      __m256i l1 = kiln_cvt_bf16(_mm512_sub_ps(v1, kiln_bf16_widen(h1)));
+      _mm512_store_si512((void *)(th + b * TILE_ELEMS), _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1));
+      _mm512_store_si512((void *)(tl + b * TILE_ELEMS), _mm512_inserti64x4(_mm512_castsi256_si512(l0), l1, 1));
+    }
+  }
+}
+
+static void split_task(void *ctx, size_t begin, size_t end, int ti) {
+  (void)ti;
+  for (size_t rp = begin; rp < end; rp++) split_rows(ctx, rp);
+}
+
+/* The block of C at row pair rp, column pair cp from its sums: bias per column, residual,
+ * activation, the rows and columns that exist. */
+T_512 static void finish(const ab_job *j, size_t rp, size_t cp, const float *cbuf) {
+  size_t r = rp * 32, c0 = cp * 32;
+  size_t rows = j->m - r < 32 ? j->m - r : 32, cols = j->b->n - c0 < 32 ? j->b->n - c0 : 32;
+  const int clamp = j->act.kind == KILN_ACT_RELU || j->act.kind == KILN_ACT_CLIP;
+  const __m512 lo = _mm512_set1_ps(j->act.kind == KILN_ACT_CLIP ? j->act.alpha : 0.0f);
+  const __m512 hi = _mm512_set1_ps(j->act.kind == KILN_ACT_CLIP ? j->act.beta : __builtin_inff());
+  for (size_t i = 0; i < rows; i++) {
+    float *cr = j->c + (r + i) * j->ldc + c0;
+    const float *rr = j->res ? j->res + (r + i) * j->ldr + c0 : NULL;
+    for (size_t h = 0; h < cols; h += 16) {
+      size_t left = cols - h;
+      __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+      __m512 v = _mm512_load_ps(cbuf + i * 32 + h);
+      if (j->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, j->bias + c0 + h));
+      if (rr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, rr + h));
+      if (clamp) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+      _mm512_mask_storeu_ps(cr + h, m, v);
+    }
+    if (!clamp && j->act.kind != KILN_ACT_NONE) kiln_f32_act(KILN_ISA_AVX512, cr, cols, &j->act);
+  }
+}
+
+/* Column pairs [begin, end) of B against every row pair of A. */
+static void cols_task(void *ctx, size_t begin, size_t end, int ti) {
+  (void)ti;
+  const ab_job *j = ctx;
+  float cbuf[32 * 32] __attribute__((aligned(64)));
+  const size_t kb = j->b->kb, nch = (kb + K_CHUNK - 1) / K_CHUNK, tstep = kb * TILE_ELEMS;
+  kiln_amx_tiles_on();
+  for (size_t ch = 0; ch < nch; ch++) {
+    size_t b0 = ch * K_CHUNK, b1 = b0 + K_CHUNK < kb ? b0 + K_CHUNK : kb;
+    for (size_t cp = begin; cp < end; cp++) {
+      const uint16_t *rh = j->b->hi + cp * 2 * tstep, *rl = j->b->lo + cp * 2 * tstep;
+      for (size_t rp = 0; rp < j->mp; rp++) {
+        const uint16_t *lh = j->abuf + rp * 4 * tstep, *ll = lh + 2 * tstep;
+        float *acc = nch > 1 ? j->acc + (cp * j->mp + rp) * 1024 : NULL;
+        float *out = ch + 1 == nch ? cbuf : acc;
+        kiln_amx_mma(lh, ll, rh, rl, tstep, b0, b1, ch ? acc : NULL, out);
+        if (ch + 1 == nch) finish(j, rp, cp, cbuf);
+      }
+    }
+  }
+  kiln_amx_tiles_off();
+}
+
+kiln_code kiln_amx_gemm_ab(struct kiln_threadpool *pool, size_t m, const float *a, size_t lda,
+                           const kiln_amx_b *b, float *c, size_t ldc, const float *bias,
+                           const float *res, size_t ldr, const kiln_act *act) {
+  if (!b || !a || !c || !kiln_amx_available()) return KILN_ERR_INVALID_ARG;
+  if (!m) return KILN_OK;
+  ab_job j = {b, m, lda, ldc, ldr, a, bias, res, c, act ? *act : (kiln_act){KILN_ACT_NONE, 0, 0},
+              (m + 31) / 32, NULL, NULL};
+  j.abuf = aligned_alloc(64, sizeof(uint16_t) * 4 * b->kb * TILE_ELEMS * j.mp);
+  if (b->kb > K_CHUNK) j.acc = aligned_alloc(64, sizeof(float) * 1024 * j.mp * b->np);
+  if (!j.abuf || (b->kb > K_CHUNK && !j.acc)) {
+    free(j.abuf);
+    free(j.acc);
+    return KILN_ERR_NOMEM;
+  }
+  kiln_parallel_for(j.mp >= 2 ? pool : NULL, j.mp, split_task, &j, 0);
+  kiln_parallel_for(b->np >= 2 ? pool : NULL, b->np, cols_task, &j, 0);
+  free(j.abuf);
+  free(j.acc);
+  return KILN_OK;
+}
+
+#else /* no AMX build */
+
+kiln_amx_b *kiln_amx_pack_b(const float *b, size_t k, size_t n, size_t ldb, int trans) {
+  (void)b, (void)k, (void)n, (void)ldb, (void)trans;
+  return NULL;
+}
+kiln_code kiln_amx_gemm_ab(struct kiln_threadpool *pool, size_t m, const float *a, size_t lda,
+                           const kiln_amx_b *b, float *c, size_t ldc, const float *bias,
+                           const float *res, size_t ldr, const kiln_act *act) {
+  (void)pool, (void)m, (void)a, (void)lda, (void)b, (void)c, (void)ldc, (void)bias, (void)res,
+      (void)ldr, (void)act;
+  return KILN_ERR_INVALID_ARG;
+}
+
+#endif
