@@ -58,12 +58,20 @@ static kiln_code run_original(kiln_frame *f, const kiln_node *n, const kiln_grap
   return KILN_OK;
 }
 
-/* Largest differences of a from b (float tensors; other kinds compare equal or not). */
+/* Largest differences of a from b (float tensors; other kinds compare equal or not). An
+ * element agrees within 1e-4 + 1e-3 |b| + 1e-4 max |b|: the last term, relative to the
+ * output's range, admits the rounding of the AMX bf16x3 GEMM (about 1e-5 of the range, which
+ * near-zero elements of a wide output cannot meet relatively) and no real fault. */
 static bool outputs_agree(const kiln_tensor *a, const kiln_tensor *b, double *max_abs, double *max_rel) {
   if (!a || !b || a->kind != b->kind || a->dtype != b->dtype) return false;
   if (a->kind != KILN_KIND_TENSOR) return true;
   if (!kiln_same_shape(a, b)) return false;
   bool ok = true;
+  double range = 0;
+  for (int64_t i = 0; i < b->numel; i++) {
+    double y = fabs(kiln_get_f64(b, i));
+    if (y > range && y < INFINITY) range = y;
+  }
   for (int64_t i = 0; i < a->numel; i++) {
     double x = kiln_get_f64(a, i), y = kiln_get_f64(b, i);
     if (x != x && y != y) continue;
@@ -71,7 +79,7 @@ static bool outputs_agree(const kiln_tensor *a, const kiln_tensor *b, double *ma
     if (d != d) d = INFINITY;
     if (d > *max_abs) *max_abs = d;
     if (fabs(y) > 1e-6 && d / fabs(y) > *max_rel) *max_rel = d / fabs(y);
-    if (!(d <= 1e-4 + 1e-3 * fabs(y))) ok = false;
+    if (!(d <= 1e-4 + 1e-3 * fabs(y) + 1e-4 * range)) ok = false;
   }
   return ok;
 }

@@ -78,4 +78,18 @@ rc, text = kiln("validate", p, "--per-fusion", env={"KILN_FUSION_SKEW": "FusedMa
 check(rc == 1 and "DISAGREES" in text and "disagrees with its original chain" in text,
       "a disagreeing fusion is disabled and reported: " + text)
 
+# Wide outputs: on a CPU with AMX the fused MatMul runs in bf16x3 (within about 1e-5 of the
+# output's range of float32) while its chain's MatMul runs in float32; near-zero elements of an
+# output in the thousands then differ by more than 1e-3 relatively. The range term of the
+# tolerance (validate --range-tol, and verify_fusions) admits that and no fusion is disabled;
+# without it (--range-tol 0) the same run may disagree, on an AMX machine.
+Ww = const("Ww", (rng.standard_normal((256, 128)) * 100).astype(np.float32))
+bw = const("bw", rng.standard_normal(128).astype(np.float32))
+p = save(model([helper.make_node("MatMul", ["x", "Ww"], ["a"]), helper.make_node("Add", ["a", "bw"], ["y"])],
+               [vi("x", [64, 256])], [vi("y", [64, 128])], [Ww, bw]), "wide_range")
+rc, text = kiln("validate", p, "--per-fusion")
+check(rc == 0 and "DISAGREE" not in text, "a wide-range fused MatMul validates and stays enabled: " + text)
+rc, text = kiln("validate", p, "--range-tol", "0", env={"KILN_AMX": "0"})
+check(rc == 0, "in float32 alone the same model meets the element-wise tolerance: " + text)
+
 finish("test_fuse_conv_matmul")
