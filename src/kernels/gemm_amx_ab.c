@@ -1,16 +1,19 @@
 /* bf16x3 GEMM on AMX tiles for C = A op(B) with constant B (MatMul and Gemm weights): see
  * gemm_amx.h. The mirror of gemm_amx.c: B is packed once into the tiles AMX takes as its right
  * operand (VNNI, [column block of 16][k block of 32], hi and lo), A is split per call into
- * row-major tiles ([row block of 16][k block]), all of A up front since activations are the
- * smaller operand here; each task then takes a share of B's column pairs against every row
- * pair of A, so B is read once. K over K_CHUNK blocks is taken in chunks with the sums kept
- * between them. */
+ * row-major tiles ([row block of 16][k block]). The larger operand is read once: with B
+ * larger (a few rows of activations), all of A is split up front and each task takes a share
+ * of B's column pairs against every row pair of A, K over K_CHUNK blocks in chunks with the
+ * sums kept between them; with A larger (batched inputs), each task splits a row pair of A at
+ * a time and meets all of B. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/gemm_amx.h"
 #include "kernels/gemm_amx_internal.h"
 #include "runtime/threadpool.h"
+
+enum { A_GROUP_BYTES = 512 * 1024 };
 
 struct kiln_amx_b {
   size_t k, n;
@@ -72,10 +75,11 @@ typedef struct ab_job {
   float *acc;     /* K in chunks: 32 x 32 sums per (column pair, row pair) */
 } ab_job;
 
-/* Rows [32 rp, 32 rp + 32) of A (0 past m and k) into row-major tiles, hi and lo. */
-T_512 static void split_rows(const ab_job *j, size_t rp) {
+/* Rows [32 rp, 32 rp + 32) of A (0 past m and k) into row-major tiles at dst: hi [2][kb], then
+ * lo [2][kb]. */
+T_512 static void split_rows(const ab_job *j, size_t rp, uint16_t *dst) {
   const size_t kb = j->b->kb, k = j->b->k;
-  uint16_t *hi = j->abuf + rp * 4 * kb * TILE_ELEMS, *lo = hi + 2 * kb * TILE_ELEMS;
+  uint16_t *hi = dst, *lo = hi + 2 * kb * TILE_ELEMS;
   for (size_t i = 0; i < 32; i++) {
     size_t row = rp * 32 + i;
     uint16_t *th = hi + (i / 16) * kb * TILE_ELEMS + (i % 16) * 32;
@@ -98,7 +102,8 @@ T_512 static void split_rows(const ab_job *j, size_t rp) {
 
 static void split_task(void *ctx, size_t begin, size_t end, int ti) {
   (void)ti;
-  for (size_t rp = begin; rp < end; rp++) split_rows(ctx, rp);
+  const ab_job *j = ctx;
+  for (size_t rp = begin; rp < end; rp++) split_rows(j, rp, j->abuf + rp * 4 * j->b->kb * TILE_ELEMS);
 }
 
 /* The block of C at row pair rp, column pair cp from its sums: bias per column, residual,
@@ -125,6 +130,24 @@ T_512 static void finish(const ab_job *j, size_t rp, size_t cp, const float *cbu
   }
 }
 
+/* A larger than B (many rows: batched inputs): each task splits a row pair of A into its own
+ * buffer and meets every column pair of B (which stays in cache), whole K. */
+static void rows_task(void *ctx, size_t begin, size_t end, int ti) {
+  const ab_job *j = ctx;
+  float cbuf[32 * 32] __attribute__((aligned(64)));
+  const size_t kb = j->b->kb, tstep = kb * TILE_ELEMS;
+  uint16_t *lh = j->abuf + (size_t)ti * 4 * tstep, *ll = lh + 2 * tstep;
+  kiln_amx_tiles_on();
+  for (size_t rp = begin; rp < end; rp++) {
+    split_rows(j, rp, lh);
+    for (size_t cp = 0; cp < j->b->np; cp++) {
+      kiln_amx_mma(lh, ll, j->b->hi + cp * 2 * tstep, j->b->lo + cp * 2 * tstep, tstep, 0, kb, NULL, cbuf);
+      finish(j, rp, cp, cbuf);
+    }
+  }
+  kiln_amx_tiles_off();
+}
+
 /* Column pairs [begin, end) of B against every row pair of A. */
 static void cols_task(void *ctx, size_t begin, size_t end, int ti) {
   (void)ti;
@@ -134,9 +157,14 @@ static void cols_task(void *ctx, size_t begin, size_t end, int ti) {
   kiln_amx_tiles_on();
   for (size_t ch = 0; ch < nch; ch++) {
     size_t b0 = ch * K_CHUNK, b1 = b0 + K_CHUNK < kb ? b0 + K_CHUNK : kb;
+    /* row pairs in groups whose chunk of A (4 tiles per k block each) stays in L2 while it
+     * meets every column pair */
+    size_t group = A_GROUP_BYTES / (4 * (b1 - b0) * TILE_ELEMS * sizeof(uint16_t));
+    if (group < 1) group = 1;
+    for (size_t g0 = 0; g0 < j->mp; g0 += group)
     for (size_t cp = begin; cp < end; cp++) {
       const uint16_t *rh = j->b->hi + cp * 2 * tstep, *rl = j->b->lo + cp * 2 * tstep;
-      for (size_t rp = 0; rp < j->mp; rp++) {
+      for (size_t rp = g0; rp < j->mp && rp < g0 + group; rp++) {
         const uint16_t *lh = j->abuf + rp * 4 * tstep, *ll = lh + 2 * tstep;
         float *acc = nch > 1 ? j->acc + (cp * j->mp + rp) * 1024 : NULL;
         float *out = ch + 1 == nch ? cbuf : acc;
@@ -155,6 +183,14 @@ kiln_code kiln_amx_gemm_ab(struct kiln_threadpool *pool, size_t m, const float *
   if (!m) return KILN_OK;
   ab_job j = {b, m, lda, ldc, ldr, a, bias, res, c, act ? *act : (kiln_act){KILN_ACT_NONE, 0, 0},
               (m + 31) / 32, NULL, NULL};
+  if (j.mp > b->np) { /* A is the larger operand: read it once, row pair by row pair */
+    int nthr = kiln_threadpool_size(pool);
+    j.abuf = aligned_alloc(64, sizeof(uint16_t) * 4 * b->kb * TILE_ELEMS * (size_t)nthr);
+    if (!j.abuf) return KILN_ERR_NOMEM;
+    kiln_parallel_for(j.mp >= 2 ? pool : NULL, j.mp, rows_task, &j, 0);
+    free(j.abuf);
+    return KILN_OK;
+  }
   j.abuf = aligned_alloc(64, sizeof(uint16_t) * 4 * b->kb * TILE_ELEMS * j.mp);
   if (b->kb > K_CHUNK) j.acc = aligned_alloc(64, sizeof(float) * 1024 * j.mp * b->np);
   if (!j.abuf || (b->kb > K_CHUNK && !j.acc)) {

@@ -137,6 +137,7 @@ int main(void) {
   }
   static const size_t ab_shapes[][3] = {
       {1, 1, 1}, {5, 7, 3}, {32, 32, 32}, {33, 65, 47}, {128, 256, 768}, {70, 1100, 90}, {17, 64, 300},
+      {200, 100, 40}, {300, 600, 70}, /* more rows than columns: A read row pair by row pair */
   };
   for (size_t s = 0; s < sizeof ab_shapes / sizeof ab_shapes[0]; s++) {
     size_t m = ab_shapes[s][0], k = ab_shapes[s][1], n = ab_shapes[s][2];
