@@ -23,7 +23,7 @@ static void help(FILE *f) {
   fprintf(f,
           "usage: kiln bench MODEL [--inputs DIR] [--input NAME=FILE.pb|.npy ...] [--dim NAME=VALUE ...]\n"
           "                  [--batch B1,B2,...] [--warmup N] [--repeat N] [--threads N] [--level N]\n"
-          "                  [--seed N] [--inter-op] [--json FILE] [--quiet]\n"
+          "                  [--seed N] [--inter-op] [--strict-fp32] [--json FILE] [--quiet]\n"
           "Times MODEL: load time, then WARMUP untimed and REPEAT timed runs on the same inputs.\n"
           "Reports median/p90/p99/min/mean latency, throughput (batch * 1000 / median ms, inferences\n"
           "per second) and the process's peak RSS.\n"
@@ -38,6 +38,8 @@ static void help(FILE *f) {
           "  --level N         optimisation level 0, 1 or 2 (default 2)\n"
           "  --seed N          seed of the deterministic random inputs (default 0)\n"
           "  --inter-op        run independent nodes at the same time (one thread each)\n"
+          "  --strict-fp32     every float GEMM in IEEE float32 FMA (default: AMX bf16x3 where the CPU\n"
+          "                    has it, within about 1e-5 of float32 relative to an output's range)\n"
           "  --json FILE       also write the results as JSON ('-' for stdout): one object, or a\n"
           "                    list of one object per batch size when --batch is given\n"
           "  --quiet           no report on stdout and no progress bar\n"
@@ -438,6 +440,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
       a->quiet = 1;
     } else if (!strcmp(o, "--inter-op")) {
       a->opts.inter_op = 1;
+    } else if (!strcmp(o, "--strict-fp32")) {
+      a->opts.strict_fp32 = 1;
     } else if (o[0] != '-' && !a->model) {
       a->model = o;
     } else if (o[0] != '-') {

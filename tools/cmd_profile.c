@@ -24,7 +24,7 @@ static void help(FILE *f) {
   fprintf(f,
           "usage: kiln profile MODEL [--inputs DIR] [--input NAME=FILE ...] [--dim NAME=VALUE ...]\n"
           "                    [--warmup N] [--repeat N] [--threads N] [--level N] [--top K]\n"
-          "                    [--inter-op] [--json FILE]\n"
+          "                    [--inter-op] [--strict-fp32] [--json FILE]\n"
           "Runs MODEL WARMUP untimed and REPEAT timed times with every node timed, then prints the\n"
           "time per op type, the K slowest nodes (default 15) with GFLOP/s or GB/s, and advice on\n"
           "the bottleneck.\n"
@@ -37,6 +37,8 @@ static void help(FILE *f) {
           "  --level N         optimisation level 0, 1 or 2 (default 2)\n"
           "  --top K           slowest nodes to list (default 15)\n"
           "  --inter-op        run independent nodes at the same time (node times then overlap)\n"
+          "  --strict-fp32     every float GEMM in IEEE float32 FMA (default: AMX bf16x3 where the CPU\n"
+          "                    has it, within about 1e-5 of float32 relative to an output's range)\n"
           "  --json FILE       also write every node's figures as JSON ('-' for stdout)\n"
           "GFLOP/s counts a multiply-add as 2 flops; 'peak' is a register-only FMA loop timed on one\n"
           "core by this command (times the thread count for the efficiency figures). Timing each\n"
@@ -144,6 +146,8 @@ static int parse_args(int argc, char **argv, prof_args *a) {
       return CLI_OK;
     } else if (!strcmp(o, "--inter-op")) {
       a->opts.inter_op = 1;
+    } else if (!strcmp(o, "--strict-fp32")) {
+      a->opts.strict_fp32 = 1;
     } else if (o[0] != '-' && !a->model) {
       a->model = o;
     } else if (o[0] != '-') {

@@ -11,7 +11,7 @@ static void help(FILE *f) {
   fprintf(f,
           "usage: kiln run MODEL [--inputs DIR] [--input NAME=FILE.pb|.npy ...] [--output-dir DIR]\n"
           "                [--dim NAME=VALUE ...] [--seed N] [--level N] [--threads N] [--runs N]\n"
-          "                [--inter-op] [--quiet]\n"
+          "                [--inter-op] [--strict-fp32] [--quiet]\n"
           "Runs MODEL and prints each output's shape and a summary of its values.\n"
           "  --inputs DIR      read DIR/input_0.pb, input_1.pb, ... in graph-input order\n"
           "                    (initializers skipped), as the ONNX test data lays them out\n"
@@ -22,6 +22,8 @@ static void help(FILE *f) {
           "  --level N         optimisation level 0, 1 or 2 (default 2)\n"
           "  --threads N       worker threads (default: one per core)\n"
           "  --inter-op        run independent nodes at the same time (one thread each)\n"
+          "  --strict-fp32     every float GEMM in IEEE float32 FMA (default: AMX bf16x3 where the CPU\n"
+          "                    has it, within about 1e-5 of float32 relative to an output's range)\n"
           "  --runs N          run N times (default 1) and fail unless every run's tensor outputs\n"
           "                    are bytewise those of the first: the first run measures the memory\n"
           "                    plan, later runs use it; the last run's outputs are reported\n"
@@ -57,6 +59,8 @@ int cmd_run(int argc, char **argv) {
       quiet = 1;
     } else if (!strcmp(a, "--inter-op")) {
       o.inter_op = 1;
+    } else if (!strcmp(a, "--strict-fp32")) {
+      o.strict_fp32 = 1;
     } else if (next && !strcmp(a, "--inputs")) {
       inputs_dir = argv[++i];
     } else if (next && !strcmp(a, "--input") && n_input_args < 64) {

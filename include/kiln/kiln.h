@@ -123,8 +123,9 @@ typedef struct kiln_options {
    * (colon-separated paths) adds more. Borrowed only during session creation. */
   const char *const *plugins;
   /* On its first run, each fused node also runs the chain it replaced and compares outputs
-   * (|fused - original| <= 1e-4 + 1e-3 |original|); a node that disagrees is disabled (runs
-   * its chain from then on). Results: kiln_session_fusion_info. */
+   * (|fused - original| <= 1e-4 + 1e-3 |original| + 1e-4 max |original|, the last term for the
+   * rounding of bf16x3 GEMMs, see strict_fp32); a node that disagrees is disabled (runs its
+   * chain from then on). Results: kiln_session_fusion_info. */
   int verify_fusions;
   /* Time every node of the main graph on every run (two clock reads per node) and count the
    * floating-point work of the compute-heavy ones. Results: kiln_session_profile. */
@@ -134,6 +135,12 @@ typedef struct kiln_options {
    * waves; the memory plan keeps nodes of one wave apart. Pays off on graphs with parallel
    * branches of small nodes; off (0) by default. */
   int inter_op;
+  /* 1: every float GEMM (convolution, MatMul, Gemm) in IEEE float32 FMA. 0 (default): on CPUs
+   * with AMX, GEMMs with constant weights run in bf16x3 on AMX tiles (each operand split into
+   * two bfloat16 parts, float32 sums): within about 1e-5 of float32 relative to an output's
+   * range, and up to 2x faster. The environment variable KILN_AMX=0 does the same as 1 for
+   * every session of the process. */
+  int strict_fp32;
 } kiln_options;
 
 /* Fill `o` with defaults. */

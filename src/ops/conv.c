@@ -579,7 +579,7 @@ kiln_code kiln_conv2d_f32_run(kiln_kctx *c, const kiln_tensor *residual, const k
                                  act ? *act : (kiln_act){KILN_ACT_NONE, 0, 0}};
   const float *wu = kiln_conv2d_f32_uses_winograd(&p, 1) ? node_wino_weights(c, w, &p) : NULL;
   int isa = kiln_isa_resolve(KILN_ISA_AUTO);
-  const kiln_amx_w *wa = kiln_conv2d_f32_uses_amx(&p, isa) ? node_amx_w(c, w, &p) : NULL;
+  const kiln_amx_w *wa = kiln_kamx(c) && kiln_conv2d_f32_uses_amx(&p, isa) ? node_amx_w(c, w, &p) : NULL;
   const kiln_gemm_packed_b *wt =
       !wa && kiln_conv2d_f32_uses_transposed(&p, isa) ? node_packed_wt(c, w, &p, isa) : NULL;
   rc = kiln_conv2d_f32_ex3(kiln_kpool(c), isa, &p, x->data, w->data, wu, wt, wa, &ep, y->data);

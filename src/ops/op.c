@@ -1,5 +1,7 @@
 #include "ops/op.h"
 
+#include "kernels/gemm_amx.h"
+
 #include "runtime/planner.h"
 #include "runtime/session.h"
 
@@ -104,6 +106,11 @@ void kiln_set_out(kiln_kctx *c, size_t i, kiln_tensor *v) {
 
 struct kiln_threadpool *kiln_kpool(const kiln_kctx *c) {
   return c->frame && c->frame->session ? c->frame->session->pool : NULL;
+}
+
+bool kiln_kamx(const kiln_kctx *c) {
+  if (c->frame && c->frame->session && c->frame->session->opts.strict_fp32) return false;
+  return kiln_amx_available() != 0;
 }
 
 const kiln_tensor *kiln_in(const kiln_kctx *c, size_t i) { return i < c->n_in ? c->in[i] : NULL; }

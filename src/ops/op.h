@@ -82,6 +82,9 @@ bool kiln_op_in_place_ok(const kiln_node *n);
 
 /* The session's thread pool for data-parallel loops (NULL: run on the calling thread). */
 struct kiln_threadpool *kiln_kpool(const kiln_kctx *c);
+/* Whether the AMX bf16x3 GEMM may be used for this node (the session did not ask for
+ * strict_fp32, and the CPU has it). */
+bool kiln_kamx(const kiln_kctx *c);
 
 /* Normalise an axis in [-rank, rank) to [0, rank); -1 (and c->err set) when out of range. */
 int kiln_axis(kiln_kctx *c, int64_t axis, int rank);

@@ -1,4 +1,6 @@
 """Conv and MatMul fusions: where they must apply, where they must not, and fallback."""
+import os
+
 from kilntest import *
 
 rng = np.random.default_rng(0)
@@ -91,5 +93,16 @@ rc, text = kiln("validate", p, "--per-fusion")
 check(rc == 0 and "DISAGREE" not in text, "a wide-range fused MatMul validates and stays enabled: " + text)
 rc, text = kiln("validate", p, "--range-tol", "0", env={"KILN_AMX": "0"})
 check(rc == 0, "in float32 alone the same model meets the element-wise tolerance: " + text)
+
+# strict_fp32 (--strict-fp32) is the float32 path whatever the CPU: the same bytes as with AMX
+# turned off for the whole process (KILN_AMX=0).
+outs = {}
+for tag, extra, env in [("strict", ["--strict-fp32"], None), ("env", [], {"KILN_AMX": "0"})]:
+    d = os.path.join(os.path.dirname(p), "wide_" + tag)
+    rc, text = kiln("run", p, "--quiet", "--output-dir", d, *extra, env=env)
+    check(rc == 0, f"run {tag}: {text}")
+    with open(os.path.join(d, "output_0.pb"), "rb") as f:
+        outs[tag] = f.read()
+check(outs["strict"] == outs["env"], "--strict-fp32 gives the float32 bytes")
 
 finish("test_fuse_conv_matmul")
