@@ -11,7 +11,9 @@
  * 1.5-2x the AVX-512 float32 rate on one core.
  *
  * Available when the CPU has AMX-BF16, the OS saves the tile state and lets this process use
- * it (Linux 5.16+), and the environment does not say KILN_AMX=0. */
+ * it (Linux 5.16+), and the environment does not say KILN_AMX=0. Each thread that runs a part
+ * of these GEMMs loads its own tile configuration and releases the tiles when done: a tile
+ * configuration the calling thread held before is not kept. */
 #ifndef KILN_KERNELS_GEMM_AMX_H
 #define KILN_KERNELS_GEMM_AMX_H
 
