@@ -2,7 +2,6 @@
  * The per-ISA micro-kernels live in gemm_<isa>.c. */
 #include "kernels/gemm.h"
 
-#include <pthread.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <stdlib.h>
@@ -10,6 +9,7 @@
 
 #include "base/status.h"
 #include "kernels/gemm_internal.h"
+#include "kernels/scratch.h"
 
 const kiln_gemm_isa_ops *kiln_gemm_ops_for(int isa) {
 #ifdef KILN_HAVE_X86_KERNELS
@@ -61,45 +61,11 @@ const char *kiln_gemm_kernel_name(int isa) {
 
 /* ---- per-thread scratch -------------------------------------------------------------- */
 
-typedef struct ws_cache {
-  void *p;
-  size_t cap;
-} ws_cache;
-
-static pthread_key_t g_ws_key;
-static pthread_once_t g_ws_once = PTHREAD_ONCE_INIT;
-static int g_ws_ok;
-
-static void ws_destroy(void *v) {
-  ws_cache *w = v;
-  free(w->p);
-  free(w);
-}
-
-static void ws_init(void) { g_ws_ok = pthread_key_create(&g_ws_key, ws_destroy) == 0; }
-
 /* A 64-byte aligned buffer of at least `floats` floats owned by the calling thread, reused by
  * later calls on it and freed when the thread exits. NULL when out of memory. */
 static float *ws_get(size_t floats) {
-  pthread_once(&g_ws_once, ws_init);
-  if (!g_ws_ok) return NULL;
-  ws_cache *w = pthread_getspecific(g_ws_key);
-  if (!w) {
-    w = calloc(1, sizeof *w);
-    if (!w) return NULL;
-    if (pthread_setspecific(g_ws_key, w) != 0) {
-      free(w);
-      return NULL;
-    }
-  }
   if (floats > SIZE_MAX / sizeof(float) - 64) return NULL;
-  size_t bytes = round_up(floats * sizeof(float) + 64, 4096);
-  if (bytes > w->cap) {
-    free(w->p);
-    w->p = aligned_alloc(64, bytes);
-    w->cap = w->p ? bytes : 0;
-  }
-  return w->p;
+  return kiln_scratch_get(KILN_SCRATCH_GEMM, floats * sizeof(float));
 }
 
 /* ---- packing ------------------------------------------------------------------------- */

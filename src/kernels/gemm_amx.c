@@ -25,6 +25,7 @@
 #include "runtime/threadpool.h"
 
 #include "kernels/gemm_amx_internal.h"
+#include "kernels/scratch.h"
 
 #ifdef KILN_AMX_BUILD
 #include <sys/syscall.h>
@@ -311,30 +312,26 @@ kiln_code kiln_amx_gemm(struct kiln_threadpool *pool, const kiln_amx_w *w, size_
   if (w->mp > j.n_blocks * 32 && j.n_blocks > 1) {
     /* W is the larger operand: read it once (its row pairs outside), X split up front */
     j.w_outer = 1;
-    j.xbuf = aligned_alloc(64, j.xbuf_elems * sizeof(uint16_t) * j.n_blocks);
-    if (w->kb > K_CHUNK) j.acc = aligned_alloc(64, sizeof(float) * 1024 * pairs * j.n_blocks);
-    if (!j.xbuf || (w->kb > K_CHUNK && !j.acc)) {
-      free(j.xbuf);
-      free(j.acc);
-      return KILN_ERR_NOMEM;
-    }
+    size_t xbytes = j.xbuf_elems * sizeof(uint16_t) * j.n_blocks;
+    size_t abytes = w->kb > K_CHUNK ? sizeof(float) * 1024 * pairs * j.n_blocks : 0;
+    char *mem = kiln_scratch_get(KILN_SCRATCH_AMX, xbytes + abytes); /* kept for the next call */
+    if (!mem) return KILN_ERR_NOMEM;
+    j.xbuf = (uint16_t *)(void *)mem;
+    j.acc = abytes ? (float *)(void *)(mem + xbytes) : NULL;
     kiln_parallel_for(j.n_blocks >= 2 ? pool : NULL, j.n_blocks, split_task, &j, 0);
     kiln_parallel_for(pairs >= 2 ? pool : NULL, pairs, rows_task, &j, 0);
-    free(j.xbuf);
-    free(j.acc);
     return KILN_OK;
   }
   /* few column blocks for the threads: split W's rows too (each share splits X again) */
   if (nthr > 1 && j.n_blocks < 4 * (size_t)nthr)
     j.m_parts = pairs < (size_t)nthr ? pairs : (size_t)nthr;
-  j.xbuf = aligned_alloc(64, j.xbuf_elems * sizeof(uint16_t) * (size_t)nthr);
+  j.xbuf = kiln_scratch_get(KILN_SCRATCH_AMX, j.xbuf_elems * sizeof(uint16_t) * (size_t)nthr);
   if (!j.xbuf) return KILN_ERR_NOMEM;
   size_t tasks = j.n_blocks * j.m_parts;
   if (nthr <= 1 || tasks < 2)
     amx_task(&j, 0, tasks, 0);
   else
     kiln_parallel_for(pool, tasks, amx_task, &j, 0);
-  free(j.xbuf);
   return KILN_OK;
 }
 

@@ -11,6 +11,7 @@
 
 #include "kernels/gemm_amx.h"
 #include "kernels/gemm_amx_internal.h"
+#include "kernels/scratch.h"
 #include "runtime/threadpool.h"
 
 enum { A_GROUP_BYTES = 512 * 1024 };
@@ -185,23 +186,19 @@ kiln_code kiln_amx_gemm_ab(struct kiln_threadpool *pool, size_t m, const float *
               (m + 31) / 32, NULL, NULL};
   if (j.mp > b->np) { /* A is the larger operand: read it once, row pair by row pair */
     int nthr = kiln_threadpool_size(pool);
-    j.abuf = aligned_alloc(64, sizeof(uint16_t) * 4 * b->kb * TILE_ELEMS * (size_t)nthr);
+    j.abuf = kiln_scratch_get(KILN_SCRATCH_AMX, sizeof(uint16_t) * 4 * b->kb * TILE_ELEMS * (size_t)nthr);
     if (!j.abuf) return KILN_ERR_NOMEM;
     kiln_parallel_for(j.mp >= 2 ? pool : NULL, j.mp, rows_task, &j, 0);
-    free(j.abuf);
     return KILN_OK;
   }
-  j.abuf = aligned_alloc(64, sizeof(uint16_t) * 4 * b->kb * TILE_ELEMS * j.mp);
-  if (b->kb > K_CHUNK) j.acc = aligned_alloc(64, sizeof(float) * 1024 * j.mp * b->np);
-  if (!j.abuf || (b->kb > K_CHUNK && !j.acc)) {
-    free(j.abuf);
-    free(j.acc);
-    return KILN_ERR_NOMEM;
-  }
+  size_t abytes = sizeof(uint16_t) * 4 * b->kb * TILE_ELEMS * j.mp;
+  size_t cbytes = b->kb > K_CHUNK ? sizeof(float) * 1024 * j.mp * b->np : 0;
+  char *mem = kiln_scratch_get(KILN_SCRATCH_AMX, abytes + cbytes); /* kept for the next call */
+  if (!mem) return KILN_ERR_NOMEM;
+  j.abuf = (uint16_t *)(void *)mem;
+  j.acc = cbytes ? (float *)(void *)(mem + abytes) : NULL;
   kiln_parallel_for(j.mp >= 2 ? pool : NULL, j.mp, split_task, &j, 0);
   kiln_parallel_for(b->np >= 2 ? pool : NULL, b->np, cols_task, &j, 0);
-  free(j.abuf);
-  free(j.acc);
   return KILN_OK;
 }
 
