@@ -6,14 +6,17 @@
  * row r of a tile holds columns 0..15 of k rows 2r and 2r + 1, interleaved), [column half]
  * [k block], hi and lo.
  *
- * Kernel. A 32 x 32 block of C is four accumulator tiles (tmm0-3); per k block of 32, two
- * W tiles (tmm4-5) and two X tiles (tmm6-7) are loaded for each of the three products
- * hi.hi, hi.lo and lo.hi (10 tile loads, 12 tile multiplies). The block is then stored to a
- * buffer and finished row by row: bias, residual, activation, masked to the matrix edges.
+ * Kernel (kiln_amx_mma, shared with gemm_amx_ab.c). A 32 x 32 block of C is four accumulator
+ * tiles (tmm0-3); per k block of 32, two W tiles (tmm4-5) and two X tiles (tmm6-7) are loaded
+ * for each of the three products hi.hi, hi.lo and lo.hi (10 tile loads, 12 tile multiplies).
+ * The block is then stored to a buffer and finished row by row: bias, residual, activation,
+ * masked to the matrix edges.
  *
- * Threads: a task is a block of 32 columns (and, when there are few, a share of W's rows);
- * each thread splits the columns it needs into its own buffer and configures its own tiles,
- * releasing them when its task is done. */
+ * Order. The larger operand is read once. When X has more columns than W has rows, a task is
+ * a block of 32 columns (and, when there are few, a share of W's rows): each thread splits the
+ * columns it needs into its own buffer. Otherwise X is split up front and each task takes a
+ * share of W's row pairs against every column block, K in chunks (rows_task). Every thread
+ * configures its own tiles and releases them when its tasks are done. */
 #include "kernels/gemm_amx.h"
 
 #include <pthread.h>
@@ -22,10 +25,9 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
-#include "runtime/threadpool.h"
-
 #include "kernels/gemm_amx_internal.h"
 #include "kernels/scratch.h"
+#include "runtime/threadpool.h"
 
 #ifdef KILN_AMX_BUILD
 #include <sys/syscall.h>
@@ -49,7 +51,6 @@ void kiln_amx_w_free(kiln_amx_w *w) {
 }
 
 #ifdef KILN_AMX_BUILD
-
 
 static int g_amx_ok;
 static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
@@ -134,10 +135,9 @@ typedef struct amx_job {
   kiln_act act;
   size_t n_blocks;  /* column blocks of 32 */
   size_t m_parts;   /* tasks per column block (shares of W's row pairs) */
-  uint16_t *xbuf;   /* per thread: 4 * kb tiles; or (w_outer) every block's, 4 * kb each */
+  uint16_t *xbuf;   /* per thread: 4 * kb tiles; or (rows_task) every block's, 4 * kb each */
   size_t xbuf_elems;
-  int w_outer;      /* W larger than X: X split once, each task a share of W's row pairs */
-  float *acc;       /* w_outer with K in chunks: 32 x 32 sums per (row pair, column block) */
+  float *acc;       /* rows_task with K in chunks: 32 x 32 sums per (row pair, column block) */
 } amx_job;
 
 typedef struct tile_cfg {
@@ -215,7 +215,7 @@ static void mma_block(const kiln_amx_w *w, size_t r, const uint16_t *xhi, const 
 
 /* Write the block of C at rows r, columns j0 from its sums (32 x 32 floats): bias, residual
  * and activation, the rows and columns that exist. */
-T_AMX static void finish_block(const amx_job *j, size_t r, size_t j0, const float *cbuf) {
+T_512 static void finish_block(const amx_job *j, size_t r, size_t j0, const float *cbuf) {
   size_t rows = j->w->m - r < 32 ? j->w->m - r : 32, cols = j->n - j0 < 32 ? j->n - j0 : 32;
   const int clamp = j->act.kind == KILN_ACT_RELU || j->act.kind == KILN_ACT_CLIP;
   const __m512 lo = _mm512_set1_ps(j->act.kind == KILN_ACT_CLIP ? j->act.alpha : 0.0f);
@@ -237,7 +237,7 @@ T_AMX static void finish_block(const amx_job *j, size_t r, size_t j0, const floa
 }
 
 /* Rows [r0, r1) (multiples of 32) of the column block at j0, from the split X, whole K. */
-T_AMX static void block_rows(const amx_job *j, size_t r0, size_t r1, size_t j0, const uint16_t *xhi,
+static void block_rows(const amx_job *j, size_t r0, size_t r1, size_t j0, const uint16_t *xhi,
                              const uint16_t *xlo, float *cbuf) {
   for (size_t r = r0; r < r1; r += 32) {
     mma_block(j->w, r, xhi, xlo, 0, j->w->kb, NULL, cbuf);
@@ -245,7 +245,7 @@ T_AMX static void block_rows(const amx_job *j, size_t r0, size_t r1, size_t j0, 
   }
 }
 
-/* w_outer, step 1: column blocks [begin, end) of X split into the shared buffer. */
+/* W read once, step 1: column blocks [begin, end) of X split into the shared buffer. */
 static void split_task(void *ctx, size_t begin, size_t end, int ti) {
   (void)ti;
   const amx_job *j = ctx;
@@ -255,7 +255,7 @@ static void split_task(void *ctx, size_t begin, size_t end, int ti) {
   }
 }
 
-/* w_outer, step 2: row pairs [begin, end) of W against every column block, so that a pair of
+/* W read once, step 2: row pairs [begin, end) of W against every column block, so that a pair of
  * W's rows is read from memory once and reused from cache. A long K is taken in chunks of
  * K_CHUNK blocks, every row pair and column block per chunk, the sums kept in j->acc between
  * chunks: the chunk of W and of X then both stay in L2 (3x3 convolutions of 256 channels at
@@ -305,13 +305,12 @@ kiln_code kiln_amx_gemm(struct kiln_threadpool *pool, const kiln_amx_w *w, size_
   if (!w || !x || !c || !kiln_amx_available()) return KILN_ERR_INVALID_ARG;
   if (!n) return KILN_OK;
   amx_job j = {w, n, ldx, ldc, ldr, x, bias, res, c, act ? *act : (kiln_act){KILN_ACT_NONE, 0, 0},
-               (n + 31) / 32, 1, NULL, 0, 0, NULL};
+               (n + 31) / 32, 1, NULL, 0, NULL};
   int nthr = kiln_threadpool_size(pool);
   size_t pairs = w->mp / 32;
   j.xbuf_elems = 2 * 2 * w->kb * TILE_ELEMS; /* hi and lo, two column halves */
   if (w->mp > j.n_blocks * 32 && j.n_blocks > 1) {
     /* W is the larger operand: read it once (its row pairs outside), X split up front */
-    j.w_outer = 1;
     size_t xbytes = j.xbuf_elems * sizeof(uint16_t) * j.n_blocks;
     size_t abytes = w->kb > K_CHUNK ? sizeof(float) * 1024 * pairs * j.n_blocks : 0;
     char *mem = kiln_scratch_get(KILN_SCRATCH_AMX, xbytes + abytes); /* kept for the next call */
