@@ -60,7 +60,7 @@ int64_t kiln_numel(int rank, const int64_t *dims) {
  * them, POOL_MAX_BYTES in all) for a tensor of at most their size and at least half of it. */
 enum { POOL_SLOTS = 4 };
 #define POOL_MIN ((size_t)1 << 20)
-#define POOL_MAX_BYTES ((size_t)1 << 30)
+#define POOL_MAX_BYTES ((size_t)256 << 20)
 static pthread_mutex_t g_pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
   void *p;
