@@ -25,6 +25,14 @@ typedef struct cli_dims {
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 /* Print "kiln CMD: <message>" and a pointer to --help on stderr; returns CLI_USAGE. */
 __attribute__((format(printf, 2, 3))) int cli_usage_error(const char *cmd, const char *fmt, ...);
+/* The session flags that run, bench and profile share (--inter-op, --strict-fp32): sets the
+ * option in opts and returns 1 when `arg` is one of them, else 0. */
+int cli_session_flag(const char *arg, kiln_options *opts);
+/* Their --help lines. */
+#define CLI_SESSION_FLAGS_HELP                                                                  \
+  "  --inter-op        run independent nodes at the same time (one thread each)\n"             \
+  "  --strict-fp32     every float GEMM in IEEE float32 FMA (default: AMX bf16x3 where the CPU\n" \
+  "                    has it, within about 1e-5 of float32 relative to an output's range)\n"
 /* Parse NAME=VALUE into dims; returns 0 on success. */
 int cli_parse_dim(cli_dims *d, const char *arg);
 /* Build the feed for every session input: from --inputs DIR, --input NAME=FILE, or random

@@ -37,9 +37,7 @@ static void help(FILE *f) {
           "  --threads N       worker threads (default 0: one per core)\n"
           "  --level N         optimisation level 0, 1 or 2 (default 2)\n"
           "  --seed N          seed of the deterministic random inputs (default 0)\n"
-          "  --inter-op        run independent nodes at the same time (one thread each)\n"
-          "  --strict-fp32     every float GEMM in IEEE float32 FMA (default: AMX bf16x3 where the CPU\n"
-          "                    has it, within about 1e-5 of float32 relative to an output's range)\n"
+          CLI_SESSION_FLAGS_HELP
           "  --json FILE       also write the results as JSON ('-' for stdout): one object, or a\n"
           "                    list of one object per batch size when --batch is given\n"
           "  --quiet           no report on stdout and no progress bar\n"
@@ -438,10 +436,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
       return CLI_OK;
     } else if (!strcmp(o, "--quiet") || !strcmp(o, "-q")) {
       a->quiet = 1;
-    } else if (!strcmp(o, "--inter-op")) {
-      a->opts.inter_op = 1;
-    } else if (!strcmp(o, "--strict-fp32")) {
-      a->opts.strict_fp32 = 1;
+    } else if (cli_session_flag(o, &a->opts)) {
     } else if (o[0] != '-' && !a->model) {
       a->model = o;
     } else if (o[0] != '-') {

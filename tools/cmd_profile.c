@@ -36,13 +36,12 @@ static void help(FILE *f) {
           "  --threads N       worker threads (default 0: one per core)\n"
           "  --level N         optimisation level 0, 1 or 2 (default 2)\n"
           "  --top K           slowest nodes to list (default 15)\n"
-          "  --inter-op        run independent nodes at the same time (node times then overlap)\n"
-          "  --strict-fp32     every float GEMM in IEEE float32 FMA (default: AMX bf16x3 where the CPU\n"
-          "                    has it, within about 1e-5 of float32 relative to an output's range)\n"
+          CLI_SESSION_FLAGS_HELP
           "  --json FILE       also write every node's figures as JSON ('-' for stdout)\n"
           "GFLOP/s counts a multiply-add as 2 flops; 'peak' is a register-only FMA loop timed on one\n"
           "core by this command (times the thread count for the efficiency figures). Timing each\n"
-          "node costs two clock reads, so the nodes' sum is slightly below the run's wall time.\n"
+          "node costs two clock reads, so the nodes' sum is slightly below the run's wall time;\n"
+          "with --inter-op, node times overlap.\n"
           "Exit codes: 0 ok, 1 model or run error, 2 usage error.\n");
 }
 
@@ -144,10 +143,7 @@ static int parse_args(int argc, char **argv, prof_args *a) {
     if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
       help(stdout);
       return CLI_OK;
-    } else if (!strcmp(o, "--inter-op")) {
-      a->opts.inter_op = 1;
-    } else if (!strcmp(o, "--strict-fp32")) {
-      a->opts.strict_fp32 = 1;
+    } else if (cli_session_flag(o, &a->opts)) {
     } else if (o[0] != '-' && !a->model) {
       a->model = o;
     } else if (o[0] != '-') {

@@ -21,9 +21,7 @@ static void help(FILE *f) {
           "  --seed N          seed of the deterministic random inputs (default 0)\n"
           "  --level N         optimisation level 0, 1 or 2 (default 2)\n"
           "  --threads N       worker threads (default: one per core)\n"
-          "  --inter-op        run independent nodes at the same time (one thread each)\n"
-          "  --strict-fp32     every float GEMM in IEEE float32 FMA (default: AMX bf16x3 where the CPU\n"
-          "                    has it, within about 1e-5 of float32 relative to an output's range)\n"
+          CLI_SESSION_FLAGS_HELP
           "  --runs N          run N times (default 1) and fail unless every run's tensor outputs\n"
           "                    are bytewise those of the first: the first run measures the memory\n"
           "                    plan, later runs use it; the last run's outputs are reported\n"
@@ -57,10 +55,7 @@ int cmd_run(int argc, char **argv) {
       return CLI_OK;
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
       quiet = 1;
-    } else if (!strcmp(a, "--inter-op")) {
-      o.inter_op = 1;
-    } else if (!strcmp(a, "--strict-fp32")) {
-      o.strict_fp32 = 1;
+    } else if (cli_session_flag(a, &o)) {
     } else if (next && !strcmp(a, "--inputs")) {
       inputs_dir = argv[++i];
     } else if (next && !strcmp(a, "--input") && n_input_args < 64) {

@@ -6,6 +6,17 @@
 
 #include "cli.h"
 
+int cli_session_flag(const char *arg, kiln_options *opts) {
+  if (!strcmp(arg, "--inter-op")) {
+    opts->inter_op = 1;
+  } else if (!strcmp(arg, "--strict-fp32")) {
+    opts->strict_fp32 = 1;
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
 int cli_parse_dim(cli_dims *d, const char *arg) {
   const char *eq = strchr(arg, '=');
   if (!eq || eq == arg || d->n == 32) return -1;
