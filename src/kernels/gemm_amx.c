@@ -174,31 +174,29 @@ T_AMX void kiln_amx_mma(const uint16_t *lh, const uint16_t *ll, const uint16_t *
     _tile_zero(2);
     _tile_zero(3);
   }
+/* the four accumulators += left tiles (tmm4, tmm5) times right tiles (tmm6, tmm7) */
+#define MMA_2X2()            \
+  _tile_dpbf16ps(0, 4, 6);   \
+  _tile_dpbf16ps(1, 4, 7);   \
+  _tile_dpbf16ps(2, 5, 6);   \
+  _tile_dpbf16ps(3, 5, 7)
   for (size_t b = b0; b < b1; b++) {
     size_t o = b * TILE_ELEMS;
-    _tile_loadd(4, w0h + o, 64);
+    _tile_loadd(4, w0h + o, 64); /* hi . hi */
     _tile_loadd(5, w1h + o, 64);
     _tile_loadd(6, x0h + o, 64);
     _tile_loadd(7, x1h + o, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-    _tile_loadd(6, x0l + o, 64);
+    MMA_2X2();
+    _tile_loadd(6, x0l + o, 64); /* hi . lo */
     _tile_loadd(7, x1l + o, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-    _tile_loadd(4, w0l + o, 64);
+    MMA_2X2();
+    _tile_loadd(4, w0l + o, 64); /* lo . hi */
     _tile_loadd(5, w1l + o, 64);
     _tile_loadd(6, x0h + o, 64);
     _tile_loadd(7, x1h + o, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
+    MMA_2X2();
   }
+#undef MMA_2X2
   _tile_stored(0, out, 128);
   _tile_stored(1, out + 16, 128);
   _tile_stored(2, out + 16 * 32, 128);

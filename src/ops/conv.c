@@ -454,98 +454,80 @@ static const float *node_wino_weights(kiln_kctx *c, const kiln_tensor *w, const 
   return ww->source == w->data ? ww->u : NULL;
 }
 
-/* W^T packed for the transposed GEMM of small output planes (kiln_conv2d_f32_uses_transposed),
- * kept on the node (kiln_node.state) like the Winograd weights. The first field is a tag that
- * no weight pointer can equal: node_wino_weights, which compares the state's first pointer
- * with W, then takes the state as someone else's. */
-typedef struct packed_wt {
-  const void *tag;    /* &g_packed_wt_tag */
+/* Packed forms of W kept on the node (kiln_node.state) like the Winograd weights: W^T for the
+ * transposed GEMM of small output planes (kiln_conv2d_f32_uses_transposed) or W split for the
+ * AMX GEMM (kiln_conv2d_f32_uses_amx). The first field is a tag naming the kind, which no
+ * weight pointer can equal: node_wino_weights, which compares the state's first pointer with
+ * W, then takes the state as someone else's, and each kind takes only its own. */
+typedef struct weight_pack {
+  const void *tag;    /* &g_pack_wt or &g_pack_amx */
   const void *source; /* the initializer's data it was packed from */
-  kiln_gemm_packed_b *pb;
-} packed_wt;
+  void *pack;
+  void (*pack_free)(void *);
+} weight_pack;
 
-static const char g_packed_wt_tag = 0;
+static const char g_pack_wt = 0, g_pack_amx = 0;
 
-static void packed_wt_free(void *v) {
-  packed_wt *pw = v;
-  kiln_gemm_packed_b_free(pw->pb);
-  free(pw);
+static void weight_pack_free(void *v) {
+  weight_pack *wp = v;
+  wp->pack_free(wp->pack);
+  free(wp);
 }
 
-/* The packed W^T of this node when W is an initializer: made on first use and published with
- * a compare-and-swap; NULL otherwise (W computed or fed, no memory, the state taken by
- * something else, another ISA level). */
+typedef void *(*pack_fn)(const kiln_tensor *w, const kiln_conv2d_f32_params *p, int isa);
+
+/* The node's pack of kind `tag` when W is an initializer: made by make() on first use and
+ * published with a compare-and-swap (a losing thread frees its own); NULL otherwise (W
+ * computed or fed, no memory, the state taken by another kind). */
+static void *node_weight_pack(kiln_kctx *c, const kiln_tensor *w, const kiln_conv2d_f32_params *p,
+                              int isa, const void *tag, pack_fn make, void (*pack_free)(void *)) {
+  kiln_node *n = node_of_const_weight(c, w);
+  if (!n) return NULL;
+  weight_pack *wp = __atomic_load_n((weight_pack **)&n->state, __ATOMIC_ACQUIRE);
+  if (!wp) {
+    weight_pack *mine = kiln_malloc(sizeof *mine);
+    if (!mine) return NULL;
+    *mine = (weight_pack){tag, w->data, make(w, p, isa), pack_free};
+    if (!mine->pack) {
+      free(mine);
+      return NULL;
+    }
+    void *expected = NULL;
+    if (__atomic_compare_exchange_n(&n->state, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      n->state_free = weight_pack_free;
+      wp = mine;
+    } else {
+      weight_pack_free(mine);
+      wp = expected;
+    }
+  }
+  return wp->tag == tag && wp->source == w->data ? wp->pack : NULL;
+}
+
+static void *make_wt(const kiln_tensor *w, const kiln_conv2d_f32_params *p, int isa) {
+  size_t kk = (size_t)(p->c * p->kh * p->kw);
+  kiln_gemm_packed_b *pb = NULL;
+  return kiln_gemm_pack_b(isa, 1, kk, (size_t)p->m, w->data, kk, &pb, NULL) == KILN_OK ? pb : NULL;
+}
+static void free_wt(void *pb) { kiln_gemm_packed_b_free(pb); }
+
+static void *make_amx(const kiln_tensor *w, const kiln_conv2d_f32_params *p, int isa) {
+  (void)isa;
+  size_t kk = (size_t)(p->c * p->kh * p->kw);
+  return kiln_amx_pack_w(w->data, (size_t)p->m, kk, kk);
+}
+static void free_amx(void *wa) { kiln_amx_w_free(wa); }
+
+/* The packed W^T of this node at ISA level isa, or NULL (see node_weight_pack). */
 static const kiln_gemm_packed_b *node_packed_wt(kiln_kctx *c, const kiln_tensor *w,
                                                 const kiln_conv2d_f32_params *p, int isa) {
-  kiln_node *n = node_of_const_weight(c, w);
-  if (!n) return NULL;
-  packed_wt *pw = __atomic_load_n((packed_wt **)&n->state, __ATOMIC_ACQUIRE);
-  if (!pw) {
-    size_t kk = (size_t)(p->c * p->kh * p->kw);
-    packed_wt *mine = kiln_malloc(sizeof *mine);
-    if (!mine) return NULL;
-    mine->tag = &g_packed_wt_tag;
-    mine->source = w->data;
-    mine->pb = NULL;
-    if (kiln_gemm_pack_b(isa, 1, kk, (size_t)p->m, w->data, kk, &mine->pb, NULL) != KILN_OK) {
-      free(mine);
-      return NULL;
-    }
-    void *expected = NULL;
-    if (__atomic_compare_exchange_n(&n->state, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-      n->state_free = packed_wt_free;
-      pw = mine;
-    } else {
-      packed_wt_free(mine);
-      pw = expected;
-    }
-  }
-  if (pw->tag != &g_packed_wt_tag || pw->source != w->data || kiln_gemm_packed_b_isa(pw->pb) != isa)
-    return NULL;
-  return pw->pb;
+  const kiln_gemm_packed_b *pb = node_weight_pack(c, w, p, isa, &g_pack_wt, make_wt, free_wt);
+  return pb && kiln_gemm_packed_b_isa(pb) == isa ? pb : NULL;
 }
 
-/* W split and packed for the AMX GEMM (kiln_conv2d_f32_uses_amx), kept on the node like the
- * packed W^T above, with its own tag. */
-typedef struct packed_amx {
-  const void *tag;    /* &g_packed_amx_tag */
-  const void *source; /* the initializer's data it was packed from */
-  kiln_amx_w *wa;
-} packed_amx;
-
-static const char g_packed_amx_tag = 0;
-
-static void packed_amx_free(void *v) {
-  packed_amx *pa = v;
-  kiln_amx_w_free(pa->wa);
-  free(pa);
-}
-
+/* W split for the AMX GEMM, or NULL (see node_weight_pack). */
 static const kiln_amx_w *node_amx_w(kiln_kctx *c, const kiln_tensor *w, const kiln_conv2d_f32_params *p) {
-  kiln_node *n = node_of_const_weight(c, w);
-  if (!n) return NULL;
-  packed_amx *pa = __atomic_load_n((packed_amx **)&n->state, __ATOMIC_ACQUIRE);
-  if (!pa) {
-    size_t kk = (size_t)(p->c * p->kh * p->kw);
-    packed_amx *mine = kiln_malloc(sizeof *mine);
-    if (!mine) return NULL;
-    mine->tag = &g_packed_amx_tag;
-    mine->source = w->data;
-    if (!(mine->wa = kiln_amx_pack_w(w->data, (size_t)p->m, kk, kk))) {
-      free(mine);
-      return NULL;
-    }
-    void *expected = NULL;
-    if (__atomic_compare_exchange_n(&n->state, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-      n->state_free = packed_amx_free;
-      pa = mine;
-    } else {
-      packed_amx_free(mine);
-      pa = expected;
-    }
-  }
-  if (pa->tag != &g_packed_amx_tag || pa->source != w->data) return NULL;
-  return pa->wa;
+  return node_weight_pack(c, w, p, 0, &g_pack_amx, make_amx, free_amx);
 }
 
 /* float32 2-D Conv through kernels/conv2d_f32 with bias, residual and activation fused.

@@ -226,7 +226,7 @@ static const kiln_gemm_packed_b *node_packed_b(kiln_kctx *c, const kiln_tensor *
 
 /* The AMX form of B when this call should use it (m rows of A), else NULL. */
 static const kiln_amx_b *node_amx_b(kiln_kctx *c, const kiln_tensor *b, int trans, int64_t m) {
-  if (m < AMX_MIN_M || kiln_cpu_isa() < KILN_ISA_AVX512 || !kiln_kamx(c)) return NULL;
+  if (m < AMX_MIN_M || !kiln_kamx(c)) return NULL; /* kiln_kamx: AMX implies AVX-512 here */
   const packed_weights *w = node_weights(c, b, trans);
   return w ? w->amx : NULL;
 }
