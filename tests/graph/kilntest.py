@@ -72,6 +72,17 @@ def model(nodes, inputs, outputs, inits=(), opset=13):
     return m
 
 
+K = "ai.kiln"  # the domain of kiln's own ops
+
+
+def kmodel(nodes, inputs, outputs, inits=()):
+    """A model that imports ai.onnx 13 and kiln's own ops (domain K, version 1)."""
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(K, 1)])
+    m.ir_version = 8
+    return m
+
+
 def vi(name, shape, dtype=TensorProto.FLOAT):
     return helper.make_tensor_value_info(name, dtype, shape)
 
@@ -80,8 +91,8 @@ def const(name, arr):
     return numpy_helper.from_array(np.asarray(arr), name)
 
 
-__all__ = ["check", "finish", "save", "kiln", "optimized_ops", "validate", "model", "vi", "const",
-           "np", "helper", "TensorProto", "numpy_helper", "re", "TMP", "maxpool_ref"]
+__all__ = ["check", "finish", "save", "kiln", "optimized_ops", "validate", "model", "kmodel", "K",
+           "vi", "const", "np", "helper", "TensorProto", "numpy_helper", "re", "TMP", "maxpool_ref"]
 
 
 def maxpool_ref(x, k, s, pads, d, ceil):

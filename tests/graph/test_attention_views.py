@@ -10,7 +10,6 @@ import onnx
 from kilntest import *
 
 rng = np.random.default_rng(0)
-K = "ai.kiln"
 
 
 def i64(name, vals):
@@ -97,13 +96,6 @@ check(ops is not None and ops.get("Attention") == 1 and ops.get("Reshape") == 1 
 
 
 # ---- the kernel's views directly, against numpy, odd sizes ----
-def kmodel(nodes, inputs, outputs, inits=()):
-    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(K, 1)])
-    m.ir_version = 8
-    return m
-
-
 def ref_sdpa(q, k, v, scale):
     sc = np.einsum("...id,...jd->...ij", q.astype(np.float64), k.astype(np.float64)) * scale
     ex = np.exp(sc - sc.max(-1, keepdims=True))

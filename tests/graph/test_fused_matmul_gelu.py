@@ -10,15 +10,7 @@ import onnx
 from kilntest import *
 
 rng = np.random.default_rng(0)
-K = "ai.kiln"
 erf = np.vectorize(math.erf)
-
-
-def kmodel(nodes, inputs, outputs, inits=()):
-    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(K, 1)])
-    m.ir_version = 8
-    return m
 
 
 def run(path, feeds, threads, env):

@@ -9,14 +9,6 @@ from kilntest import *
 
 rng = np.random.default_rng(0)
 F = TensorProto.FLOAT
-K = "ai.kiln"
-
-
-def kmodel(nodes, inputs, outputs, inits=()):
-    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(K, 1)])
-    m.ir_version = 8
-    return m
 
 
 def same_at_1_and_2(path, what, level="0"):
