@@ -9,7 +9,7 @@ out="$here/build"
 mkdir -p "$out"
 CC="${CC:-gcc}"
 flags=(-O3 -DNDEBUG -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter
-       -I"$root/include" -I"$root/src")
+       -I"$root/include" -I"$root/src" -I"$root/tools")
 libs=(-lpthread -lm)
 srcs=("$here/gemm_bench.c" "$root"/src/kernels/*.c "$root/src/runtime/threadpool.c"
       "$root/src/base/status.c")

@@ -23,6 +23,7 @@
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "runtime/threadpool.h"
+#include "fma_loop.h" /* tools/: the FMA peak loops kiln profile uses */
 
 #ifdef HAVE_OPENBLAS
 #include <cblas.h>
@@ -66,46 +67,6 @@ static double median(double *v, int n) {
 
 /* ---- FMA peak ------------------------------------------------------------------------ */
 
-#if defined(__x86_64__)
-/* 12 independent FMA chains (2 FMA ports x 4-cycle latency needs >= 8); the empty asm keeps
- * every lane of every chain live so the compiler cannot narrow or drop any of them. */
-__attribute__((target("avx512f"), noinline)) static float fma_loop512(long iters) {
-  __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
-         c8 = c0, c9 = c0, c10 = c0, c11 = c0;
-  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
-  for (long i = 0; i < iters; i++) {
-#define F(c) c = _mm512_fmadd_ps(c, a, b);
-    F(c0) F(c1) F(c2) F(c3) F(c4) F(c5) F(c6) F(c7) F(c8) F(c9) F(c10) F(c11)
-#undef F
-    __asm__ volatile("" : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5), "+v"(c6),
-                     "+v"(c7), "+v"(c8), "+v"(c9), "+v"(c10), "+v"(c11));
-  }
-  __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
-                           _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7)));
-  s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11)));
-  return _mm512_reduce_add_ps(s);
-}
-
-__attribute__((target("avx2,fma"), noinline)) static float fma_loop256(long iters) {
-  __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
-         c8 = c0, c9 = c0, c10 = c0, c11 = c0;
-  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-  for (long i = 0; i < iters; i++) {
-#define F(c) c = _mm256_fmadd_ps(c, a, b);
-    F(c0) F(c1) F(c2) F(c3) F(c4) F(c5) F(c6) F(c7) F(c8) F(c9) F(c10) F(c11)
-#undef F
-    __asm__ volatile("" : "+x"(c0), "+x"(c1), "+x"(c2), "+x"(c3), "+x"(c4), "+x"(c5), "+x"(c6),
-                     "+x"(c7), "+x"(c8), "+x"(c9), "+x"(c10), "+x"(c11));
-  }
-  __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)),
-                           _mm256_add_ps(_mm256_add_ps(c4, c5), _mm256_add_ps(c6, c7)));
-  s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(c8, c9), _mm256_add_ps(c10, c11)));
-  float r[8];
-  _mm256_storeu_ps(r, s);
-  return r[0] + r[1] + r[2] + r[3] + r[4] + r[5] + r[6] + r[7];
-}
-#endif
-
 typedef struct peak_arg {
   int width; /* 512 or 256 */
   long iters;
@@ -124,7 +85,7 @@ static void *peak_thread(void *p) {
   peak_arg *a = p;
   double t = thread_cpu_s();
 #if defined(__x86_64__)
-  a->sink = a->width == 512 ? fma_loop512(a->iters) : fma_loop256(a->iters);
+  a->sink = a->width == 512 ? fma512(a->iters) : fma256(a->iters);
 #endif
   a->secs = thread_cpu_s() - t;
   return NULL;
@@ -268,7 +229,7 @@ static int run_impl(bench_ctx *b, int impl) {
     case IMPL_PEAK: {
 #if defined(__x86_64__)
       long iters = (long)(2.0 * (double)M * (double)N * (double)K / (12.0 * 32.0)) + 1;
-      volatile float sink = fma_loop512(iters);
+      volatile float sink = fma512(iters);
       (void)sink;
       return 1;
 #else
