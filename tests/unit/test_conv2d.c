@@ -171,10 +171,33 @@ static kiln_act random_act(void) {
   return a;
 }
 
+static const int g_isas[3] = {KILN_ISA_SCALAR, KILN_ISA_AVX2, KILN_ISA_AVX512};
+
+/* An epilogue to check: bias, residual, activation, and whether the Winograd weights are
+ * passed transformed (g_use_wu). */
+typedef struct epi_case {
+  int bias, res;
+  kiln_act act;
+  int use_wu;
+} epi_case;
+
+/* check_one for each case at every ISA level this machine has, with 1 and 2 threads. */
+static void check_levels(kiln_threadpool *const pools[2], const kiln_conv2d_f32_params *p,
+                         const epi_case *cs, size_t n) {
+  for (int i = 0; i < 3; i++) {
+    if (kiln_isa_resolve(g_isas[i]) < 0) continue;
+    for (int t = 0; t < 2; t++)
+      for (size_t k = 0; k < n; k++) {
+        g_use_wu = cs[k].use_wu;
+        check_one(pools[t], g_isas[i], p, cs[k].bias, cs[k].res, cs[k].act);
+      }
+  }
+  g_use_wu = 0;
+}
+
 int main(void) {
   kt_rng = 0x243f6a8885a308d3ull; /* this test's data */
   kiln_threadpool *pools[2] = {NULL, kiln_threadpool_create(2)};
-  int isas[3] = {KILN_ISA_SCALAR, KILN_ISA_AVX2, KILN_ISA_AVX512};
   /* fixed layers of the target networks (shrunk where large) */
   static const int64_t fixed[][13] = {
       /* n  c   h   w   m  group kh kw s  d  p  pe  */
@@ -214,17 +237,11 @@ int main(void) {
                                 v[9], v[9], v[10], v[10], 0, 0, 0};
     finish(&p, v[11], v[11]);
     check_threads_equal(pools[1], &p);
-    for (int i = 0; i < 3; i++) {
-      if (kiln_isa_resolve(isas[i]) < 0) continue;
-      for (int t = 0; t < 2; t++) {
-        kiln_act none = {KILN_ACT_NONE, 0, 0}, relu = {KILN_ACT_RELU, 0, 0};
-        check_one(pools[t], isas[i], &p, 0, 0, none);
-        check_one(pools[t], isas[i], &p, 1, 1, relu);
-        check_one(pools[t], isas[i], &p, 0, 1, relu);
-        kiln_act clip = {KILN_ACT_CLIP, 0.0f, 6.0f};
-        check_one(pools[t], isas[i], &p, 1, 0, clip); /* bias + clip (Relu6) in one pass */
-      }
-    }
+    static const epi_case cs[] = {{0, 0, {KILN_ACT_NONE, 0, 0}, 0},
+                                  {1, 1, {KILN_ACT_RELU, 0, 0}, 0},
+                                  {0, 1, {KILN_ACT_RELU, 0, 0}, 0},
+                                  {1, 0, {KILN_ACT_CLIP, 0.0f, 6.0f}, 0}}; /* bias + Relu6 in one pass */
+    check_levels(pools, &p, cs, sizeof cs / sizeof cs[0]);
   }
   /* the direct kernel for few input channels (kiln_conv2d_f32_uses_direct): stems, odd
    * rows (vector tails), 1 to 8 vectors per row (3, 2 + 2, 3 + 2, 3 + 3 + 1 ...), channel
@@ -248,20 +265,13 @@ int main(void) {
     if (kiln_isa_resolve(KILN_ISA_AVX512) >= 0) CHECK(kiln_conv2d_f32_uses_direct(&p, KILN_ISA_AVX512));
     CHECK(!kiln_conv2d_f32_uses_direct(&p, KILN_ISA_AVX2));
     check_threads_equal(pools[1], &p);
-    for (int i = 0; i < 3; i++) {
-      if (kiln_isa_resolve(isas[i]) < 0) continue;
-      for (int t = 0; t < 2; t++) {
-        kiln_act none = {KILN_ACT_NONE, 0, 0}, relu = {KILN_ACT_RELU, 0, 0};
-        kiln_act clip = {KILN_ACT_CLIP, 0.0f, 6.0f}, hs = {KILN_ACT_HARD_SWISH, 0, 0};
-        kiln_act leaky = {KILN_ACT_LEAKY_RELU, 0.1f, 0};
-        check_one(pools[t], isas[i], &p, 0, 0, none);
-        check_one(pools[t], isas[i], &p, 1, 0, relu);
-        check_one(pools[t], isas[i], &p, 1, 0, clip);
-        check_one(pools[t], isas[i], &p, 1, 1, relu);
-        check_one(pools[t], isas[i], &p, 0, 1, hs);
-        check_one(pools[t], isas[i], &p, 1, 0, leaky);
-      }
-    }
+    static const epi_case cs[] = {{0, 0, {KILN_ACT_NONE, 0, 0}, 0},
+                                  {1, 0, {KILN_ACT_RELU, 0, 0}, 0},
+                                  {1, 0, {KILN_ACT_CLIP, 0.0f, 6.0f}, 0},
+                                  {1, 1, {KILN_ACT_RELU, 0, 0}, 0},
+                                  {0, 1, {KILN_ACT_HARD_SWISH, 0, 0}, 0},
+                                  {1, 0, {KILN_ACT_LEAKY_RELU, 0.1f, 0}, 0}};
+    check_levels(pools, &p, cs, sizeof cs / sizeof cs[0]);
   }
   /* Winograd F(2x2, 3x3), forced (small shapes) and by the default rule (large ones) */
   static const int64_t wino[][9] = {
@@ -282,20 +292,11 @@ int main(void) {
     kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], 1, 3, 3, 1, 1, 1, 1, v[5], v[6], 0, 0, 0};
     finish(&p, v[7], v[8]);
     p.winograd = f < 8 ? 1 : 0;
-    for (int i = 0; i < 3; i++) {
-      if (kiln_isa_resolve(isas[i]) < 0) continue;
-      for (int t = 0; t < 2; t++) {
-        kiln_act none = {KILN_ACT_NONE, 0, 0}, relu = {KILN_ACT_RELU, 0, 0};
-        kiln_act leaky = {KILN_ACT_LEAKY_RELU, 0.1f, 0}, hs = {KILN_ACT_HARD_SWISH, 0, 0};
-        g_use_wu = 0;
-        check_one(pools[t], isas[i], &p, 0, 0, none);
-        check_one(pools[t], isas[i], &p, 1, 1, relu);
-        g_use_wu = 1;
-        check_one(pools[t], isas[i], &p, 0, 1, leaky);
-        check_one(pools[t], isas[i], &p, 1, 0, hs);
-        g_use_wu = 0;
-      }
-    }
+    static const epi_case cs[] = {{0, 0, {KILN_ACT_NONE, 0, 0}, 0},
+                                  {1, 1, {KILN_ACT_RELU, 0, 0}, 0},
+                                  {0, 1, {KILN_ACT_LEAKY_RELU, 0.1f, 0}, 1},
+                                  {1, 0, {KILN_ACT_HARD_SWISH, 0, 0}, 1}};
+    check_levels(pools, &p, cs, sizeof cs / sizeof cs[0]);
     CHECK(kiln_conv2d_f32_uses_winograd(&p, f == 9));
   }
   /* the transposed GEMM of small planes (C^T = X^T W^T, W^T packed beforehand; 1x1 kernels):
@@ -319,17 +320,11 @@ int main(void) {
     finish(&p, v[7], v[7]);
     if (kiln_isa_resolve(KILN_ISA_AVX512) >= 0) CHECK(kiln_conv2d_f32_uses_transposed(&p, KILN_ISA_AVX512));
     check_threads_equal(pools[1], &p);
-    for (int i = 0; i < 3; i++) {
-      if (kiln_isa_resolve(isas[i]) < 0) continue;
-      for (int t = 0; t < 2; t++) {
-        kiln_act none = {KILN_ACT_NONE, 0, 0}, relu = {KILN_ACT_RELU, 0, 0};
-        kiln_act clip = {KILN_ACT_CLIP, 0.0f, 6.0f}, hs = {KILN_ACT_HARD_SWISH, 0, 0};
-        check_one(pools[t], isas[i], &p, 0, 0, none);
-        check_one(pools[t], isas[i], &p, 1, 1, relu);
-        check_one(pools[t], isas[i], &p, 0, 1, clip);
-        check_one(pools[t], isas[i], &p, 1, 0, hs);
-      }
-    }
+    static const epi_case cs[] = {{0, 0, {KILN_ACT_NONE, 0, 0}, 0},
+                                  {1, 1, {KILN_ACT_RELU, 0, 0}, 0},
+                                  {0, 1, {KILN_ACT_CLIP, 0.0f, 6.0f}, 0},
+                                  {1, 0, {KILN_ACT_HARD_SWISH, 0, 0}, 0}};
+    check_levels(pools, &p, cs, sizeof cs / sizeof cs[0]);
   }
   g_use_wt = 0;
   /* large enough that 2 threads take the transposed path too (and 1 thread for the pixel) */
@@ -376,7 +371,7 @@ int main(void) {
     }
     if (kind == 3 && kt_rand() % 2) p.sh = p.sw = 1;
     if (!finish(&p, pb, pr)) continue;
-    int isa = isas[kt_rand() % 3];
+    int isa = g_isas[kt_rand() % 3];
     if (kiln_isa_resolve(isa) < 0) isa = KILN_ISA_AUTO;
     p.winograd = (int)(kt_rand() % 2); /* forced where it applies (3x3 stride 1 group 1) */
     g_use_wu = (int)(kt_rand() % 2);
