@@ -1,7 +1,6 @@
 #include "ops/op.h"
 
 #include "kernels/gemm_amx.h"
-
 #include "runtime/planner.h"
 #include "runtime/session.h"
 
