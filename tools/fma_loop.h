@@ -42,6 +42,39 @@ __attribute__((target("avx2,fma"), noinline)) static float fma256(long iters) {
   _mm256_storeu_ps(r, s);
   return r[0] + r[1] + r[2] + r[3] + r[4] + r[5] + r[6] + r[7];
 }
+
+/* The instruction mix of a 6x64 GEMM micro-kernel step (4 vector loads of B, 6 broadcasts of
+ * A, 24 FMAs into 24 accumulators) over operands that stay in L1: a[kc * 6] packed A,
+ * b[kc * 64] packed B, both advanced each step and rewound every kc steps. Written in asm so
+ * that it measures the machine, not a compiler: the rate of any float32 GEMM whose data must
+ * stream through the load ports is bounded by it. Runs reps x kc steps of 768 flop. */
+__attribute__((target("avx512f"), noinline, unused)) static void gemm_mix512(long reps, long kc,
+                                                                      const float *a,
+                                                                      const float *b) {
+  for (long r = 0; r < reps; r++) {
+    const float *pa = a, *pb = b;
+    long n = kc;
+    __asm__ volatile(
+    "1:\n\t"
+    "vmovups 0(%[b]), %%zmm24\n\t" "vmovups 64(%[b]), %%zmm25\n\t" "vmovups 128(%[b]), %%zmm26\n\t" "vmovups 192(%[b]), %%zmm27\n\t"
+    "vbroadcastss 0(%[a]), %%zmm28\n\t"
+    "vfmadd231ps %%zmm24, %%zmm28, %%zmm0\n\t" "vfmadd231ps %%zmm25, %%zmm28, %%zmm1\n\t" "vfmadd231ps %%zmm26, %%zmm28, %%zmm2\n\t" "vfmadd231ps %%zmm27, %%zmm28, %%zmm3\n\t"
+    "vbroadcastss 4(%[a]), %%zmm29\n\t"
+    "vfmadd231ps %%zmm24, %%zmm29, %%zmm4\n\t" "vfmadd231ps %%zmm25, %%zmm29, %%zmm5\n\t" "vfmadd231ps %%zmm26, %%zmm29, %%zmm6\n\t" "vfmadd231ps %%zmm27, %%zmm29, %%zmm7\n\t"
+    "vbroadcastss 8(%[a]), %%zmm28\n\t"
+    "vfmadd231ps %%zmm24, %%zmm28, %%zmm8\n\t" "vfmadd231ps %%zmm25, %%zmm28, %%zmm9\n\t" "vfmadd231ps %%zmm26, %%zmm28, %%zmm10\n\t" "vfmadd231ps %%zmm27, %%zmm28, %%zmm11\n\t"
+    "vbroadcastss 12(%[a]), %%zmm29\n\t"
+    "vfmadd231ps %%zmm24, %%zmm29, %%zmm12\n\t" "vfmadd231ps %%zmm25, %%zmm29, %%zmm13\n\t" "vfmadd231ps %%zmm26, %%zmm29, %%zmm14\n\t" "vfmadd231ps %%zmm27, %%zmm29, %%zmm15\n\t"
+    "vbroadcastss 16(%[a]), %%zmm28\n\t"
+    "vfmadd231ps %%zmm24, %%zmm28, %%zmm16\n\t" "vfmadd231ps %%zmm25, %%zmm28, %%zmm17\n\t" "vfmadd231ps %%zmm26, %%zmm28, %%zmm18\n\t" "vfmadd231ps %%zmm27, %%zmm28, %%zmm19\n\t"
+    "vbroadcastss 20(%[a]), %%zmm29\n\t"
+    "vfmadd231ps %%zmm24, %%zmm29, %%zmm20\n\t" "vfmadd231ps %%zmm25, %%zmm29, %%zmm21\n\t" "vfmadd231ps %%zmm26, %%zmm29, %%zmm22\n\t" "vfmadd231ps %%zmm27, %%zmm29, %%zmm23\n\t"
+    "add $256, %[b]\n\t" "add $24, %[a]\n\t" "dec %[n]\n\t" "jnz 1b\n\t"
+    : [n] "+r"(n), [a] "+r"(pa), [b] "+r"(pb)
+    :
+    : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29");
+  }
+}
 #endif
 
 #endif

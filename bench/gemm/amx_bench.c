@@ -49,8 +49,8 @@ static void run_shape(int M, int N, int K, int reps) {
   float *A = malloc(na * 4), *B = malloc(nb * 4), *Cx = calloc(nc, 4), *C32 = calloc(nc, 4);
   double *ref = calloc(nc, sizeof *ref);
   srand(1);
-  for (size_t i = 0; i < na; i++) A[i] = (float)rand() / RAND_MAX * 2 - 1;
-  for (size_t i = 0; i < nb; i++) B[i] = (float)rand() / RAND_MAX * 2 - 1;
+  for (size_t i = 0; i < na; i++) A[i] = (float)rand() / (float)RAND_MAX * 2 - 1;
+  for (size_t i = 0; i < nb; i++) B[i] = (float)rand() / (float)RAND_MAX * 2 - 1;
   for (int i = 0; i < M; i++)
     for (int k = 0; k < K; k++) {
       double a = A[(size_t)i * K + k];

@@ -3,12 +3,14 @@
  * implementation once, in turn, and the median over repeats is reported.
  *
  *   gemm_bench [--threads N] [--reps R] [--isa scalar|avx2|avx512] [--shape MxNxK]...
- *              [--mc X --kc X --nc X] [--peak] [--dispatch] [--no-gemm] [--trans-b]
+ *              [--mc X --kc X --nc X] [--peak] [--ceiling] [--dispatch] [--no-gemm] [--trans-b]
  *              [--only kiln,kiln-prepacked,openblas,onednn,fma-peak] [--clock wall|thread]
- *              [--best] [--sample-ms X] [--cfg MC,KC,NC,ORDER]... [--epilogue ACT]
- * GEMM columns are medians over repeats (--best: the fastest sample).
+ *              [--best] [--sample-ms X] [--cfg MC,KC,NC,ORDER]... [--cfg-raw] [--epilogue ACT]
+ * GEMM columns are medians over repeats (--best: the fastest sample). --cfg runs a blocking on
+ * prepacked B, or with --cfg-raw through the unpacked entry point.
  *
- * Also: the achievable FMA peak (a register-only FMA loop) and the thread-pool dispatch
+ * Also: the achievable FMA peak (a register-only FMA loop), the ceiling of a GEMM whose data
+ * streams through the load ports (--ceiling: see ceiling_bench) and the thread-pool dispatch
  * round trip (an empty kiln_parallel_for), spinning and sleeping workers. */
 #include <math.h>
 #include <pthread.h>
@@ -22,6 +24,7 @@
 
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_internal.h"
 #include "runtime/threadpool.h"
 #include "fma_loop.h" /* tools/: the FMA peak loops kiln profile uses */
 
@@ -113,6 +116,82 @@ static double fma_peak(int width, int threads) {
   return median(r, 7);
 }
 
+/* ---- the ceiling of a streaming GEMM --------------------------------------------------- */
+
+/* What a float32 GEMM can reach on this core, measured five ways, 6x64 x 768 flop per step,
+ * rotated over `rounds` rounds and timed with the thread's CPU time:
+ *   register: the register-only FMA loop (the FMA peak);
+ *   L1 mix:   the micro-kernel's instruction mix in asm over packed operands resident in L1
+ *             (A 6 x 128, B 128 x 64), advanced every step (gemm_mix512);
+ *   L2 mix:   the same with K = 1024 (B 256 KiB: from L2 at every step, A still in L1),
+ *             the case of a B panel met by one A strip after another;
+ *   A stream: B (128 x 64) in L1, met by 256 A strips of 6 x 128 in turn (768 KiB, from L2):
+ *             the case of A strips passing an L1-resident B panel;
+ *   kiln:     kiln's own avx512 micro-kernel on the L1 operands, epilogue included.
+ * A GEMM whose operands stream from L2 or memory cannot beat the L1 mix. */
+static void ceiling_bench(int rounds) {
+#if defined(__x86_64__)
+  if (kiln_cpu_isa_max() < KILN_ISA_AVX512) {
+    printf("ceiling: needs AVX-512\n");
+    return;
+  }
+  enum { KC = 128, KC2 = 1024, STRIPS = 256, R = 31 };
+  const kiln_gemm_isa_ops *ops = kiln_gemm_ops_for(KILN_ISA_AVX512);
+  float *a = aligned_alloc(64, (size_t)STRIPS * KC * 6 * sizeof(float));
+  float *b = aligned_alloc(64, KC2 * 64 * sizeof(float));
+  float *c = aligned_alloc(64, 6 * 64 * sizeof(float));
+  if (!a || !b || !c) return;
+  for (int i = 0; i < STRIPS * KC * 6; i++) a[i] = 1e-3f * (float)(i % 7);
+  for (int i = 0; i < KC2 * 64; i++) b[i] = 1e-3f * (float)(i % 5);
+  kiln_gemm_tile t;
+  memset(&t, 0, sizeof t);
+  t.alpha = 1.0f;
+  t.flags = KILN_GT_FIRST | KILN_GT_LAST;
+  const long reps = 40000; /* x KC steps x 768 flop: about 20 ms per run */
+  const double flop = (double)reps * KC * 768.0;
+  double reg[R], mix[R], mix2[R], mix3[R], kern[R], rmix[R], rmix2[R], rmix3[R], rkern[R];
+  if (rounds > R) rounds = R;
+  volatile float sink = 0;
+  for (int r = 0; r < rounds; r++) {
+    double t0 = thread_cpu_s();
+    sink += fma512((long)(flop / (12.0 * 32.0)));
+    double t1 = thread_cpu_s();
+    gemm_mix512(reps, KC, a, b);
+    double t2 = thread_cpu_s();
+    for (long i = 0; i < reps; i++) ops->ukernel(6, 64, KC, a, KC, b, 64, c, 64, &t);
+    double t3 = thread_cpu_s();
+    gemm_mix512(reps / (KC2 / KC), KC2, a, b);
+    double t4 = thread_cpu_s();
+    for (long i = 0; i < reps / STRIPS; i++)
+      for (int st = 0; st < STRIPS; st++) gemm_mix512(1, KC, a + (size_t)st * KC * 6, b);
+    double t5 = thread_cpu_s();
+    reg[r] = flop / (t1 - t0) / 1e9;
+    mix[r] = flop / (t2 - t1) / 1e9;
+    kern[r] = flop / (t3 - t2) / 1e9;
+    mix2[r] = flop / (t4 - t3) / 1e9;
+    rmix2[r] = mix2[r] / reg[r];
+    mix3[r] = (double)(reps / STRIPS) * STRIPS * KC * 768.0 / (t5 - t4) / 1e9;
+    rmix3[r] = mix3[r] / reg[r];
+    rmix[r] = mix[r] / reg[r];
+    rkern[r] = kern[r] / reg[r];
+  }
+  (void)sink;
+  printf("ceiling (1 thread, %d rounds, medians; %% of the register FMA rate, median of "
+         "per-round ratios):\n  register FMA %.1f  L1 mix %.1f (%.1f%%)  L2 mix %.1f (%.1f%%)  "
+         "A stream %.1f (%.1f%%)  kiln kernel, L1 %.1f (%.1f%%)  GFLOP/s\n",
+         rounds, median(reg, rounds), median(mix, rounds), 100.0 * median(rmix, rounds),
+         median(mix2, rounds), 100.0 * median(rmix2, rounds), median(mix3, rounds),
+         100.0 * median(rmix3, rounds), median(kern, rounds),
+         100.0 * median(rkern, rounds));
+  free(a);
+  free(b);
+  free(c);
+#else
+  (void)rounds;
+  printf("ceiling: x86-64 only\n");
+#endif
+}
+
 /* ---- dispatch round trip ------------------------------------------------------------- */
 
 static void empty_task(void *ctx, size_t b, size_t e, int tid) {
@@ -171,6 +250,7 @@ static float *g_bias;
 #define MAX_CFG 8
 static kiln_gemm_blocking g_cfg[MAX_CFG];
 static char g_cfg_name[MAX_CFG][48];
+static int g_cfg_raw; /* --cfg runs the unpacked entry point */
 static int g_n_cfg, g_lvl;
 static kiln_gemm_blocking g_default_blk;
 #define N_IMPL (IMPL_COUNT + MAX_CFG)
@@ -191,8 +271,10 @@ static int run_impl(bench_ctx *b, int impl) {
   size_t M = b->s.M, N = b->s.N, K = b->s.K;
   if (impl >= IMPL_COUNT) {
     kiln_gemm_set_blocking(g_lvl, g_cfg[impl - IMPL_COUNT]);
-    int ok = kiln_gemm_f32_packed(&b->kctx, 0, M, 1.0f, b->A, K, b->pb, 0.0f, b->C, N, NULL, NULL) ==
-             KILN_OK;
+    int ok = g_cfg_raw ? kiln_gemm_f32(&b->kctx, 0, b->trans_b, M, N, K, 1.0f, b->A, K, b->B,
+                                       b->trans_b ? K : N, 0.0f, b->C, N, NULL, NULL) == KILN_OK
+                       : kiln_gemm_f32_packed(&b->kctx, 0, M, 1.0f, b->A, K, b->pb, 0.0f, b->C, N,
+                                              NULL, NULL) == KILN_OK;
     kiln_gemm_set_blocking(g_lvl, g_default_blk);
     return ok;
   }
@@ -363,7 +445,8 @@ static void bench_shape(shape s, int trans_b, int threads, kiln_threadpool *pool
 }
 
 int main(int argc, char **argv) {
-  int threads = 1, reps = 15, isa = KILN_ISA_AUTO, do_peak = 0, do_dispatch = 0, do_gemm = 1;
+  int threads = 1, reps = 15, isa = KILN_ISA_AUTO, do_peak = 0, do_ceiling = 0, do_dispatch = 0;
+  int do_gemm = 1;
   int trans_b = 0;
   kiln_gemm_blocking blk = {0, 0, 0, 0};
   shape shapes[32];
@@ -416,7 +499,9 @@ int main(int argc, char **argv) {
     } else if (!strcmp(a, "--best")) g_best = 1;
     else if (!strcmp(a, "--sample-ms")) g_sample_ms = atof(v), i++;
     else if (!strcmp(a, "--huge")) g_huge = 1;
+    else if (!strcmp(a, "--cfg-raw")) g_cfg_raw = 1;
     else if (!strcmp(a, "--peak")) do_peak = 1;
+    else if (!strcmp(a, "--ceiling")) do_ceiling = 1;
     else if (!strcmp(a, "--dispatch")) do_dispatch = 1;
     else if (!strcmp(a, "--no-gemm")) do_gemm = 0;
     else if (!strcmp(a, "--trans-b")) trans_b = 1;
@@ -467,6 +552,7 @@ int main(int argc, char **argv) {
           printf("\n");
 #endif
   }
+  if (do_ceiling) ceiling_bench(reps);
   if (do_dispatch) {
     int t = threads > 1 ? threads : 2;
     double m, p;
