@@ -86,6 +86,36 @@ static void check_one(kiln_threadpool *pools[2], int isa, int e, const kiln_conv
   free(u);
 }
 
+/* The weight transform G g G^T (the part after the header) against the same product in
+ * double, for m x c filters (a count that is not a multiple of the vector width too). */
+static void check_weights(int e, int64_t m, int64_t c) {
+  static const double g2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+  static const double g4[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                  {-1.0 / 6, 1.0 / 6, -1.0 / 6}, {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                  {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+  const double(*gm)[3] = e == 4 ? g4 : g2;
+  int a = e + 2;
+  int64_t ps = m * c, size = kiln_wino_f32_weights_size_tile(e, m, c);
+  float *w = malloc(sizeof(float) * (size_t)ps * 9), *u = malloc(sizeof(float) * (size_t)size);
+  for (int64_t i = 0; i < ps * 9; i++) w[i] = kt_frand();
+  kiln_wino_f32_weights_tile(e, w, m, c, u);
+  const float *planes = u + (size - (int64_t)a * a * ps);
+  double worst = 0;
+  for (int64_t i = 0; i < ps; i++)
+    for (int r = 0; r < a; r++)
+      for (int s = 0; s < a; s++) {
+        double ref = 0;
+        for (int y = 0; y < 3; y++)
+          for (int x = 0; x < 3; x++) ref += gm[r][y] * (double)w[i * 9 + y * 3 + x] * gm[s][x];
+        double d = fabs(planes[(a * r + s) * ps + i] - ref) / fmax(fabs(ref), 1e-3);
+        if (d > worst) worst = d;
+      }
+  CHECK_MSG(worst <= 1e-6, "weight transform F(%dx%d) %lld x %lld: relative error %.3g", e, e,
+            (long long)m, (long long)c, worst);
+  free(w);
+  free(u);
+}
+
 int main(void) {
   kt_rng = 0x13198a2e03707344ull; /* this test's data */
   kiln_threadpool *pools[2] = {NULL, kiln_threadpool_create(2)};
@@ -120,6 +150,10 @@ int main(void) {
         check_one(pools, isa, e, &p, 1, 1, relu);
         check_one(pools, isa, e, &p, 1, 0, hs);
       }
+  }
+  for (int e = 2; e <= 4; e += 2) {
+    check_weights(e, 5, 3);   /* 15 filters: one group of 8 and a tail of 7 */
+    check_weights(e, 16, 24); /* whole groups */
   }
   /* The weights made per call (kiln_wino_f32_weights) are F(2x2) and run as such. */
   CHECK(kiln_wino_f32_weights_size(8, 4) == kiln_wino_f32_weights_size_tile(2, 8, 4));
