@@ -3,7 +3,6 @@
 #include "kernels/gemm.h"
 
 #include <stdint.h>
-#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,18 +108,6 @@ static void pack_a_block(float *dst, size_t kc, size_t mc, const float *A, size_
   }
 }
 
-/* 64-byte aligned memory; blocks of 2 MiB or more are 2 MiB aligned and advised to use
- * transparent huge pages (fewer TLB misses when kernels stream through packed panels). */
-static void *big_alloc(size_t bytes) {
-  const size_t huge = (size_t)2 << 20;
-  if (bytes < huge) return aligned_alloc(64, round_up(bytes, 64));
-  void *p = aligned_alloc(huge, round_up(bytes, huge));
-#ifdef MADV_HUGEPAGE
-  if (p) madvise(p, round_up(bytes, huge), MADV_HUGEPAGE);
-#endif
-  return p;
-}
-
 struct kiln_gemm_packed_b {
   int isa;
   size_t K, N, nr, gran, n_panels;
@@ -160,7 +147,7 @@ kiln_code kiln_gemm_pack_b(int isa, int trans_b, size_t K, size_t N, const float
     return kiln_fail(err, KILN_ERR_NOMEM, "gemm pack_b: %zu x %zu too large", K, N);
   }
   pb->floats = (size_t)floats;
-  pb->data = big_alloc(pb->floats * sizeof(float) + 1);
+  pb->data = kiln_malloc_big(pb->floats * sizeof(float) + 1);
   if (!pb->data) {
     size_t bytes = pb->floats * sizeof(float);
     free(pb);

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/status.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm_amx_internal.h"
 #include "kernels/scratch.h"
@@ -69,7 +70,7 @@ int kiln_amx_available(void) {
   return g_amx_ok;
 }
 
-kiln_amx_w *kiln_amx_pack_w(const float *w, size_t m, size_t k, size_t ldw) {
+T_512 kiln_amx_w *kiln_amx_pack_w(const float *w, size_t m, size_t k, size_t ldw) {
   if (!kiln_amx_available() || !w || !m || !k) return NULL;
   kiln_amx_w *p = calloc(1, sizeof *p);
   if (!p) return NULL;
@@ -78,53 +79,17 @@ kiln_amx_w *kiln_amx_pack_w(const float *w, size_t m, size_t k, size_t ldw) {
   p->mp = (m + 31) / 32 * 32;
   p->kb = (k + 31) / 32;
   size_t elems = p->mp / 16 * p->kb * TILE_ELEMS;
-  p->hi = aligned_alloc(64, elems * sizeof(uint16_t));
-  p->lo = aligned_alloc(64, elems * sizeof(uint16_t));
+  p->hi = kiln_malloc_big(elems * sizeof(uint16_t));
+  p->lo = kiln_malloc_big(elems * sizeof(uint16_t));
   if (!p->hi || !p->lo) {
     kiln_amx_w_free(p);
     return NULL;
   }
-  for (size_t rb = 0; rb < p->mp / 16; rb++)
-    for (size_t kb = 0; kb < p->kb; kb++) {
-      size_t t = (rb * p->kb + kb) * TILE_ELEMS;
-      for (size_t i = 0; i < 16; i++)
-        for (size_t q = 0; q < 32; q++) {
-          size_t r = rb * 16 + i, c = kb * 32 + q;
-          float v = r < m && c < k ? w[r * ldw + c] : 0.0f;
-          uint16_t h = kiln_bf16_rne(v);
-          p->hi[t + i * 32 + q] = h;
-          p->lo[t + i * 32 + q] = kiln_bf16_rne(v - kiln_bf16_value(h));
-        }
-    }
-  return p;
-}
-
-/* Columns [j0, j0 + 32) of X (those < n; the rest 0), all k rows (0 past k), into VNNI tiles
- * xhi/xlo [2][kb]. */
-T_512 static void split_x(const float *x, size_t ldx, size_t k, size_t kb, size_t n, size_t j0,
-                          uint16_t *xhi, uint16_t *xlo) {
-  const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
-                                         23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  for (size_t half = 0; half < 2; half++) {
-    size_t c0 = j0 + 16 * half;
-    size_t cols = c0 < n ? (n - c0 < 16 ? n - c0 : 16) : 0;
-    __mmask16 m = (__mmask16)((1u << cols) - 1);
-    for (size_t b = 0; b < kb; b++) {
-      uint16_t *th = xhi + (half * kb + b) * TILE_ELEMS, *tl = xlo + (half * kb + b) * TILE_ELEMS;
-      for (size_t r = 0; r < 16; r++) {
-        size_t k0 = b * 32 + 2 * r;
-        __m512 v0 = k0 < k ? _mm512_maskz_loadu_ps(m, x + k0 * ldx + c0) : _mm512_setzero_ps();
-        __m512 v1 = k0 + 1 < k ? _mm512_maskz_loadu_ps(m, x + (k0 + 1) * ldx + c0) : _mm512_setzero_ps();
-        __m256i h0 = kiln_cvt_bf16(v0), h1 = kiln_cvt_bf16(v1);
-        __m256i l0 = kiln_cvt_bf16(_mm512_sub_ps(v0, kiln_bf16_widen(h0)));
-        __m256i l1 = kiln_cvt_bf16(_mm512_sub_ps(v1, kiln_bf16_widen(h1)));
-        __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1);
-        __m512i ll = _mm512_inserti64x4(_mm512_castsi256_si512(l0), l1, 1);
-        _mm512_store_si512((void *)(th + r * 32), _mm512_permutexvar_epi16(inter, hh));
-        _mm512_store_si512((void *)(tl + r * 32), _mm512_permutexvar_epi16(inter, ll));
-      }
-    }
+  for (size_t rp = 0; rp < p->mp / 32; rp++) {
+    size_t t = rp * 2 * p->kb * TILE_ELEMS;
+    kiln_amx_split_rows(w, ldw, m, k, p->kb, rp * 32, p->hi + t, p->lo + t);
   }
+  return p;
 }
 
 typedef struct amx_job {
@@ -249,7 +214,7 @@ static void split_task(void *ctx, size_t begin, size_t end, int ti) {
   const amx_job *j = ctx;
   for (size_t blk = begin; blk < end; blk++) {
     uint16_t *xhi = j->xbuf + blk * j->xbuf_elems, *xlo = xhi + j->xbuf_elems / 2;
-    split_x(j->x, j->ldx, j->w->k, j->w->kb, j->n, blk * 32, xhi, xlo);
+    kiln_amx_split_cols(j->x, j->ldx, j->w->k, j->w->kb, j->n, blk * 32, xhi, xlo);
   }
 }
 
@@ -288,7 +253,7 @@ static void amx_task(void *ctx, size_t begin, size_t end, int ti) {
     size_t blk = t / j->m_parts, part = t % j->m_parts;
     size_t j0 = blk * 32;
     if (blk != have) { /* consecutive tasks of one block share the split */
-      split_x(j->x, j->ldx, j->w->k, j->w->kb, j->n, j0, xhi, xlo);
+      kiln_amx_split_cols(j->x, j->ldx, j->w->k, j->w->kb, j->n, j0, xhi, xlo);
       have = blk;
     }
     size_t p0 = pairs * part / j->m_parts, p1 = pairs * (part + 1) / j->m_parts;

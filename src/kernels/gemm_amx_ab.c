@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "kernels/gemm_amx.h"
+
+#include "base/status.h"
 #include "kernels/gemm_amx_internal.h"
 #include "kernels/scratch.h"
 #include "runtime/threadpool.h"
@@ -34,7 +36,18 @@ void kiln_amx_b_free(kiln_amx_b *b) {
 
 #ifdef KILN_AMX_BUILD
 
-kiln_amx_b *kiln_amx_pack_b(const float *b, size_t k, size_t n, size_t ldb, int trans) {
+/* A tile seen as 16 x 16 pairs of bf16 (32 bits each), transposed in place. */
+static void transpose_pairs(uint16_t *tile) {
+  for (size_t r = 0; r < 16; r++)
+    for (size_t c = r + 1; c < 16; c++) {
+      uint16_t *x = tile + 2 * (r * 16 + c), *y = tile + 2 * (c * 16 + r), t[2];
+      memcpy(t, x, sizeof t);
+      memcpy(x, y, sizeof t);
+      memcpy(y, t, sizeof t);
+    }
+}
+
+T_512 kiln_amx_b *kiln_amx_pack_b(const float *b, size_t k, size_t n, size_t ldb, int trans) {
   if (!kiln_amx_available() || !b || !k || !n) return NULL;
   kiln_amx_b *p = calloc(1, sizeof *p);
   if (!p) return NULL;
@@ -43,25 +56,26 @@ kiln_amx_b *kiln_amx_pack_b(const float *b, size_t k, size_t n, size_t ldb, int 
   p->kb = (k + 31) / 32;
   p->np = (n + 31) / 32;
   size_t elems = p->np * 2 * p->kb * TILE_ELEMS;
-  p->hi = aligned_alloc(64, elems * sizeof(uint16_t));
-  p->lo = aligned_alloc(64, elems * sizeof(uint16_t));
+  p->hi = kiln_malloc_big(elems * sizeof(uint16_t));
+  p->lo = kiln_malloc_big(elems * sizeof(uint16_t));
   if (!p->hi || !p->lo) {
     kiln_amx_b_free(p);
     return NULL;
   }
-  for (size_t cb = 0; cb < p->np * 2; cb++)
-    for (size_t kb = 0; kb < p->kb; kb++) {
-      size_t t = (cb * p->kb + kb) * TILE_ELEMS;
-      for (size_t q = 0; q < 32; q++)
-        for (size_t j = 0; j < 16; j++) {
-          size_t kk = kb * 32 + q, col = cb * 16 + j;
-          float v = kk < k && col < n ? (trans ? b[col * ldb + kk] : b[kk * ldb + col]) : 0.0f;
-          uint16_t h = kiln_bf16_rne(v);
-          size_t o = t + (q / 2) * 32 + j * 2 + (q % 2);
-          p->hi[o] = h;
-          p->lo[o] = kiln_bf16_rne(v - kiln_bf16_value(h));
-        }
+  for (size_t cp = 0; cp < p->np; cp++) {
+    size_t t = cp * 2 * p->kb * TILE_ELEMS;
+    if (!trans) {
+      kiln_amx_split_cols(b, ldb, k, p->kb, n, cp * 32, p->hi + t, p->lo + t);
+      continue;
     }
+    /* B given as n x k: its rows are B's columns. Split them as row-major tiles, whose 32-bit
+     * pairs [column][k pair] transposed are the VNNI tiles' [k pair][column]. */
+    kiln_amx_split_rows(b, ldb, n, k, p->kb, cp * 32, p->hi + t, p->lo + t);
+    for (size_t q = 0; q < 2 * p->kb; q++) {
+      transpose_pairs(p->hi + t + q * TILE_ELEMS);
+      transpose_pairs(p->lo + t + q * TILE_ELEMS);
+    }
+  }
   return p;
 }
 
@@ -76,29 +90,10 @@ typedef struct ab_job {
   float *acc;     /* K in chunks: 32 x 32 sums per (column pair, row pair) */
 } ab_job;
 
-/* Rows [32 rp, 32 rp + 32) of A (0 past m and k) into row-major tiles at dst: hi [2][kb], then
- * lo [2][kb]. */
+/* Rows [32 rp, 32 rp + 32) of A into row-major tiles at dst: hi [2][kb], then lo [2][kb]. */
 T_512 static void split_rows(const ab_job *j, size_t rp, uint16_t *dst) {
-  const size_t kb = j->b->kb, k = j->b->k;
-  uint16_t *hi = dst, *lo = hi + 2 * kb * TILE_ELEMS;
-  for (size_t i = 0; i < 32; i++) {
-    size_t row = rp * 32 + i;
-    uint16_t *th = hi + (i / 16) * kb * TILE_ELEMS + (i % 16) * 32;
-    uint16_t *tl = lo + (i / 16) * kb * TILE_ELEMS + (i % 16) * 32;
-    const float *ar = j->a + row * j->lda;
-    for (size_t b = 0; b < kb; b++) {
-      size_t k0 = b * 32;
-      size_t n0 = row < j->m && k0 < k ? (k - k0 < 16 ? k - k0 : 16) : 0;
-      size_t n1 = row < j->m && k0 + 16 < k ? (k - k0 - 16 < 16 ? k - k0 - 16 : 16) : 0;
-      __m512 v0 = _mm512_maskz_loadu_ps((__mmask16)((1u << n0) - 1), ar + k0);
-      __m512 v1 = _mm512_maskz_loadu_ps((__mmask16)((1u << n1) - 1), ar + k0 + 16);
-      __m256i h0 = kiln_cvt_bf16(v0), h1 = kiln_cvt_bf16(v1);
-      __m256i l0 = kiln_cvt_bf16(_mm512_sub_ps(v0, kiln_bf16_widen(h0)));
-      __m256i l1 = kiln_cvt_bf16(_mm512_sub_ps(v1, kiln_bf16_widen(h1)));
-      _mm512_store_si512((void *)(th + b * TILE_ELEMS), _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1));
-      _mm512_store_si512((void *)(tl + b * TILE_ELEMS), _mm512_inserti64x4(_mm512_castsi256_si512(l0), l1, 1));
-    }
-  }
+  const size_t kb = j->b->kb;
+  kiln_amx_split_rows(j->a, j->lda, j->m, j->b->k, kb, rp * 32, dst, dst + 2 * kb * TILE_ELEMS);
 }
 
 static void split_task(void *ctx, size_t begin, size_t end, int ti) {

@@ -147,7 +147,7 @@ kiln_code kiln_planner_begin(kiln_planner *p, const char *signature, kiln_run_me
   }
   pthread_mutex_unlock(&p->mu);
   if (plan) {
-    if (!rm->arena && !(rm->arena = aligned_alloc(ALIGN, (plan->arena_bytes + ALIGN - 1) / ALIGN * ALIGN + ALIGN)))
+    if (!rm->arena && !(rm->arena = kiln_malloc_big((plan->arena_bytes + ALIGN - 1) / ALIGN * ALIGN + ALIGN)))
       return kiln_fail(err, KILN_ERR_NOMEM, "out of memory allocating a %zu-byte arena", plan->arena_bytes);
     return KILN_OK;
   }
