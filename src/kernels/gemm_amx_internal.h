@@ -30,23 +30,21 @@ static inline float kiln_bf16_value(uint16_t h) {
   return f;
 }
 
-/* bf16 of 16 floats, rounded to nearest even (finite values) */
-T_512 static inline __m256i kiln_cvt_bf16(__m512 v) {
+/* 16 floats rounded to bf16 (nearest even; finite values), as 32-bit patterns whose high 16
+ * bits are the bf16 (the low 16 are left over, not zero). */
+T_512 static inline __m512i kiln_bf16_bits(__m512 v) {
   __m512i u = _mm512_castps_si512(v);
   __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  u = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16));
+  return _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
 }
 
-T_512 static inline __m512 kiln_bf16_widen(__m256i h) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* 16 floats at p (the first n of them; 0 for the rest) as bf16 hi and lo parts. */
-T_512 static inline void kiln_bf16_split16(const float *p, size_t n, __m256i *hi, __m256i *lo) {
+/* The hi and lo parts of 16 floats at p (the first n of them; 0 for the rest): bf16 patterns
+ * as from kiln_bf16_bits, hi = bf16(x) and lo = bf16(x - hi). */
+T_512 static inline void kiln_bf16_split16(const float *p, size_t n, __m512i *hi, __m512i *lo) {
+  const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
   __m512 v = _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
-  *hi = kiln_cvt_bf16(v);
-  *lo = kiln_cvt_bf16(_mm512_sub_ps(v, kiln_bf16_widen(*hi)));
+  *hi = kiln_bf16_bits(v);
+  *lo = kiln_bf16_bits(_mm512_sub_ps(v, _mm512_castsi512_ps(_mm512_and_si512(*hi, top))));
 }
 
 static inline size_t kiln_amx_take16(size_t from, size_t end) {
@@ -57,42 +55,44 @@ static inline size_t kiln_amx_take16(size_t from, size_t end) {
  * (row-major: 16 rows x 32 bf16): hi [2][kb] tiles and lo [2][kb] tiles. */
 T_512 static inline void kiln_amx_split_rows(const float *a, size_t lda, size_t m, size_t k,
                                              size_t kb, size_t row0, uint16_t *hi, uint16_t *lo) {
+  /* the bf16 halves of two vectors' 32-bit patterns, in order */
+  const __m512i odd = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
+                                       31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
   for (size_t i = 0; i < 32; i++) {
     size_t row = row0 + i, off = (i / 16) * kb * TILE_ELEMS + (i % 16) * 32;
     const float *ar = a + (row < m ? row : 0) * lda;
     for (size_t b = 0; b < kb; b++) {
       size_t k0 = b * 32;
-      __m256i h0, h1, l0, l1;
+      __m512i h0, h1, l0, l1;
       kiln_bf16_split16(ar + k0, row < m ? kiln_amx_take16(k0, k) : 0, &h0, &l0);
       kiln_bf16_split16(ar + k0 + 16, row < m ? kiln_amx_take16(k0 + 16, k) : 0, &h1, &l1);
-      _mm512_store_si512((void *)(hi + off + b * TILE_ELEMS),
-                         _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1));
-      _mm512_store_si512((void *)(lo + off + b * TILE_ELEMS),
-                         _mm512_inserti64x4(_mm512_castsi256_si512(l0), l1, 1));
+      _mm512_store_si512((void *)(hi + off + b * TILE_ELEMS), _mm512_permutex2var_epi16(h0, odd, h1));
+      _mm512_store_si512((void *)(lo + off + b * TILE_ELEMS), _mm512_permutex2var_epi16(l0, odd, l1));
     }
   }
 }
 
 /* Columns [j0, j0 + 32) of x (k x n, rows ldx apart; 0 past n and k) as right-operand tiles
- * (VNNI: row r of a tile holds columns 0..15 of k rows 2r and 2r + 1, interleaved):
- * hi [2][kb] tiles (column halves) and lo [2][kb] tiles. */
+ * (VNNI: row r of a tile holds columns 0..15 of k rows 2r and 2r + 1, interleaved, that is one
+ * 32-bit word per column with row 2r in its low half): hi [2][kb] tiles (column halves) and
+ * lo [2][kb] tiles. */
 T_512 static inline void kiln_amx_split_cols(const float *x, size_t ldx, size_t k, size_t kb,
                                              size_t n, size_t j0, uint16_t *hi, uint16_t *lo) {
-  const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
-                                         23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
   for (size_t half = 0; half < 2; half++) {
     size_t c0 = j0 + 16 * half, cols = kiln_amx_take16(c0, n);
     for (size_t b = 0; b < kb; b++) {
       uint16_t *th = hi + (half * kb + b) * TILE_ELEMS, *tl = lo + (half * kb + b) * TILE_ELEMS;
       for (size_t r = 0; r < 16; r++) {
         size_t k0 = b * 32 + 2 * r;
-        __m256i h0, h1, l0, l1;
+        __m512i h0, h1, l0, l1;
         kiln_bf16_split16(x + (k0 < k ? k0 : 0) * ldx + c0, k0 < k ? cols : 0, &h0, &l0);
         kiln_bf16_split16(x + (k0 + 1 < k ? k0 + 1 : 0) * ldx + c0, k0 + 1 < k ? cols : 0, &h1, &l1);
-        __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1);
-        __m512i ll = _mm512_inserti64x4(_mm512_castsi256_si512(l0), l1, 1);
-        _mm512_store_si512((void *)(th + r * 32), _mm512_permutexvar_epi16(inter, hh));
-        _mm512_store_si512((void *)(tl + r * 32), _mm512_permutexvar_epi16(inter, ll));
+        /* (row 2r + 1's bf16 & top) | row 2r's bf16 moved down: ternary logic 0xEA is a & b | c */
+        _mm512_store_si512((void *)(th + r * 32),
+                           _mm512_ternarylogic_epi32(h1, top, _mm512_srli_epi32(h0, 16), 0xEA));
+        _mm512_store_si512((void *)(tl + r * 32),
+                           _mm512_ternarylogic_epi32(l1, top, _mm512_srli_epi32(l0, 16), 0xEA));
       }
     }
   }
