@@ -170,12 +170,14 @@ static kiln_code fused_conv_run(kiln_kctx *c) {
   return kiln_fused_epilogue(c, c->out[0], NULL, kiln_in(c, 3));
 }
 
-/* Constant weights packed once for the GEMM, kept on the node (src/kernels/gemm.h), and for
- * the AMX GEMM where the CPU has it and B is large enough (src/kernels/gemm_amx.h). */
+/* Constant weights packed once, kept on the node: for the AMX GEMM where the CPU has it and B
+ * is large enough (src/kernels/gemm_amx.h), for the float32 GEMM (src/kernels/gemm.h) when a
+ * call first needs it (fewer rows than AMX takes, a strict_fp32 session, no AMX): a node whose
+ * calls all run on AMX holds one copy of its weights, not two. */
 typedef struct packed_weights {
-  const void *source;     /* the weight tensor's data the pack was made from */
+  const void *source;     /* the weight tensor's data the packs are made from */
   int trans;
-  kiln_gemm_packed_b *pb;
+  kiln_gemm_packed_b *pb; /* or NULL until first needed; published with a compare-and-swap */
   kiln_amx_b *amx;        /* or NULL */
 } packed_weights;
 
@@ -190,9 +192,12 @@ static void packed_weights_free(void *p) {
  * the tiles are 16 x 32 and A is split per call. */
 enum { AMX_MIN_K = 64, AMX_MIN_N = 64, AMX_MIN_M = 32 };
 
-/* The packed forms of B for this node: made on first use and published with a compare-and-swap
- * (a losing thread frees its own); NULL when B is not the tensor the pack was made from. */
-static const packed_weights *node_weights(kiln_kctx *c, const kiln_tensor *b, int trans) {
+static size_t b_rows(const kiln_tensor *b, int trans) { return (size_t)b->dims[trans ? 1 : 0]; }
+static size_t b_cols(const kiln_tensor *b, int trans) { return (size_t)b->dims[trans ? 0 : 1]; }
+
+/* The packs of B for this node: made on first use and published with a compare-and-swap (a
+ * losing thread frees its own); NULL when B is not the tensor they were made from. */
+static packed_weights *node_weights(kiln_kctx *c, const kiln_tensor *b, int trans) {
   kiln_node *n = (kiln_node *)(uintptr_t)c->node; /* node state is runtime cache */
   packed_weights *w = __atomic_load_n((packed_weights **)&n->state, __ATOMIC_ACQUIRE);
   if (!w) {
@@ -200,11 +205,7 @@ static const packed_weights *node_weights(kiln_kctx *c, const kiln_tensor *b, in
     if (!mine) return NULL;
     mine->source = b->data;
     mine->trans = trans;
-    size_t kk = (size_t)b->dims[trans ? 1 : 0], nn = (size_t)b->dims[trans ? 0 : 1];
-    if (kiln_gemm_pack_b(0, trans, kk, nn, b->data, (size_t)b->dims[1], &mine->pb, NULL)) {
-      free(mine);
-      return NULL;
-    }
+    size_t kk = b_rows(b, trans), nn = b_cols(b, trans);
     if (kk >= AMX_MIN_K && nn >= AMX_MIN_N && kiln_amx_available())
       mine->amx = kiln_amx_pack_b(b->data, kk, nn, (size_t)b->dims[1], trans); /* NULL: float32 */
     void *expected = NULL;
@@ -219,9 +220,20 @@ static const packed_weights *node_weights(kiln_kctx *c, const kiln_tensor *b, in
   return w->source == b->data && w->trans == trans ? w : NULL;
 }
 
+/* The float32 pack of B, made on first use; NULL when B is not the node's weights or out of
+ * memory (the caller then runs the GEMM on B in place). */
 static const kiln_gemm_packed_b *node_packed_b(kiln_kctx *c, const kiln_tensor *b, int trans) {
-  const packed_weights *w = node_weights(c, b, trans);
-  return w ? w->pb : NULL;
+  packed_weights *w = node_weights(c, b, trans);
+  if (!w) return NULL;
+  kiln_gemm_packed_b *pb = __atomic_load_n(&w->pb, __ATOMIC_ACQUIRE), *expected = NULL;
+  if (pb) return pb;
+  if (kiln_gemm_pack_b(0, trans, b_rows(b, trans), b_cols(b, trans), b->data, (size_t)b->dims[1],
+                       &pb, NULL))
+    return NULL;
+  if (__atomic_compare_exchange_n(&w->pb, &expected, pb, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return pb;
+  kiln_gemm_packed_b_free(pb);
+  return expected;
 }
 
 /* The AMX form of B when this call should use it (m rows of A), else NULL. */
