@@ -32,7 +32,8 @@ int cli_session_flag(const char *arg, kiln_options *opts);
 #define CLI_SESSION_FLAGS_HELP                                                                  \
   "  --inter-op        run independent nodes at the same time (one thread each)\n"             \
   "  --strict-fp32     every float GEMM in IEEE float32 FMA (default: AMX bf16x3 where the CPU\n" \
-  "                    has it, within about 1e-5 of float32 relative to an output's range)\n"
+  "                    has it, within about 1e-5 of float32 relative to an output's range)\n" \
+  "  --lazy-weights    pack constant weights on each node's first run, not at load\n"
 /* Parse NAME=VALUE into dims; returns 0 on success. */
 int cli_parse_dim(cli_dims *d, const char *arg);
 /* Build the feed for every session input: from --inputs DIR, --input NAME=FILE, or random

@@ -23,10 +23,11 @@ static void help(FILE *f) {
   fprintf(f,
           "usage: kiln bench MODEL [--inputs DIR] [--input NAME=FILE.pb|.npy ...] [--dim NAME=VALUE ...]\n"
           "                  [--batch B1,B2,...] [--warmup N] [--repeat N] [--threads N] [--level N]\n"
-          "                  [--seed N] [--inter-op] [--strict-fp32] [--json FILE] [--quiet]\n"
+          "                  [--seed N] [--inter-op] [--strict-fp32] [--lazy-weights] [--json FILE]\n"
+          "                  [--quiet]\n"
           "Times MODEL: load time, then WARMUP untimed and REPEAT timed runs on the same inputs.\n"
           "Reports median/p90/p99/min/mean latency, throughput (batch * 1000 / median ms, inferences\n"
-          "per second) and the process's peak RSS.\n"
+          "per second), the first run's latency and the process's peak RSS.\n"
           "  --inputs DIR      read DIR/input_0.pb, input_1.pb, ... in graph-input order\n"
           "  --input NAME=FILE one input from a .pb (TensorProto, SequenceProto, OptionalProto) or .npy\n"
           "  --dim NAME=VALUE  value of a symbolic dim for random inputs (default 1)\n"
@@ -51,6 +52,7 @@ static void help(FILE *f) {
 typedef struct bench_result {
   int64_t batch;
   double median, p90, p99, min, max, mean, stddev;
+  double first; /* the first run of this batch size (warmup or not), ms */
   long long peak_rss;
   size_t arena, intermediates; /* memory plan of this batch size's shapes */
   char inputs[1024]; /* JSON array of the fed inputs' names, dtypes and shapes */
@@ -313,6 +315,7 @@ static int bench_one(kiln_session *s, const bench_args *a, int64_t batch, progre
       kiln_tensor_free(outs[k]);
       outs[k] = NULL;
     }
+    if (i == 0) r->first = t1 - t0;
     if (i >= a->warmup) times[i - a->warmup] = t1 - t0;
   }
   progress_draw(prog, r->batch, total, a->warmup, total, 1);
@@ -342,11 +345,13 @@ static void json_string(FILE *f, const char *s) {
 /* Facts about the prepared graph: node count after optimisation, and rewrites by all passes. */
 typedef struct graph_facts {
   size_t nodes, rewrites;
+  size_t prepacked; /* nodes that packed their weights at load */
   int threads; /* resolved thread count */
 } graph_facts;
 
 static graph_facts graph_facts_of(const kiln_session *s) {
-  graph_facts g = {0, 0, kiln_session_threads(s)};
+  graph_facts g = {0, 0, 0, kiln_session_threads(s)};
+  kiln_session_prepacked(s, &g.prepacked);
   kiln_model_stats st;
   if (kiln_session_stats(s, &st) == KILN_OK) g.nodes = st.n_nodes;
   const char *pass;
@@ -369,7 +374,8 @@ static void json_result(FILE *f, const bench_args *a, double load_ms, long long 
           r->median > 0 ? (double)r->batch * 1000.0 / r->median : 0.0);
   fprintf(f, "%s \"peak_rss_bytes\": %lld, \"load_peak_rss_bytes\": %lld, \"arena_bytes\": %zu,\n", indent,
           r->peak_rss, load_rss, r->arena);
-  fprintf(f, "%s \"intermediate_bytes\": %zu,\n", indent, r->intermediates);
+  fprintf(f, "%s \"intermediate_bytes\": %zu, \"first_run_ms\": %.6f, \"prepacked_nodes\": %zu,\n", indent,
+          r->intermediates, r->first, g.prepacked);
   fprintf(f, "%s \"nodes\": %zu, \"rewrites\": %zu, \"inputs\": %s}", indent, g.nodes, g.rewrites, r->inputs);
 }
 
@@ -399,7 +405,11 @@ static void print_report(FILE *f, const bench_args *a, double load_ms, long long
   fprintf(f, "load       %.2f ms (level %d, %d thread%s%s), peak RSS after load %.1f MiB\n", load_ms,
           a->opts.opt_level, g.threads, g.threads == 1 ? "" : "s", a->opts.threads ? "" : ": one per core",
           (double)load_rss / 1048576.0);
+  fprintf(f, "weights    %zu node%s packed at load%s\n", g.prepacked, g.prepacked == 1 ? "" : "s",
+          a->opts.lazy_weights ? " (--lazy-weights: on first run)" : "");
   fprintf(f, "runs       %ld warmup + %ld timed per batch size\n", a->warmup, a->repeat);
+  for (int i = 0; i < n; i++)
+    fprintf(f, "first run  batch %lld: %.3f ms\n", (long long)res[i].batch, res[i].first);
   for (int i = 0; i < n; i++)
     fprintf(f, "arena      batch %lld: %.2f MiB planned for %.2f MiB of intermediates\n", (long long)res[i].batch,
             (double)res[i].arena / 1048576.0, (double)res[i].intermediates / 1048576.0);

@@ -22,7 +22,7 @@ static void help(FILE *f) {
   fprintf(f,
           "usage: kiln profile MODEL [--inputs DIR] [--input NAME=FILE ...] [--dim NAME=VALUE ...]\n"
           "                    [--warmup N] [--repeat N] [--threads N] [--level N] [--top K]\n"
-          "                    [--inter-op] [--strict-fp32] [--json FILE]\n"
+          "                    [--inter-op] [--strict-fp32] [--lazy-weights] [--json FILE]\n"
           "Runs MODEL WARMUP untimed and REPEAT timed times with every node timed, then prints the\n"
           "time per op type, the K slowest nodes (default 15) with GFLOP/s or GB/s, and advice on\n"
           "the bottleneck.\n"

@@ -11,7 +11,7 @@ static void help(FILE *f) {
   fprintf(f,
           "usage: kiln run MODEL [--inputs DIR] [--input NAME=FILE.pb|.npy ...] [--output-dir DIR]\n"
           "                [--dim NAME=VALUE ...] [--seed N] [--level N] [--threads N] [--runs N]\n"
-          "                [--inter-op] [--strict-fp32] [--quiet]\n"
+          "                [--inter-op] [--strict-fp32] [--lazy-weights] [--quiet]\n"
           "Runs MODEL and prints each output's shape and a summary of its values.\n"
           "  --inputs DIR      read DIR/input_0.pb, input_1.pb, ... in graph-input order\n"
           "                    (initializers skipped), as the ONNX test data lays them out\n"

@@ -11,6 +11,8 @@ int cli_session_flag(const char *arg, kiln_options *opts) {
     opts->inter_op = 1;
   } else if (!strcmp(arg, "--strict-fp32")) {
     opts->strict_fp32 = 1;
+  } else if (!strcmp(arg, "--lazy-weights")) {
+    opts->lazy_weights = 1;
   } else {
     return 0;
   }

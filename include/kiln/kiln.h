@@ -141,6 +141,12 @@ typedef struct kiln_options {
    * range, and up to 2x faster. The environment variable KILN_AMX=0 does the same as 1 for
    * every session of the process. */
   int strict_fp32;
+  /* 0 (default): constant weights are packed for the kernels that will use them (GEMM panels,
+   * AMX tiles, Winograd transforms) at session creation, from the inputs' static shapes, so
+   * the first run is as fast as later ones. 1: each node packs on its first run instead
+   * (faster creation, slower first run). Nodes whose input shapes are unknown before the run
+   * (other than a leading batch dim) always pack on first use. */
+  int lazy_weights;
 } kiln_options;
 
 /* Fill `o` with defaults. */
@@ -200,6 +206,9 @@ kiln_code kiln_session_opset(const kiln_session *s, size_t i, const char **domai
  * Returns KILN_ERR_INVALID_ARG past the end. */
 kiln_code kiln_session_pass_stat(const kiln_session *s, size_t i, const char **pass,
                                  size_t *rewrites);
+/* How many nodes packed their constant weights at session creation (see
+ * kiln_options.lazy_weights). */
+kiln_code kiln_session_prepacked(const kiln_session *s, size_t *nodes);
 /* Memory of the most recent run's plan: the arena holding the intermediates, and the sum of
  * those intermediates' sizes (what allocating each separately would take). Both are 0 until
  * a run with the same input shapes has completed once (the first run measures). */

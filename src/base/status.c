@@ -4,7 +4,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 kiln_code kiln_vfail(kiln_error *err, kiln_code code, const char *fmt, va_list ap) {
   if (err) {
@@ -63,16 +62,8 @@ void *kiln_malloc(size_t n) { return malloc(n ? n : 1); }
 void *kiln_calloc(size_t n, size_t sz) { return calloc(n ? n : 1, sz ? sz : 1); }
 
 void *kiln_malloc_big(size_t n) {
-  const size_t huge = (size_t)2 << 20;
-  if (n > SIZE_MAX - huge) return NULL;
-  size_t bytes = (n + 63) / 64 * 64 + (n ? 0 : 64);
   void *p = NULL;
-  if (posix_memalign(&p, bytes < huge ? 64 : huge, bytes)) return NULL;
-#ifdef MADV_HUGEPAGE
-  /* whole huge pages only: a partly used one would hold up to 2 MiB no one asked for */
-  if (bytes >= huge) madvise(p, bytes / huge * huge, MADV_HUGEPAGE);
-#endif
-  return p;
+  return posix_memalign(&p, 64, n ? (n + 63) / 64 * 64 : 64) ? NULL : p;
 }
 
 char *kiln_strdup(const char *s) {

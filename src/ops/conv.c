@@ -421,12 +421,7 @@ typedef struct wino_weights {
 /* The node running c when its weight input w is an initializer (so per-node caches derived
  * from it stay valid), else NULL. Node state is runtime cache, hence the cast. */
 static kiln_node *node_of_const_weight(kiln_kctx *c, const kiln_tensor *w) {
-  kiln_node *n = (kiln_node *)(uintptr_t)c->node;
-  const kiln_frame *f = c->frame;
-  if (!n || !f || !f->g || n->n_in < 2 || n->in[1] < 0 || (size_t)n->in[1] >= f->g->n_values)
-    return NULL;
-  const kiln_tensor *init = f->g->values[n->in[1]].init;
-  return init && init->data == w->data ? n : NULL;
+  return kiln_in_const(c, 1, w) ? (kiln_node *)(uintptr_t)c->node : NULL;
 }
 
 /* The transformed weights of this node when W is an initializer (or folded constant): made on
@@ -531,12 +526,11 @@ static const kiln_amx_w *node_amx_w(kiln_kctx *c, const kiln_tensor *w, const ki
   return node_weight_pack(c, w, p, 0, &g_pack_amx, make_amx, free_amx);
 }
 
-/* float32 2-D Conv through kernels/conv2d_f32 with bias, residual and activation fused.
- * Returns KILN_ERR_UNSUPPORTED, with the node not failed and no output stored, when that path
- * does not apply (other types or ranks, a residual of another shape); the caller then takes
- * the general path, which also reports invalid inputs. */
-kiln_code kiln_conv2d_f32_run(kiln_kctx *c, const kiln_tensor *residual, const kiln_act *act) {
-  const kiln_tensor *x = kiln_in(c, 0), *w = kiln_in(c, 1), *b = kiln_in(c, 2);
+/* The parameters of a float32 2-D convolution of x by w (b: bias or NULL) for
+ * kernels/conv2d_f32; KILN_ERR_UNSUPPORTED, with the node not failed, when that path does not
+ * apply (other types or ranks). */
+static kiln_code conv2d_params(kiln_kctx *c, const kiln_tensor *x, const kiln_tensor *w,
+                               const kiln_tensor *b, kiln_conv2d_f32_params *p) {
   if (!x || !w || x->kind != KILN_KIND_TENSOR || w->kind != KILN_KIND_TENSOR ||
       x->dtype != KILN_FLOAT || w->dtype != KILN_FLOAT || x->rank != 4 || w->rank != 4)
     return KILN_ERR_UNSUPPORTED;
@@ -546,29 +540,66 @@ kiln_code kiln_conv2d_f32_run(kiln_kctx *c, const kiln_tensor *residual, const k
   kiln_code rc = conv_geometry(c, x, w, false, &g);
   if (rc) return rc;
   if (b && b->numel != g.m) return KILN_ERR_UNSUPPORTED;
-  int64_t dims[4] = {g.n, g.m, g.y[0], g.y[1]};
+  *p = (kiln_conv2d_f32_params){g.n, g.c, g.x[0], g.x[1], g.m, g.group, g.k[0], g.k[1],
+                                g.stride[0], g.stride[1], g.dil[0], g.dil[1], g.pb[0], g.pb[1],
+                                g.y[0], g.y[1], 0};
+  return KILN_OK;
+}
+
+/* The node's cached forms of W that a convolution with parameters p takes (Winograd weights,
+ * W split for AMX, W^T), made on first use; each NULL when not taken or not made. */
+static void conv2d_weights(kiln_kctx *c, const kiln_tensor *w, const kiln_conv2d_f32_params *p,
+                           int isa, const float **wu, const kiln_amx_w **wa,
+                           const kiln_gemm_packed_b **wt) {
+  *wu = kiln_conv2d_f32_uses_winograd(p, 1) ? node_wino_weights(c, w, p) : NULL;
+  *wa = kiln_kamx(c) && kiln_conv2d_f32_uses_amx(p, isa) ? node_amx_w(c, w, p) : NULL;
+  *wt = !*wa && kiln_conv2d_f32_uses_transposed(p, isa) ? node_packed_wt(c, w, p, isa) : NULL;
+}
+
+/* float32 2-D Conv through kernels/conv2d_f32 with bias, residual and activation fused.
+ * Returns KILN_ERR_UNSUPPORTED, with the node not failed and no output stored, when that path
+ * does not apply (other types or ranks, a residual of another shape); the caller then takes
+ * the general path, which also reports invalid inputs. */
+kiln_code kiln_conv2d_f32_run(kiln_kctx *c, const kiln_tensor *residual, const kiln_act *act) {
+  const kiln_tensor *x = kiln_in(c, 0), *w = kiln_in(c, 1), *b = kiln_in(c, 2);
+  kiln_conv2d_f32_params p;
+  kiln_code rc = conv2d_params(c, x, w, b, &p);
+  if (rc) return rc;
+  int64_t dims[4] = {p.n, p.m, p.oh, p.ow};
   if (residual) {
     if (residual->kind != KILN_KIND_TENSOR || residual->dtype != KILN_FLOAT ||
         residual->rank != 4 || memcmp(residual->dims, dims, sizeof dims))
       return KILN_ERR_UNSUPPORTED;
   }
-  kiln_conv2d_f32_params p = {g.n, g.c, g.x[0], g.x[1], g.m, g.group, g.k[0], g.k[1],
-                              g.stride[0], g.stride[1], g.dil[0], g.dil[1], g.pb[0], g.pb[1],
-                              g.y[0], g.y[1], 0};
   kiln_tensor *y = kiln_out_uninit(c, 0, KILN_FLOAT, 4, dims); /* the kernel writes every element */
   if (!y) return KILN_ERR_NOMEM;
   kiln_conv2d_f32_epilogue ep = {b ? (const float *)b->data : NULL,
                                  residual ? (const float *)residual->data : NULL,
                                  act ? *act : (kiln_act){KILN_ACT_NONE, 0, 0}};
-  const float *wu = kiln_conv2d_f32_uses_winograd(&p, 1) ? node_wino_weights(c, w, &p) : NULL;
   int isa = kiln_isa_resolve(KILN_ISA_AUTO);
-  const kiln_amx_w *wa = kiln_kamx(c) && kiln_conv2d_f32_uses_amx(&p, isa) ? node_amx_w(c, w, &p) : NULL;
-  const kiln_gemm_packed_b *wt =
-      !wa && kiln_conv2d_f32_uses_transposed(&p, isa) ? node_packed_wt(c, w, &p, isa) : NULL;
+  const float *wu;
+  const kiln_amx_w *wa;
+  const kiln_gemm_packed_b *wt;
+  conv2d_weights(c, w, &p, isa, &wu, &wa, &wt);
   rc = kiln_conv2d_f32_ex3(kiln_kpool(c), isa, &p, x->data, w->data, wu, wt, wa, &ep, y->data);
   if (rc == KILN_ERR_NOMEM) return kiln_kfail(c, "out of memory for the convolution");
   if (rc) return kiln_kfail(c, "convolution failed (code %d)", (int)rc);
   return KILN_OK;
+}
+
+kiln_code kiln_conv2d_f32_prepare(kiln_kctx *c) {
+  const kiln_tensor *x = kiln_in(c, 0), *w = kiln_in(c, 1), *b = kiln_in(c, 2);
+  kiln_conv2d_f32_params p;
+  /* the batch may be unknown (the choice of form does not depend on it), the rest may not */
+  if (!x || x->rank != 4 || x->dims[1] < 0 || x->dims[2] < 0 || x->dims[3] < 0) return KILN_ERR_UNSUPPORTED;
+  kiln_tensor x1 = *x;
+  x1.dims[0] = 1;
+  if (!kiln_in_const(c, 1, w) || conv2d_params(c, &x1, w, b, &p)) return KILN_ERR_UNSUPPORTED;
+  const float *wu;
+  const kiln_amx_w *wa;
+  const kiln_gemm_packed_b *wt;
+  conv2d_weights(c, w, &p, kiln_isa_resolve(KILN_ISA_AUTO), &wu, &wa, &wt);
+  return wu || wa || wt ? KILN_OK : KILN_ERR_UNSUPPORTED;
 }
 
 static kiln_code conv_float_run(kiln_kctx *c, bool transpose) {

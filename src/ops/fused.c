@@ -375,6 +375,43 @@ static kiln_code fused_matmul_fast(kiln_kctx *c, bool *done) {
   return rc;
 }
 
+/* Session creation (kiln_prepare_fn): the packs of B that a call with m rows of A (-1:
+ * unknown) takes: the AMX form where amx_form allows it, else the float32 one. With m unknown,
+ * the float32 pack waits for a call that needs it, unless AMX is out of the question. */
+static kiln_code prepare_b(kiln_kctx *c, const kiln_tensor *b, int trans, int64_t m, bool amx_form) {
+  const packed_weights *w = node_weights(c, b, trans);
+  if (!w) return KILN_ERR_NOMEM;
+  bool amx = amx_form && w->amx && kiln_kamx(c);
+  if (amx && (m < 0 || m >= AMX_MIN_M)) return KILN_OK;
+  return node_packed_b(c, b, trans) ? KILN_OK : KILN_ERR_NOMEM;
+}
+
+/* Rows of A: the product of its dims but the last, -1 when one is unknown. */
+static int64_t rows_of(const kiln_tensor *a, int last) {
+  int64_t m = 1;
+  for (int d = 0; d < a->rank; d++)
+    if (d != last) m = a->dims[d] < 0 || m < 0 ? -1 : m * a->dims[d];
+  return m;
+}
+
+kiln_code kiln_fused_matmul_prepare(kiln_kctx *c) {
+  const kiln_tensor *a = kiln_in(c, 0), *b = kiln_in(c, 1);
+  if (!a || !kiln_in_const(c, 1, b) || a->dtype != KILN_FLOAT || b->dtype != KILN_FLOAT ||
+      b->rank != 2 || a->rank < 2 || a->dims[a->rank - 1] != b->dims[0] || !b->dims[0])
+    return KILN_ERR_UNSUPPORTED;
+  return prepare_b(c, b, 0, rows_of(a, a->rank - 1), true);
+}
+
+kiln_code kiln_fused_gemm_prepare(kiln_kctx *c) {
+  const kiln_tensor *a = kiln_in(c, 0), *b = kiln_in(c, 1);
+  if (!a || !kiln_in_const(c, 1, b) || a->dtype != KILN_FLOAT || b->dtype != KILN_FLOAT ||
+      a->rank != 2 || b->rank != 2)
+    return KILN_ERR_UNSUPPORTED;
+  int ta = kiln_attr_int(c->node, "transA", 0) != 0, tb = kiln_attr_int(c->node, "transB", 0) != 0;
+  float alpha = kiln_attr_float(c->node, "alpha", 1.0f);
+  return prepare_b(c, b, tb, rows_of(a, !ta), !ta && alpha == 1.0f);
+}
+
 static kiln_code fused_matmul_run(kiln_kctx *c) {
   bool done;
   kiln_code rc = fused_matmul_fast(c, &done);

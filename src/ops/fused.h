@@ -23,5 +23,11 @@ kiln_code kiln_fused_epilogue(kiln_kctx *c, kiln_tensor *y, const kiln_tensor *b
  * activation (NULL: none) fused into the kernel (src/ops/conv.c). KILN_ERR_UNSUPPORTED, with
  * nothing stored and the node not failed, when that path does not apply. */
 kiln_code kiln_conv2d_f32_run(kiln_kctx *c, const kiln_tensor *residual, const kiln_act *act);
+/* Prepare hooks (kiln_prepare_fn) of Conv and FusedConv (the node's packed forms of a constant
+ * W that kiln_conv2d_f32_run will take for these shapes), and of FusedMatMul and FusedGemm
+ * (the packs of a constant B their calls with these shapes take). */
+kiln_code kiln_conv2d_f32_prepare(kiln_kctx *c);
+kiln_code kiln_fused_matmul_prepare(kiln_kctx *c);
+kiln_code kiln_fused_gemm_prepare(kiln_kctx *c);
 
 #endif

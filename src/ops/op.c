@@ -107,6 +107,13 @@ struct kiln_threadpool *kiln_kpool(const kiln_kctx *c) {
   return c->frame && c->frame->session ? c->frame->session->pool : NULL;
 }
 
+bool kiln_in_const(const kiln_kctx *c, size_t i, const kiln_tensor *t) {
+  const kiln_frame *f = c->frame;
+  int id = i < c->node->n_in ? c->node->in[i] : -1;
+  const kiln_tensor *init = f && f->g && id >= 0 && (size_t)id < f->g->n_values ? f->g->values[id].init : NULL;
+  return t && t->data && init && init->data == t->data;
+}
+
 bool kiln_kamx(const kiln_kctx *c) {
   if (c->frame && c->frame->session && c->frame->session->opts.strict_fp32) return false;
   return kiln_amx_available() != 0;

@@ -43,6 +43,15 @@ typedef struct kiln_ictx {
 
 typedef kiln_code (*kiln_kernel_fn)(kiln_kctx *c);
 typedef kiln_code (*kiln_infer_fn)(kiln_ictx *c);
+/* Optional, for kernels that keep caches made from constant inputs (packed weights), listed
+ * in src/ops/registry.c (kiln_op_prepare): called once at session creation (unless
+ * kiln_options.lazy_weights) with the inputs known then: constant ones (initializers, folded
+ * constants) with their data, the others as shape-only tensors (data NULL; the static dims,
+ * -1 where unknown, which numel counts as 1). c->out is not to be touched. It makes what the
+ * node's first run with those shapes would make, so that run is as fast as later ones, and
+ * nothing where an unknown dim would decide. KILN_OK when it made something; any other code
+ * leaves the caches to the first run. */
+typedef kiln_code (*kiln_prepare_fn)(kiln_kctx *c);
 
 typedef struct kiln_op_schema {
   const char *domain;   /* "" for ai.onnx */
@@ -82,6 +91,9 @@ bool kiln_op_in_place_ok(const kiln_node *n);
 
 /* The session's thread pool for data-parallel loops (NULL: run on the calling thread). */
 struct kiln_threadpool *kiln_kpool(const kiln_kctx *c);
+/* Whether input i is the graph's constant value (an initializer or folded constant), given as
+ * t: what a kernel makes from such an input it may keep on the node (kiln_node.state). */
+bool kiln_in_const(const kiln_kctx *c, size_t i, const kiln_tensor *t);
 /* Whether the AMX bf16x3 GEMM may be used for this node (the session did not ask for
  * strict_fp32, and the CPU has it). */
 bool kiln_kamx(const kiln_kctx *c);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ops/fused.h"
 #include "plugin/plugin.h"
 
 extern const kiln_op_schema kiln_ops_elementwise[];
@@ -125,4 +126,23 @@ const kiln_op_schema *kiln_op_find_in(const struct kiln_plugin_set *ps, const ch
                                       const char *name, int opset) {
   const kiln_op_schema *s = kiln_op_find(domain, name, opset);
   return s ? s : kiln_plugins_find(ps, domain, name, opset);
+}
+
+/* The ops whose kernels pack constant weights, and their prepare hooks (kiln_prepare_fn). */
+static const struct {
+  const char *domain, *name;
+  kiln_prepare_fn prepare;
+} prepare_hooks[] = {
+    {"", "Conv", kiln_conv2d_f32_prepare},
+    {KILN_FUSED_DOMAIN, "FusedConv", kiln_conv2d_f32_prepare},
+    {KILN_FUSED_DOMAIN, "FusedMatMul", kiln_fused_matmul_prepare},
+    {KILN_FUSED_DOMAIN, "FusedGemm", kiln_fused_gemm_prepare},
+};
+
+kiln_prepare_fn kiln_op_prepare(const kiln_op_schema *s) {
+  if (!s || kiln_op_find(s->domain, s->name, s->since) != s) return NULL; /* not kiln's own */
+  for (size_t i = 0; i < sizeof prepare_hooks / sizeof prepare_hooks[0]; i++)
+    if (domain_eq(prepare_hooks[i].domain, s->domain) && !strcmp(prepare_hooks[i].name, s->name))
+      return prepare_hooks[i].prepare;
+  return NULL;
 }

@@ -15,5 +15,7 @@ bool kiln_op_known(const char *domain, const char *name);
 struct kiln_plugin_set;
 const kiln_op_schema *kiln_op_find_in(const struct kiln_plugin_set *ps, const char *domain,
                                       const char *name, int opset);
+/* The prepare hook of one of kiln's own ops (see kiln_prepare_fn), or NULL. */
+kiln_prepare_fn kiln_op_prepare(const kiln_op_schema *s);
 
 #endif

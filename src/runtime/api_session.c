@@ -98,6 +98,7 @@ static kiln_code finish_create(kiln_model *m, const kiln_options *opts, kiln_ses
     rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   if (!rc && s->opts.profile && !(s->profile = kiln_profile_new(g->n_nodes)))
     rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  if (!rc && !s->opts.lazy_weights) s->n_prepacked = kiln_prepack(s);
   if (rc) {
     kiln_session_free(s);
     return rc;
@@ -142,6 +143,12 @@ void kiln_session_free(kiln_session *s) {
   kiln_profile_free(s->profile);
   kiln_schedule_free(s->sched);
   free(s);
+}
+
+kiln_code kiln_session_prepacked(const kiln_session *s, size_t *nodes) {
+  if (!s || !nodes) return KILN_ERR_INVALID_ARG;
+  *nodes = s->n_prepacked;
+  return KILN_OK;
 }
 
 kiln_code kiln_session_memory(const kiln_session *s, size_t *arena_bytes,

@@ -34,7 +34,12 @@ struct kiln_session {
   struct kiln_plugin_set *plugins; /* this session's plugin ops and patterns (NULL: none) */
   kiln_profile *profile;   /* per-node times of the main graph (opts.profile), or NULL */
   kiln_schedule *sched;    /* waves of the main graph (opts.inter_op with a pool), or NULL */
+  size_t n_prepacked;      /* nodes that packed their weights at creation (prepack.c) */
 };
+
+/* At creation, unless opts.lazy_weights: the prepare hook of every main-graph node that has
+ * one (kiln_op_prepare); returns how many made something. */
+size_t kiln_prepack(const kiln_session *s);
 
 /* One activation of a graph: the values its nodes produced. */
 typedef struct kiln_frame {

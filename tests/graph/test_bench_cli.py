@@ -17,7 +17,7 @@ fixed = save(m, "bench_fixed")
 FAST = ["--warmup", "1", "--repeat", "7"]
 FIELDS = ["model", "batch", "threads", "level", "warmup", "repeat", "load_ms", "median_ms", "p90_ms",
           "p99_ms", "min_ms", "max_ms", "mean_ms", "stddev_ms", "throughput", "peak_rss_bytes",
-          "arena_bytes", "nodes", "rewrites", "inputs"]
+          "arena_bytes", "nodes", "rewrites", "inputs", "first_run_ms", "prepacked_nodes"]
 
 
 def bench_json(*args):
