@@ -43,20 +43,58 @@ bool kiln_graph_is_output(const kiln_graph *g, int id) {
   return false;
 }
 
+enum { MAX_NEST = 32 };
+
+/* Mark (mark[id] for values id of g) every name that path[depth - 1], a subgraph nested in g
+ * through path[0..depth - 1], or a subgraph nested in it, reads from g: a value it neither
+ * produces nor declares, of a name no graph on the path between declares. One pass over the
+ * subgraphs' values, where asking kiln_graph_name_used_by_subgraphs for each value of g walked
+ * every node once per value (a fused node carries its original chain as a subgraph). */
+static void mark_outer_reads(const kiln_graph *g, const kiln_graph **path, size_t depth, bool *mark) {
+  const kiln_graph *sub = path[depth - 1];
+  for (size_t v = 0; v < sub->n_values; v++) {
+    const kiln_value_info *vi = &sub->values[v];
+    if (vi->is_input || vi->init || vi->producer >= 0) continue;
+    bool hidden = false;
+    for (size_t d = 0; d + 1 < depth && !hidden; d++) hidden = kiln_graph_find(path[d], vi->name) >= 0;
+    int id = hidden ? -1 : kiln_graph_find(g, vi->name);
+    if (id >= 0) mark[id] = true;
+  }
+  if (depth >= MAX_NEST) return;
+  for (size_t i = 0; i < sub->n_nodes; i++)
+    for (size_t a = 0; a < sub->nodes[i].n_attrs; a++) {
+      const kiln_attr *at = &sub->nodes[i].attrs[a];
+      for (size_t k = 0; k < (at->g ? 1 : at->graphs ? at->n : 0); k++) {
+        path[depth] = at->g ? at->g : at->graphs[k];
+        mark_outer_reads(g, path, depth + 1, mark);
+      }
+    }
+}
+
 size_t *kiln_graph_use_counts(const kiln_graph *g) {
   size_t *uses = kiln_calloc(g->n_values, sizeof *uses);
-  if (!uses) return NULL;
-  bool any_subgraph = false;
+  bool *mark = kiln_calloc(g->n_values, sizeof *mark);
+  if (!uses || !mark) {
+    free(uses);
+    free(mark);
+    return NULL;
+  }
+  const kiln_graph *path[MAX_NEST];
   for (size_t i = 0; i < g->n_nodes; i++) {
     const kiln_node *n = &g->nodes[i];
     for (size_t k = 0; k < n->n_in; k++)
       if (n->in[k] >= 0) uses[n->in[k]]++;
-    for (size_t a = 0; a < n->n_attrs; a++) any_subgraph |= n->attrs[a].g || n->attrs[a].graphs;
+    for (size_t a = 0; a < n->n_attrs; a++) {
+      const kiln_attr *at = &n->attrs[a];
+      for (size_t k = 0; k < (at->g ? 1 : at->graphs ? at->n : 0); k++) {
+        path[0] = at->g ? at->g : at->graphs[k];
+        mark_outer_reads(g, path, 1, mark);
+      }
+    }
   }
   for (size_t i = 0; i < g->n_outputs; i++) uses[g->outputs[i]]++;
-  if (any_subgraph)
-    for (size_t v = 0; v < g->n_values; v++)
-      if (kiln_graph_name_used_by_subgraphs(g, g->values[v].name)) uses[v]++;
+  for (size_t v = 0; v < g->n_values; v++) uses[v] += mark[v];
+  free(mark);
   return uses;
 }
 
