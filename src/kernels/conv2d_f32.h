@@ -110,4 +110,22 @@ kiln_code kiln_conv2d_f32_ex3(kiln_threadpool *pool, int isa, const kiln_conv2d_
  * transformed weights (cached 1) or not (0: fewer shapes gain, the transform is per call). */
 int kiln_conv2d_f32_uses_winograd(const kiln_conv2d_f32_params *p, int cached);
 
+/* 2-D max pooling after a convolution (kiln_conv2d_f32_maxpool): kernel kh x kw, strides
+ * sh x sw, top and left pads pt, pl, output oh x ow (bottom and right padding follow). */
+typedef struct kiln_pool2d_params {
+  int64_t kh, kw, sh, sw, pt, pl, oh, ow;
+} kiln_pool2d_params;
+
+/* Whether kiln_conv2d_f32_maxpool computes convolution p followed by max pooling q at ISA
+ * level isa: the direct kernel's shapes (2 to 4 input channels, AVX-512), pooling with x stride 2
+ * over 2 or 3 columns, a left pad of at most 1, windows that start inside the convolution's
+ * output. */
+int kiln_conv2d_f32_maxpool_ok(const kiln_conv2d_f32_params *p, const kiln_pool2d_params *q, int isa);
+/* y = maxpool(act(conv(x, w) + bias)) for kiln_conv2d_f32_maxpool_ok shapes (ep without a
+ * residual), in one pass: the convolution's output is never stored, only pooled; y is
+ * [n][m][q->oh][q->ow]. The same values as the convolution then the pooling. */
+kiln_code kiln_conv2d_f32_maxpool(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                                  const float *x, const float *w, const kiln_conv2d_f32_epilogue *ep,
+                                  const kiln_pool2d_params *q, float *y);
+
 #endif

@@ -85,9 +85,10 @@ T512 static void fill_rows(const dir_ctx *d, float *reg, int64_t nn, int64_t oy0
 }
 
 /* Channels [co, co + nc) (nc <= CB) of output columns [ox, ox + 16 * NS) (the last vector
- * masked by lm) of the row at y0 (channel co), from input xr (image, row oy * sh, column ox). */
+ * masked by lm) of the row at y0 (channel co; channels ys apart), from input xr (image, row
+ * oy * sh, column ox); the residual row at r0, channels d->ohw apart. */
 KILN_INLINE T512 void block_avx512(const dir_ctx *d, const float *xr, const float *wb, int NS,
-                                   __mmask16 lm, float *y0, int64_t co, int64_t nc,
+                                   __mmask16 lm, float *y0, int64_t ys, int64_t co, int64_t nc,
                                    const float *r0) {
   __m512 acc[MAX_NS][CB];
   for (int s = 0; s < NS; s++)
@@ -114,7 +115,7 @@ KILN_INLINE T512 void block_avx512(const dir_ctx *d, const float *xr, const floa
       __m512 v = _mm512_add_ps(acc[s][c], vb);
       if (r0) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r0 + c * ohw + 16 * s));
       if (clamp) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-      _mm512_mask_storeu_ps(y0 + c * ohw + 16 * s, m, v);
+      _mm512_mask_storeu_ps(y0 + c * ys + 16 * s, m, v);
     }
   }
 }
@@ -128,33 +129,36 @@ KILN_INLINE T512 void block_avx512(const dir_ctx *d, const float *xr, const floa
 enum { ROWS_PER_PASS = 4 };
 
 /* Output row i (n * oh + oy), channel block b, from a region filled from output row oy0 of the
- * same image: the row in vectors of 16 columns taken 3 at a time (4 left: 2 + 2). */
-T512 static void row_block(const dir_ctx *d, const float *reg, int64_t oy0, int64_t i, int64_t b) {
+ * same image: the row in vectors of 16 columns taken 3 at a time (4 left: 2 + 2). Channel co's
+ * row goes to yb + co * ys + yr * ow: the output (yb the image, ys its plane, yr = oy), or a
+ * buffer of some rows (kiln_conv2d_f32_maxpool). */
+T512 static void row_block(const dir_ctx *d, const float *reg, int64_t oy0, int64_t i, int64_t b,
+                           float *yb, int64_t ys, int64_t yr) {
   const kiln_conv2d_f32_params *p = d->p;
   const kiln_conv2d_f32_epilogue *ep = d->ep;
-  int64_t ohw = p->oh * p->ow, nv = (p->ow + 15) / 16;
+  int64_t nv = (p->ow + 15) / 16;
   __mmask16 tail = (__mmask16)(p->ow % 16 ? (1u << (p->ow % 16)) - 1 : 0xffffu);
   int64_t nn = i / p->oh, oy = i % p->oh;
   const float *xi = reg + (oy - oy0) * p->sh * p->sw * d->t;
   int64_t co = b * CB, nc = p->m - co < CB ? p->m - co : CB;
-  int64_t yo = (nn * p->m + co) * ohw + oy * p->ow;
+  int64_t yo = co * ys + yr * p->ow, ro = (nn * p->m + co) * d->ohw + oy * p->ow;
   const float *wb = d->wb + b * d->taps * CB;
   for (int64_t v0 = 0; v0 < nv;) {
     int64_t left = nv - v0, ns = left == 4 ? 2 : left < MAX_NS ? left : MAX_NS;
     __mmask16 lm = v0 + ns == nv ? tail : (__mmask16)0xffff;
-    const float *xr = xi + 16 * v0, *r0 = ep->residual ? ep->residual + yo + 16 * v0 : NULL;
-    float *y0 = d->y + yo + 16 * v0;
+    const float *xr = xi + 16 * v0, *r0 = ep->residual ? ep->residual + ro + 16 * v0 : NULL;
+    float *y0 = yb + yo + 16 * v0;
     if (ns == 3)
-      block_avx512(d, xr, wb, 3, lm, y0, co, nc, r0);
+      block_avx512(d, xr, wb, 3, lm, y0, ys, co, nc, r0);
     else if (ns == 2)
-      block_avx512(d, xr, wb, 2, lm, y0, co, nc, r0);
+      block_avx512(d, xr, wb, 2, lm, y0, ys, co, nc, r0);
     else
-      block_avx512(d, xr, wb, 1, lm, y0, co, nc, r0);
+      block_avx512(d, xr, wb, 1, lm, y0, ys, co, nc, r0);
     v0 += ns;
   }
   if (!act_inline(&ep->act))
     for (int64_t c = 0; c < nc; c++)
-      kiln_f32_act(KILN_ISA_AVX512, d->y + yo + c * ohw, (size_t)p->ow, &ep->act);
+      kiln_f32_act(KILN_ISA_AVX512, yb + yo + c * ys, (size_t)p->ow, &ep->act);
 }
 
 /* Task index: an output row (n * oh + oy). The thread fills its own region with the input
@@ -174,32 +178,32 @@ T512 static void row_task(void *ctx, size_t begin, size_t end, int ti) {
     for (size_t i0 = s0; i0 < s1; i0 += pass) {
       size_t i1 = s1 - i0 < pass ? s1 : i0 + pass;
       for (int64_t b = 0; b < d->mb; b++)
-        for (size_t i = i0; i < i1; i++) row_block(d, reg, oy0, (int64_t)i, b);
+        for (size_t i = i0; i < i1; i++)
+          row_block(d, reg, oy0, (int64_t)i, b, d->y + nn * d->p->m * d->ohw, d->ohw,
+                    (int64_t)i % oh);
     }
     s0 = s1;
   }
 }
 
-kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
-                                 const float *x, const float *w,
-                                 const kiln_conv2d_f32_epilogue *ep, float *y) {
-  (void)isa;
+/* The context of a direct convolution whose threads compute up to `cap` output rows per
+ * region fill, with `extra` floats per thread after their region (aligned); *buf receives the
+ * memory to free. */
+static kiln_code dir_setup(int64_t nthr, const kiln_conv2d_f32_params *p, const float *x,
+                           const float *w, const kiln_conv2d_f32_epilogue *ep, float *y,
+                           int64_t cap, size_t extra, dir_ctx *d, float **buf) {
   int64_t taps = p->c * p->kh * p->kw, mb = (p->m + CB - 1) / CB;
   /* buffer rows reach row (oh - 1) * sh + (kh - 1) * dh; phase rows reach element
    * (vectors of the row) * 16 - 1 + (kw - 1) * dw / sw, and are whole cache lines from an
    * aligned start, so the taps at phase offset 0 load without line splits (measured 2-8%) */
-  int64_t nthr = kiln_threadpool_size(pool), rows = p->n * p->oh;
-  int64_t cap = (rows + nthr - 1) / nthr; /* the static share of one thread */
-  if (cap > p->oh) cap = p->oh;
   int64_t hp = (cap - 1) * p->sh + (p->kh - 1) * p->dh + 1; /* region rows per channel */
   int64_t t = ((p->ow + 15) / 16 * 16 + (p->kw - 1) * p->dw / p->sw + 1 + 15) / 16 * 16;
-  size_t region = (size_t)(p->c * hp * p->sw * t); /* t: 16 floats, so 8-aligned offsets */
+  size_t region = ((size_t)(p->c * hp * p->sw * t) + extra + 15) / 16 * 16; /* 64-byte steps */
   size_t xbn = region * (size_t)nthr;
   size_t wbn = (size_t)(mb * taps * CB);
-  float *buf = kiln_malloc(sizeof(float) * (xbn + wbn + (size_t)(mb * CB) + 15) +
-                           sizeof(int64_t) * (size_t)taps);
-  if (!buf) return KILN_ERR_NOMEM;
-  float *xb = (float *)(void *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+  *buf = kiln_malloc(sizeof(float) * (xbn + wbn + (size_t)(mb * CB) + 15) + sizeof(int64_t) * (size_t)taps);
+  if (!*buf) return KILN_ERR_NOMEM;
+  float *xb = (float *)(void *)(((uintptr_t)*buf + 63) & ~(uintptr_t)63);
   float *wb = xb + xbn, *bias = wb + wbn;
   int64_t *off = (int64_t *)(void *)(bias + mb * CB);
   for (int64_t co = 0; co < mb * CB; co++) bias[co] = ep->bias && co < p->m ? ep->bias[co] : 0.0f;
@@ -212,13 +216,170 @@ kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv
     off[k] = ((ci * hp + ky * p->dh) * p->sw + j % p->sw) * t + j / p->sw;
   }
   bool relu = ep->act.kind == KILN_ACT_RELU, clip = ep->act.kind == KILN_ACT_CLIP;
-  dir_ctx d = {p,    x,  xb,   region, cap, wb,  off,  ep,  y,
-               hp,   t,  taps, mb, p->oh * p->ow, bias, relu || clip,
-               clip ? ep->act.alpha : 0.0f, clip ? ep->act.beta : INFINITY,
-               sizeof(float) * wbn <= 16384 ? 1 : ROWS_PER_PASS};
+  *d = (dir_ctx){p,    x,  xb,   region, cap, wb,  off,  ep,  y,
+                 hp,   t,  taps, mb, p->oh * p->ow, bias, relu || clip,
+                 clip ? ep->act.alpha : 0.0f, clip ? ep->act.beta : INFINITY,
+                 sizeof(float) * wbn <= 16384 ? 1 : ROWS_PER_PASS};
+  return KILN_OK;
+}
+
+kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                                 const float *x, const float *w,
+                                 const kiln_conv2d_f32_epilogue *ep, float *y) {
+  (void)isa;
+  int64_t nthr = kiln_threadpool_size(pool), rows = p->n * p->oh;
+  int64_t cap = (rows + nthr - 1) / nthr; /* the static share of one thread */
+  if (cap > p->oh) cap = p->oh;
+  dir_ctx d;
+  float *buf;
+  kiln_code rc = dir_setup(nthr, p, x, w, ep, y, cap, 0, &d, &buf);
+  if (rc) return rc;
   /* one contiguous range of rows per thread: taken in passes from a shared counter, the
    * rows interleave between the threads and measured 10-50% slower at 2 threads */
   kiln_parallel_for(pool, (size_t)rows, row_task, &d, 0);
+  free(buf);
+  return KILN_OK;
+}
+
+/* ---- convolution then max pooling, in one pass ---------------------------------------------
+ * A task is a band of up to `band` pooled rows of one image: the convolution rows its windows
+ * read go to the thread's buffer after its region, [m][rows_cap][ow], and are pooled from
+ * there: the convolution's output never reaches memory and the pooling reads it from L2. Pooling: per pooled row the
+ * column-wise max of its window's rows, then, stride 2 along x, the max of the window's 2 or 3
+ * columns as even/odd lanes (-inf in the padding). */
+typedef struct pool_ctx {
+  dir_ctx d;
+  const kiln_pool2d_params *q;
+  int64_t band, rows_cap; /* pooled rows per task; convolution rows per band (buffer rows) */
+  int64_t tasks_per_image;
+  float *y;               /* [n][m][q->oh][q->ow] */
+} pool_ctx;
+
+/* out[px] = max of t[2 px + j], j < kw (2 or 3), for px < n; t has 2 n + 2 valid floats. */
+T512 static void pool_cols_s2(const float *t, int64_t kw, int64_t n, float *out) {
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  __m512 e = _mm512_permutex2var_ps(_mm512_loadu_ps(t), ev, _mm512_loadu_ps(t + 16));
+  for (int64_t px = 0; px < n; px += 16) {
+    const float *s = t + 2 * px;
+    __m512 a = _mm512_loadu_ps(s), b = _mm512_loadu_ps(s + 16);
+    __m512 o = _mm512_permutex2var_ps(a, od, b), v = _mm512_max_ps(e, o);
+    __m512 en = _mm512_permutex2var_ps(_mm512_loadu_ps(s + 32), ev, _mm512_loadu_ps(s + 48));
+    if (kw == 3) /* the next even lane: e shifted by one, its last from the next group */
+      v = _mm512_max_ps(v, _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(en),
+                                                                    _mm512_castps_si512(e), 1)));
+    __mmask16 m = n - px >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - px)) - 1);
+    _mm512_mask_storeu_ps(out + px, m, v);
+    e = en;
+  }
+}
+
+/* Pooled rows [q0, q1) of every channel of image nn from the convolution rows in cb: row r of
+ * channel co at cb + (co * pc->rows_cap + r - r0) * ow; tmp: a thread's row of
+ * 2 * round_up(q->ow, 16) + 64 floats. */
+T512 static void pool_band(const pool_ctx *pc, int64_t nn, int64_t q0, int64_t q1, const float *cb,
+                           int64_t r0, float *tmp) {
+  const kiln_conv2d_f32_params *p = pc->d.p;
+  const kiln_pool2d_params *q = pc->q;
+  const int64_t ow = p->ow, width = 2 * ((q->ow + 15) / 16 * 16) + 64;
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < width; i += 16) _mm512_storeu_ps(tmp + i, ninf);
+  for (int64_t co = 0; co < p->m; co++) {
+    const float *plane = cb + co * pc->rows_cap * ow;
+    float *yc = pc->y + ((nn * p->m + co) * q->oh) * q->ow;
+    for (int64_t py = q0; py < q1; py++) {
+      int64_t a = py * q->sh - q->pt, b = a + q->kh;
+      if (a < 0) a = 0;
+      if (b > p->oh) b = p->oh;
+      float *t = tmp + q->pl; /* t[cx] = max over the window's rows of column cx */
+      for (int64_t cx = 0; cx < ow; cx += 16) {
+        __mmask16 m = ow - cx >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ow - cx)) - 1);
+        __m512 v = ninf;
+        for (int64_t r = a; r < b; r++)
+          v = _mm512_max_ps(v, _mm512_maskz_loadu_ps(m, plane + (r - r0) * ow + cx));
+        _mm512_mask_storeu_ps(t + cx, m, v);
+      }
+      pool_cols_s2(tmp, q->kw, q->ow, yc + py * q->ow);
+    }
+  }
+}
+
+/* A thread's bands in order: the convolution rows a band shares with the one before (kh - sh
+ * of them) are moved to the front of each channel's rows, not computed again. */
+T512 static void pool_task(void *ctx, size_t begin, size_t end, int ti) {
+  const pool_ctx *pc = ctx;
+  const dir_ctx *d = &pc->d;
+  const kiln_conv2d_f32_params *p = d->p;
+  const kiln_pool2d_params *q = pc->q;
+  const int64_t ow = p->ow, ys = pc->rows_cap * ow;
+  float *reg = d->xb + (size_t)ti * d->region;
+  float *cb = reg + (size_t)(p->c * d->hp * p->sw * d->t); /* after the region's input rows */
+  cb = (float *)(void *)(((uintptr_t)cb + 63) & ~(uintptr_t)63);
+  float *tmp = cb + (size_t)(p->m * ys);
+  int64_t have_n = -1, have0 = 0, have1 = 0; /* rows [have0, have1) of image have_n are in cb */
+  for (size_t task = begin; task < end; task++) {
+    int64_t nn = (int64_t)task / pc->tasks_per_image, tb = (int64_t)task % pc->tasks_per_image;
+    int64_t q0 = tb * pc->band, q1 = q0 + pc->band < q->oh ? q0 + pc->band : q->oh;
+    int64_t r0 = q0 * q->sh - q->pt, r1 = (q1 - 1) * q->sh - q->pt + q->kh;
+    if (r0 < 0) r0 = 0;
+    if (r1 > p->oh) r1 = p->oh;
+    int64_t c0 = r0; /* the first row to compute */
+    if (have_n == nn && have0 <= r0 && r0 < have1) {
+      if (r0 > have0)
+        for (int64_t co = 0; co < p->m; co++)
+          memmove(cb + co * ys, cb + co * ys + (r0 - have0) * ow, sizeof(float) * (size_t)((have1 - r0) * ow));
+      c0 = have1 < r1 ? have1 : r1;
+    }
+    if (c0 < r1) {
+      fill_rows(d, reg, nn, c0, r1 - c0);
+      for (int64_t i0 = c0; i0 < r1; i0 += d->rows_per_pass) {
+        int64_t i1 = r1 - i0 < d->rows_per_pass ? r1 : i0 + d->rows_per_pass;
+        for (int64_t b = 0; b < d->mb; b++)
+          for (int64_t i = i0; i < i1; i++) row_block(d, reg, c0, nn * p->oh + i, b, cb, ys, i - r0);
+      }
+    }
+    have_n = nn, have0 = r0, have1 = r1;
+    pool_band(pc, nn, q0, q1, cb, r0, tmp);
+  }
+}
+
+int kiln_conv2d_f32_maxpool_ok(const kiln_conv2d_f32_params *p, const kiln_pool2d_params *q, int isa) {
+  /* one input channel takes the depthwise kernel in kiln_conv2d_f32, whose sums are ordered
+   * otherwise: the one pass is to give the chain's bits */
+  if (!p || !q || !kiln_conv2d_f32_uses_direct(p, isa) || p->n < 1 || p->group != 1 || p->c < 2) return 0;
+  if (q->sw != 2 || (q->kw != 2 && q->kw != 3) || q->kh < 1 || q->sh < 1 || q->oh < 1 || q->ow < 1) return 0;
+  if (q->pt < 0 || q->pt >= q->kh || q->pl < 0 || q->pl > 1 || q->pl >= q->kw) return 0;
+  /* every window starts inside the convolution's output (ONNX: the last may hang over) */
+  if ((q->oh - 1) * q->sh - q->pt >= p->oh || (q->ow - 1) * q->sw - q->pl >= p->ow) return 0;
+  /* and pool_cols_s2 reads at most 2 * round_up(ow, 16) + 48 floats of its row */
+  return 2 * q->ow + q->kw - 1 - q->pl <= 2 * ((q->ow + 15) / 16 * 16) + 48;
+}
+
+kiln_code kiln_conv2d_f32_maxpool(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                                  const float *x, const float *w, const kiln_conv2d_f32_epilogue *ep,
+                                  const kiln_pool2d_params *q, float *y) {
+  if (!kiln_conv2d_f32_maxpool_ok(p, q, isa) || ep->residual) return KILN_ERR_INVALID_ARG;
+  int64_t nthr = kiln_threadpool_size(pool);
+  /* bands of pooled rows: enough for every thread, and the band's convolution rows
+   * (m * rows * ow floats) about 256 KiB so they stay in L2 until pooled */
+  int64_t per_row = p->m * p->ow * (int64_t)sizeof(float) * q->sh;
+  int64_t band = per_row > 0 ? (256 * 1024) / per_row : 1;
+  int64_t share = (q->oh + nthr - 1) / nthr;
+  if (band > share) band = share;
+  if (band < 1) band = 1;
+  int64_t rows_cap = (band - 1) * q->sh + q->kh;
+  if (rows_cap > p->oh) rows_cap = p->oh;
+  size_t extra = (size_t)(p->m * rows_cap * p->ow) + 16 + (size_t)(2 * ((q->ow + 15) / 16 * 16) + 64);
+  pool_ctx pc;
+  float *buf;
+  kiln_code rc = dir_setup(nthr, p, x, w, ep, NULL, rows_cap, extra, &pc.d, &buf);
+  if (rc) return rc;
+  pc.q = q;
+  pc.band = band;
+  pc.rows_cap = rows_cap;
+  pc.tasks_per_image = (q->oh + band - 1) / band;
+  pc.y = y;
+  kiln_parallel_for(pool, (size_t)(p->n * pc.tasks_per_image), pool_task, &pc, 0);
   free(buf);
   return KILN_OK;
 }
@@ -229,6 +390,18 @@ kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv
                                  const float *x, const float *w,
                                  const kiln_conv2d_f32_epilogue *ep, float *y) {
   (void)pool, (void)isa, (void)p, (void)x, (void)w, (void)ep, (void)y;
+  return KILN_ERR_INVALID_ARG;
+}
+
+int kiln_conv2d_f32_maxpool_ok(const kiln_conv2d_f32_params *p, const kiln_pool2d_params *q, int isa) {
+  (void)p, (void)q, (void)isa;
+  return 0;
+}
+
+kiln_code kiln_conv2d_f32_maxpool(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                                  const float *x, const float *w, const kiln_conv2d_f32_epilogue *ep,
+                                  const kiln_pool2d_params *q, float *y) {
+  (void)pool, (void)isa, (void)p, (void)x, (void)w, (void)ep, (void)q, (void)y;
   return KILN_ERR_INVALID_ARG;
 }
 

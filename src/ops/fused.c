@@ -465,8 +465,33 @@ static kiln_code fused_gemm_run(kiln_kctx *c) {
   return kiln_fused_epilogue(c, c->out[0], NULL, NULL);
 }
 
+/* FusedConvMaxPool: the convolution's type, then the pooling's spatial dims. */
+static kiln_code fused_conv_pool_infer(kiln_ictx *c) {
+  kiln_code rc = infer_standard(c, "Conv", 11, 3);
+  kiln_type *t = c->out[0];
+  if (rc || t->kind != KILN_T_TENSOR || t->rank != 4) return rc;
+  const kiln_attr *k = kiln_node_attr(c->node, "pool_kernel_shape"), *s = kiln_node_attr(c->node, "pool_strides");
+  const kiln_attr *pd = kiln_node_attr(c->node, "pool_pads");
+  if (!k || k->kind != KILN_ATTR_INTS || k->n != 2) return kiln_ifail(c, "pool_kernel_shape must have 2 values");
+  bool ceil_mode = kiln_attr_int(c->node, "pool_ceil_mode", 0) != 0;
+  for (int i = 0; i < 2; i++) {
+    int64_t st = s && s->kind == KILN_ATTR_INTS && s->n == 2 ? s->ints[i] : 1;
+    int64_t pb = pd && pd->kind == KILN_ATTR_INTS && pd->n == 4 ? pd->ints[i] : 0;
+    int64_t pe = pd && pd->kind == KILN_ATTR_INTS && pd->n == 4 ? pd->ints[i + 2] : 0;
+    t->dims[2 + i] = kiln_pool_out_dim(t->dims[2 + i], k->ints[i], st, pb, pe, ceil_mode);
+  }
+  return KILN_OK;
+}
+
+static kiln_code fused_conv_pool_run(kiln_kctx *c) {
+  kiln_act act;
+  if (!node_act(c, &act)) return kiln_kfail(c, "unknown activation '%s'", kiln_attr_str(c->node, "activation", ""));
+  return kiln_conv2d_f32_maxpool_run(c, &act);
+}
+
 const kiln_op_schema kiln_ops_fused[] = {
     {KILN_FUSED_DOMAIN, "FusedConv", 1, 2, 4, 1, 1, fused_conv_infer, fused_conv_run},
+    {KILN_FUSED_DOMAIN, "FusedConvMaxPool", 1, 2, 3, 1, 1, fused_conv_pool_infer, fused_conv_pool_run},
     {0},
 };
 

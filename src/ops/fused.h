@@ -3,6 +3,8 @@
 #define KILN_OPS_FUSED_H
 
 #include "kernels/act.h"
+#include <stdbool.h>
+
 #include "ops/op.h"
 
 #define KILN_FUSED_DOMAIN "ai.kiln"
@@ -23,6 +25,23 @@ kiln_code kiln_fused_epilogue(kiln_kctx *c, kiln_tensor *y, const kiln_tensor *b
  * activation (NULL: none) fused into the kernel (src/ops/conv.c). KILN_ERR_UNSUPPORTED, with
  * nothing stored and the node not failed, when that path does not apply. */
 kiln_code kiln_conv2d_f32_run(kiln_kctx *c, const kiln_tensor *residual, const kiln_act *act);
+/* FusedConvMaxPool (inputs X, W, [B]): the float32 2-D convolution with the activation, then
+ * max pooling (attributes pool_kernel_shape, pool_strides, pool_pads, pool_ceil_mode), in one
+ * pass where kernels/conv2d_f32 has it (kiln_conv2d_f32_maxpool_ok); otherwise fails, so the
+ * node runs the chain it replaced (src/ops/conv.c). */
+kiln_code kiln_conv2d_f32_maxpool_run(kiln_kctx *c, const kiln_act *act);
+
+/* Max pooling's output size along one axis: input n, kernel k (dilation 1), stride s, pads
+ * pb and pe, floor or ceil mode (as src/ops/pool.c: a last window that would start past the
+ * input and its leading pad is dropped); -1 when n is unknown or the window exceeds it. */
+static inline int64_t kiln_pool_out_dim(int64_t n, int64_t k, int64_t s, int64_t pb, int64_t pe, bool ceil_mode) {
+  int64_t span = n + pb + pe - k;
+  if (n < 0 || span < 0 || s < 1) return -1;
+  int64_t y = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  if (ceil_mode && (y - 1) * s >= n + pb) y--;
+  return y;
+}
+
 /* Prepare hooks (kiln_prepare_fn) of Conv and FusedConv (the node's packed forms of a constant
  * W that kiln_conv2d_f32_run will take for these shapes), and of FusedMatMul and FusedGemm
  * (the packs of a constant B their calls with these shapes take). */

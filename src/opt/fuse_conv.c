@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "ir/edit.h"
+#include "kernels/cpu.h"
 #include "ops/fused.h"
 #include "opt/fuse.h"
 
@@ -212,6 +213,84 @@ kiln_code kiln_pass_fuse_conv_act(kiln_pass_ctx *ctx, kiln_graph *g, size_t *cou
       rc = kiln_node_copy_attrs(&tmp, conv);
       if (!rc) rc = kiln_fuse_set_activation(&tmp, g, act);
       if (!rc) rc = kiln_fuse_emit(ctx, g, &m, "FusedConv", in, 4, &tmp, &dead, n0, count);
+      else kiln_node_clear(&tmp);
+      break;
+    }
+  }
+  if (!rc) kiln_graph_remove_nodes(g, dead);
+  free(uses);
+  free(dead);
+  return rc;
+}
+
+/* ---- Conv [+ activation] + MaxPool: the stems of ResNets and SqueezeNet ----
+ * Fused where kernels/conv2d_f32 computes both in one pass (kiln_conv2d_f32_maxpool_ok): a
+ * convolution of few input channels (the direct kernel, AVX-512) and pooling with x stride 2
+ * over 2 or 3 columns. Shapes the kernel turns down at run time run the chain instead. */
+
+static bool stem_conv(const kiln_graph *g, const kiln_node *n) {
+  if (!float_conv(g, n) || kiln_attr_int(n, "group", 1) != 1 || kiln_cpu_isa() < KILN_ISA_AVX512) return false;
+  const kiln_tensor *w = kiln_const_input(g, n, 1);
+  const char *ap = kiln_attr_str(n, "auto_pad", "NOTSET");
+  return w->rank == 4 && w->dims[1] >= 2 && w->dims[1] <= 4 && w->dims[2] * w->dims[3] > 1 &&
+         (!strcmp(ap, "NOTSET") || !*ap);
+}
+
+/* Reads attribute `name` of n as exactly `count` ints into v (absent: keep v); false if not. */
+static bool ints_or_default(const kiln_node *n, const char *name, size_t count, int64_t *v) {
+  const kiln_attr *a = kiln_node_attr(n, name);
+  if (!a) return true;
+  if (a->kind != KILN_ATTR_INTS || a->n != count) return false;
+  memcpy(v, a->ints, sizeof(int64_t) * count);
+  return true;
+}
+
+static bool fusable_maxpool(const kiln_graph *g, const kiln_node *n) {
+  (void)g;
+  if (n->n_out > 1 && n->out[1] >= 0) return false; /* Indices wanted */
+  int64_t k[2] = {0, 0}, s[2] = {1, 1}, d[2] = {1, 1}, p[4] = {0, 0, 0, 0};
+  const char *ap = kiln_attr_str(n, "auto_pad", "NOTSET");
+  if (!ints_or_default(n, "kernel_shape", 2, k) || !ints_or_default(n, "strides", 2, s) ||
+      !ints_or_default(n, "dilations", 2, d) || !ints_or_default(n, "pads", 4, p))
+    return false;
+  return (!strcmp(ap, "NOTSET") || !*ap) && d[0] == 1 && d[1] == 1 && s[1] == 2 && (k[1] == 2 || k[1] == 3) &&
+         k[0] >= 1 && s[0] >= 1 && p[1] <= 1 && p[0] >= 0 && p[0] < k[0] && p[2] >= 0 && p[3] >= 0;
+}
+
+static const kiln_pattern conv_pool_patterns[] = {
+    {"conv_act_maxpool", 3, {{"Conv", -1, stem_conv}, {ACTS, 0, act_ok}, {"MaxPool", 0, fusable_maxpool}}},
+    {"conv_maxpool", 2, {{"Conv", -1, stem_conv}, {"MaxPool", 0, fusable_maxpool}}},
+};
+
+/* The pooling's attributes on the fused node, prefixed pool_. */
+static kiln_code set_pool_attrs(kiln_node *f, const kiln_node *mp) {
+  int64_t k[2] = {0, 0}, s[2] = {1, 1}, p[4] = {0, 0, 0, 0};
+  ints_or_default(mp, "kernel_shape", 2, k);
+  ints_or_default(mp, "strides", 2, s);
+  ints_or_default(mp, "pads", 4, p);
+  kiln_code rc = kiln_node_set_ints(f, "pool_kernel_shape", k, 2);
+  if (!rc) rc = kiln_node_set_ints(f, "pool_strides", s, 2);
+  if (!rc) rc = kiln_node_set_ints(f, "pool_pads", p, 4);
+  if (!rc) rc = kiln_node_set_int(f, "pool_ceil_mode", kiln_attr_int(mp, "ceil_mode", 0) != 0);
+  return rc;
+}
+
+kiln_code kiln_pass_fuse_conv_pool(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
+  size_t *uses = kiln_graph_use_counts(g);
+  bool *dead = kiln_calloc(g->n_nodes, sizeof *dead);
+  kiln_code rc = uses && dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+  size_t n0 = g->n_nodes;
+  for (size_t i = n0; !rc && i-- > 0;) {
+    for (size_t p = 0; p < sizeof conv_pool_patterns / sizeof conv_pool_patterns[0]; p++) {
+      kiln_match m;
+      if (!kiln_pattern_match(g, &conv_pool_patterns[p], i, uses, dead, &m)) continue;
+      const kiln_node *conv = &g->nodes[m.nodes[0]], *mp = &g->nodes[m.nodes[m.n - 1]];
+      int in[3] = {conv->in[0], conv->in[1], conv->n_in > 2 ? conv->in[2] : -1};
+      kiln_node tmp = {0};
+      rc = kiln_node_copy_attrs(&tmp, conv);
+      if (!rc) rc = kiln_fuse_set_activation(&tmp, g, m.n == 3 ? &g->nodes[m.nodes[1]] : NULL);
+      if (!rc) rc = set_pool_attrs(&tmp, mp);
+      if (!rc) rc = kiln_fuse_emit(ctx, g, &m, "FusedConvMaxPool", in, 3, &tmp, &dead, n0, count);
       else kiln_node_clear(&tmp);
       break;
     }

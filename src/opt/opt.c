@@ -17,6 +17,7 @@ static const kiln_pass passes[] = {
     {"fuse_gelu", 2, kiln_pass_fuse_gelu},
     {"fuse_embedding", 2, kiln_pass_fuse_embedding},
     {"fuse_conv_bn", 2, kiln_pass_fuse_conv_bn},
+    {"fuse_conv_pool", 2, kiln_pass_fuse_conv_pool},
     {"fuse_conv_act", 2, kiln_pass_fuse_conv_act},
     {"fuse_matmul", 2, kiln_pass_fuse_matmul},
     {"fuse_transpose", 2, kiln_pass_fuse_transpose},

@@ -52,6 +52,7 @@ kiln_code kiln_pass_fold(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
 kiln_code kiln_pass_dead_code(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
 kiln_code kiln_pass_fuse_conv_bn(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
 kiln_code kiln_pass_fuse_conv_act(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+kiln_code kiln_pass_fuse_conv_pool(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
 kiln_code kiln_pass_fuse_matmul(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
 kiln_code kiln_pass_fold_shapes(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
 kiln_code kiln_pass_cse(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);

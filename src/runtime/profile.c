@@ -60,6 +60,24 @@ static double attention_flops(const kiln_node *n, const kiln_tensor *const *in, 
   return 2.0 * batch * sq * sk * (d + dv);
 }
 
+/* Elements of a 2-D convolution's output for input x and weights w (attributes of n), -1 if
+ * the shapes are not those of one. */
+static double conv2d_out_elems(const kiln_node *n, const kiln_tensor *x, const kiln_tensor *w) {
+  if (!x || !w || x->rank != 4 || w->rank != 4) return -1;
+  size_t ns = 0, np = 0, nd = 0;
+  const int64_t *s = kiln_attr_ints(n, "strides", &ns), *p = kiln_attr_ints(n, "pads", &np);
+  const int64_t *d = kiln_attr_ints(n, "dilations", &nd);
+  double e = (double)x->dims[0] * (double)w->dims[0];
+  for (int i = 0; i < 2; i++) {
+    int64_t st = s && ns == 2 ? s[i] : 1, dl = d && nd == 2 ? d[i] : 1;
+    int64_t pad = p && np == 4 ? p[i] + p[i + 2] : 0;
+    int64_t o = st > 0 ? (x->dims[2 + i] + pad - dl * (w->dims[2 + i] - 1) - 1) / st + 1 : 0;
+    if (o <= 0) return -1;
+    e *= (double)o;
+  }
+  return e;
+}
+
 double kiln_node_flops(const kiln_node *n, const kiln_tensor *const *in, kiln_tensor *const *out) {
   if (n->n_out < 1 || !out[0] || out[0]->kind != KILN_KIND_TENSOR) return 0;
   const kiln_tensor *y = out[0];
@@ -68,6 +86,11 @@ double kiln_node_flops(const kiln_node *n, const kiln_tensor *const *in, kiln_te
     if (!w || w->rank < 2 || y->rank < 2) return 0;
     /* every output element sums (C/group) * kernel taps products */
     return 2.0 * numel(y) * (numel(w) / (double)w->dims[0]);
+  }
+  if (is_op(n, "FusedConvMaxPool", NULL, NULL)) { /* the convolution's products; pooling is free */
+    const kiln_tensor *w = n->n_in > 1 ? in[1] : NULL;
+    double e = conv2d_out_elems(n, in[0], w);
+    return e > 0 ? 2.0 * e * (numel(w) / (double)w->dims[0]) : 0;
   }
   if (is_op(n, "MatMul", "FusedMatMul", "MatMulInteger")) {
     const kiln_tensor *a = in[0];

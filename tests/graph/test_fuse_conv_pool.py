@@ -1,0 +1,88 @@
+"""Conv [+ activation] + MaxPool -> FusedConvMaxPool (the stems of ResNets and SqueezeNet): which
+chains fuse, and that the fused node gives the bytes of the chain it replaced (its convolution
+takes the same direct kernel; a max of the same floats), by default, at a symbolic batch of 2,
+and when it falls back to the chain. Without AVX-512 nothing fuses (the one-pass kernel is
+AVX-512) and the chains run as they are."""
+import os
+
+from kilntest import *
+
+rng = np.random.default_rng(7)
+avx512 = "avx512f" in open("/proc/cpuinfo").read()
+
+
+def stem(name, cin, k, s, pad, pool, act="Relu", batch=1, extra_out=False, pool_out2=False, bn=False):
+    W = const("W", (rng.standard_normal((16, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32))
+    B = const("B", rng.standard_normal(16).astype(np.float32))
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], kernel_shape=[k, k], strides=[s, s], pads=[pad] * 4)]
+    inits = [W, B]
+    cur = "c"
+    if bn:
+        for nm, v in [("g", rng.uniform(0.5, 1.5, 16)), ("b", rng.standard_normal(16)),
+                      ("mu", rng.standard_normal(16)), ("var", rng.uniform(0.5, 2, 16))]:
+            inits.append(const(nm, v.astype(np.float32)))
+        nodes.append(helper.make_node("BatchNormalization", [cur, "g", "b", "mu", "var"], ["n"]))
+        cur = "n"
+    if act:
+        nodes.append(helper.make_node(act, [cur], ["a"]))
+        cur = "a"
+    pk, ps, pp, ceil = pool
+    outs = ["y", "idx"] if pool_out2 else ["y"]
+    nodes.append(helper.make_node("MaxPool", [cur], outs, kernel_shape=pk, strides=ps, pads=pp, ceil_mode=ceil))
+    outputs = [vi("y", None)] + ([vi("idx", None, TensorProto.INT64)] if pool_out2 else [])
+    if extra_out:
+        outputs.append(vi(cur, None))
+    dims = [batch if isinstance(batch, int) else batch, cin, 65, 71]
+    return save(model(nodes, [vi("x", dims)], outputs, inits), name)
+
+
+def run_bytes(p, tag, *extra, env=None):
+    d = os.path.join(TMP, "cp_" + tag)
+    rc, text = kiln("run", p, "--quiet", "--output-dir", d, *extra, env=env)
+    check(rc == 0, f"run {tag}: {text}")
+    with open(os.path.join(d, "output_0.pb"), "rb") as f:
+        return f.read()
+
+
+squeeze = ([3, 3], [2, 2], [0, 0, 0, 0], 1)  # SqueezeNet 1.1: 3x3/2, ceil
+resnet = ([3, 3], [2, 2], [1, 1, 1, 1], 0)   # ResNet: 3x3/2, pad 1
+cases = [("sq", stem("cp_sq", 3, 3, 2, 0, squeeze)),
+         ("rn", stem("cp_rn", 3, 7, 2, 3, resnet)),
+         ("k2", stem("cp_k2", 4, 5, 2, 2, ([2, 2], [2, 2], [0, 0, 0, 0], 0), act="Clip")),
+         ("noact", stem("cp_noact", 2, 3, 1, 1, ([3, 3], [1, 2], [1, 1, 1, 1], 1), act=None)),
+         ("batch", stem("cp_batch", 3, 3, 2, 0, squeeze, batch="N"))]
+for tag, p in cases:
+    ops, text = optimized_ops(p)
+    want = {"FusedConvMaxPool": 1} if avx512 else None
+    if avx512:
+        check(ops == want, f"{tag}: fused into one node: {ops} {text}")
+    extra = ["--dim", "N=2"] if tag == "batch" else []
+    fused = run_bytes(p, tag + "_2", *extra)
+    check(fused == run_bytes(p, tag + "_0", "--level", "0", *extra), f"{tag}: the chain's bytes")
+    check(fused == run_bytes(p, tag + "_f", *extra, env={"KILN_FUSION_FAIL": "FusedConvMaxPool"}),
+          f"{tag}: falling back to the chain gives the same bytes")
+    ok, text = validate(p, *extra)
+    check(ok, f"{tag}: validate: {text}")
+
+# BatchNormalization folded into the convolution first, then fused with the pooling
+p = stem("cp_bn", 3, 7, 2, 3, resnet, bn=True)
+ops, _ = optimized_ops(p)
+if avx512:
+    check(ops == {"FusedConvMaxPool": 1}, f"conv + bn + relu + maxpool: {ops}")
+ok, text = validate(p)
+check(ok, "conv + bn + relu + maxpool validates: " + text)
+
+# not fused: the pooling's indices wanted, the activation's output read elsewhere, eight input
+# channels (not the direct kernel's), x stride 1, a 4-column window
+not_fused = [stem("cp_idx", 3, 3, 2, 0, squeeze, pool_out2=True),
+             stem("cp_fan", 3, 3, 2, 0, squeeze, extra_out=True),
+             stem("cp_c8", 8, 3, 2, 0, squeeze),
+             stem("cp_s1", 3, 3, 2, 0, ([3, 3], [2, 1], [0, 0, 0, 0], 0)),
+             stem("cp_k4", 3, 3, 2, 0, ([3, 4], [2, 2], [0, 0, 0, 0], 0))]
+for p in not_fused:
+    ops, text = optimized_ops(p)
+    check(ops is not None and "FusedConvMaxPool" not in ops, f"{os.path.basename(p)} stays apart: {ops}")
+    ok, text = validate(p)
+    check(ok, f"{os.path.basename(p)} validates: {text}")
+
+finish("test_fuse_conv_pool")
