@@ -214,3 +214,28 @@ kiln_code kiln_fuse_emit(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_match *m,
   *dead = grown;
   return rc;
 }
+
+kiln_code kiln_fuse_patterns(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_pattern *pats, size_t n_pats,
+                             kiln_fuse_build_fn build, size_t *count) {
+  size_t *uses = kiln_graph_use_counts(g);
+  bool *dead = kiln_calloc(g->n_nodes, sizeof *dead);
+  kiln_code rc = uses && dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+  size_t n0 = g->n_nodes;
+  for (size_t i = n0; !rc && i-- > 0;)
+    for (size_t p = 0; p < n_pats; p++) {
+      kiln_match m;
+      if (!kiln_pattern_match(g, &pats[p], i, uses, dead, &m)) continue;
+      const char *op_type = NULL;
+      int in[KILN_FUSE_MAX_IN];
+      size_t n_in = 0;
+      kiln_node attrs = {0};
+      rc = build(g, &m, p, &op_type, in, &n_in, &attrs);
+      if (!rc) rc = kiln_fuse_emit(ctx, g, &m, op_type, in, n_in, &attrs, &dead, n0, count);
+      else kiln_node_clear(&attrs);
+      break;
+    }
+  if (!rc) kiln_graph_remove_nodes(g, dead);
+  free(uses);
+  free(dead);
+  return rc;
+}

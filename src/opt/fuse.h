@@ -34,6 +34,21 @@ kiln_code kiln_fuse_emit(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_match *m,
                          const int *inputs, size_t n_inputs, kiln_node *attrs, bool **dead, size_t n0,
                          size_t *count);
 
+/* What a fusion pass makes of a match of its pattern p (an index into its patterns): the fused
+ * node's op type, its inputs (*n_in value ids, -1 for omitted ones; at most KILN_FUSE_MAX_IN)
+ * and its attributes, built on attrs (read before the chain moves into the node's subgraph).
+ * KILN_OK, or an error (attrs is then cleared by the caller). */
+enum { KILN_FUSE_MAX_IN = 8 };
+typedef kiln_code (*kiln_fuse_build_fn)(const kiln_graph *g, const kiln_match *m, size_t p,
+                                        const char **op_type, int *in, size_t *n_in, kiln_node *attrs);
+
+/* The loop of a pattern-fusion pass: anchors from the last node back, the first of `pats` that
+ * matches there (so the longest chain ending at a node wins, when the patterns are listed
+ * longest first), each match turned into a node by build and kiln_fuse_emit; the husks are
+ * removed at the end. */
+kiln_code kiln_fuse_patterns(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_pattern *pats, size_t n_pats,
+                             kiln_fuse_build_fn build, size_t *count);
+
 /* Set the fused node's activation attributes (activation, alpha, beta) from a standard
  * activation node, or "" when act is NULL. */
 kiln_code kiln_fuse_set_activation(kiln_node *f, const kiln_graph *g, const kiln_node *act);

@@ -190,37 +190,26 @@ kiln_code kiln_fuse_set_activation(kiln_node *f, const kiln_graph *g, const kiln
   return KILN_OK;
 }
 
-kiln_code kiln_pass_fuse_conv_act(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
-  size_t *uses = kiln_graph_use_counts(g);
-  bool *dead = kiln_calloc(g->n_nodes, sizeof *dead);
-  kiln_code rc = uses && dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
-  size_t n0 = g->n_nodes;
-  /* Anchors from the last node back: the longest chain ending at a node wins. */
-  for (size_t i = n0; !rc && i-- > 0;) {
-    for (size_t p = 0; p < sizeof conv_patterns / sizeof conv_patterns[0]; p++) {
-      kiln_match m;
-      if (!kiln_pattern_match(g, &conv_patterns[p], i, uses, dead, &m)) continue;
-      const kiln_node *conv = &g->nodes[m.nodes[0]];
-      int in[4] = {conv->in[0], conv->in[1], conv->n_in > 2 ? conv->in[2] : -1, -1};
-      const kiln_node *act = NULL;
-      if (m.n >= 2 && kiln_op_is(&g->nodes[m.nodes[1]], "Add")) {
-        const kiln_node *add = &g->nodes[m.nodes[1]];
-        in[3] = add->in[0] == conv->out[0] ? add->in[1] : add->in[0];
-      }
-      if (!kiln_op_is(&g->nodes[m.nodes[m.n - 1]], "Add")) act = &g->nodes[m.nodes[m.n - 1]];
-      /* Attributes are read before the chain moves into the fused node's subgraph. */
-      kiln_node tmp = {0};
-      rc = kiln_node_copy_attrs(&tmp, conv);
-      if (!rc) rc = kiln_fuse_set_activation(&tmp, g, act);
-      if (!rc) rc = kiln_fuse_emit(ctx, g, &m, "FusedConv", in, 4, &tmp, &dead, n0, count);
-      else kiln_node_clear(&tmp);
-      break;
-    }
+/* FusedConv(X, W, [B], [residual]) with the activation (attributes: the Conv's and the
+ * activation's). */
+static kiln_code build_conv_act(const kiln_graph *g, const kiln_match *m, size_t p, const char **op_type,
+                                int *in, size_t *n_in, kiln_node *attrs) {
+  (void)p;
+  const kiln_node *conv = &g->nodes[m->nodes[0]], *last = &g->nodes[m->nodes[m->n - 1]];
+  in[0] = conv->in[0], in[1] = conv->in[1], in[2] = conv->n_in > 2 ? conv->in[2] : -1, in[3] = -1;
+  if (m->n >= 2 && kiln_op_is(&g->nodes[m->nodes[1]], "Add")) {
+    const kiln_node *add = &g->nodes[m->nodes[1]];
+    in[3] = add->in[0] == conv->out[0] ? add->in[1] : add->in[0];
   }
-  if (!rc) kiln_graph_remove_nodes(g, dead);
-  free(uses);
-  free(dead);
-  return rc;
+  *op_type = "FusedConv";
+  *n_in = 4;
+  kiln_code rc = kiln_node_copy_attrs(attrs, conv);
+  return rc ? rc : kiln_fuse_set_activation(attrs, g, kiln_op_is(last, "Add") ? NULL : last);
+}
+
+kiln_code kiln_pass_fuse_conv_act(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
+  return kiln_fuse_patterns(ctx, g, conv_patterns, sizeof conv_patterns / sizeof conv_patterns[0],
+                            build_conv_act, count);
 }
 
 /* ---- Conv [+ activation] + MaxPool: the stems of ResNets and SqueezeNet ----
@@ -275,28 +264,20 @@ static kiln_code set_pool_attrs(kiln_node *f, const kiln_node *mp) {
   return rc;
 }
 
+/* FusedConvMaxPool(X, W, [B]): the Conv's attributes, the activation's, the pooling's. */
+static kiln_code build_conv_pool(const kiln_graph *g, const kiln_match *m, size_t p, const char **op_type,
+                                 int *in, size_t *n_in, kiln_node *attrs) {
+  (void)p;
+  const kiln_node *conv = &g->nodes[m->nodes[0]], *mp = &g->nodes[m->nodes[m->n - 1]];
+  in[0] = conv->in[0], in[1] = conv->in[1], in[2] = conv->n_in > 2 ? conv->in[2] : -1;
+  *op_type = "FusedConvMaxPool";
+  *n_in = 3;
+  kiln_code rc = kiln_node_copy_attrs(attrs, conv);
+  if (!rc) rc = kiln_fuse_set_activation(attrs, g, m->n == 3 ? &g->nodes[m->nodes[1]] : NULL);
+  return rc ? rc : set_pool_attrs(attrs, mp);
+}
+
 kiln_code kiln_pass_fuse_conv_pool(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
-  size_t *uses = kiln_graph_use_counts(g);
-  bool *dead = kiln_calloc(g->n_nodes, sizeof *dead);
-  kiln_code rc = uses && dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
-  size_t n0 = g->n_nodes;
-  for (size_t i = n0; !rc && i-- > 0;) {
-    for (size_t p = 0; p < sizeof conv_pool_patterns / sizeof conv_pool_patterns[0]; p++) {
-      kiln_match m;
-      if (!kiln_pattern_match(g, &conv_pool_patterns[p], i, uses, dead, &m)) continue;
-      const kiln_node *conv = &g->nodes[m.nodes[0]], *mp = &g->nodes[m.nodes[m.n - 1]];
-      int in[3] = {conv->in[0], conv->in[1], conv->n_in > 2 ? conv->in[2] : -1};
-      kiln_node tmp = {0};
-      rc = kiln_node_copy_attrs(&tmp, conv);
-      if (!rc) rc = kiln_fuse_set_activation(&tmp, g, m.n == 3 ? &g->nodes[m.nodes[1]] : NULL);
-      if (!rc) rc = set_pool_attrs(&tmp, mp);
-      if (!rc) rc = kiln_fuse_emit(ctx, g, &m, "FusedConvMaxPool", in, 3, &tmp, &dead, n0, count);
-      else kiln_node_clear(&tmp);
-      break;
-    }
-  }
-  if (!rc) kiln_graph_remove_nodes(g, dead);
-  free(uses);
-  free(dead);
-  return rc;
+  return kiln_fuse_patterns(ctx, g, conv_pool_patterns, sizeof conv_pool_patterns / sizeof conv_pool_patterns[0],
+                            build_conv_pool, count);
 }

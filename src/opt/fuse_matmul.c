@@ -64,35 +64,23 @@ static const kiln_pattern patterns[] = {
     {"gemm_linear", 1, {{"Gemm", -1, gemm_linear}}},
 };
 
-kiln_code kiln_pass_fuse_matmul(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
-  size_t *uses = kiln_graph_use_counts(g);
-  bool *dead = kiln_calloc(g->n_nodes, sizeof *dead);
-  kiln_code rc = uses && dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
-  size_t n0 = g->n_nodes;
-  /* Anchors from the last node back: the longest chain ending at a node wins. */
-  for (size_t i = n0; !rc && i-- > 0;) {
-    for (size_t p = 0; p < sizeof patterns / sizeof patterns[0]; p++) {
-      kiln_match m;
-      if (!kiln_pattern_match(g, &patterns[p], i, uses, dead, &m)) continue;
-      const kiln_node *first = &g->nodes[m.nodes[0]];
-      bool gemm = kiln_op_is(first, "Gemm");
-      int in[4] = {first->in[0], first->in[1], gemm && first->n_in > 2 ? first->in[2] : -1, -1};
-      if (!gemm) {
-        const kiln_node *add = &g->nodes[m.nodes[1]];
-        in[2] = add->in[0] == first->out[0] ? add->in[1] : add->in[0];
-      }
-      const kiln_node *last = &g->nodes[m.nodes[m.n - 1]];
-      const kiln_node *act = kiln_op_is(last, "Add|Gemm") ? NULL : last;
-      kiln_node tmp = {0};
-      rc = gemm ? kiln_node_copy_attrs(&tmp, first) : KILN_OK;
-      if (!rc) rc = kiln_fuse_set_activation(&tmp, g, act);
-      if (!rc) rc = kiln_fuse_emit(ctx, g, &m, gemm ? "FusedGemm" : "FusedMatMul", in, 3, &tmp, &dead, n0, count);
-      else kiln_node_clear(&tmp);
-      break;
-    }
+/* FusedMatMul(A, B, bias) or FusedGemm(A, B, [C]) (Gemm's attributes) with the activation. */
+static kiln_code build_matmul(const kiln_graph *g, const kiln_match *m, size_t p, const char **op_type,
+                              int *in, size_t *n_in, kiln_node *attrs) {
+  (void)p;
+  const kiln_node *first = &g->nodes[m->nodes[0]], *last = &g->nodes[m->nodes[m->n - 1]];
+  bool gemm = kiln_op_is(first, "Gemm");
+  in[0] = first->in[0], in[1] = first->in[1], in[2] = gemm && first->n_in > 2 ? first->in[2] : -1;
+  if (!gemm) {
+    const kiln_node *add = &g->nodes[m->nodes[1]];
+    in[2] = add->in[0] == first->out[0] ? add->in[1] : add->in[0];
   }
-  if (!rc) kiln_graph_remove_nodes(g, dead);
-  free(uses);
-  free(dead);
-  return rc;
+  *op_type = gemm ? "FusedGemm" : "FusedMatMul";
+  *n_in = 3;
+  kiln_code rc = gemm ? kiln_node_copy_attrs(attrs, first) : KILN_OK;
+  return rc ? rc : kiln_fuse_set_activation(attrs, g, kiln_op_is(last, "Add|Gemm") ? NULL : last);
+}
+
+kiln_code kiln_pass_fuse_matmul(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
+  return kiln_fuse_patterns(ctx, g, patterns, sizeof patterns / sizeof patterns[0], build_matmul, count);
 }

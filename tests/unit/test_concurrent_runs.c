@@ -47,6 +47,18 @@ static void *worker(void *arg) {
   return (void *)(intptr_t)bad;
 }
 
+/* THREADS threads running fn(thread index) at once; each returns how many of its runs were
+ * wrong. */
+static void run_threads(void *(*fn)(void *), const char *what) {
+  pthread_t t[THREADS];
+  for (long i = 0; i < THREADS; i++) CHECK(pthread_create(&t[i], NULL, fn, (void *)(intptr_t)i) == 0);
+  for (int i = 0; i < THREADS; i++) {
+    void *bad = NULL;
+    pthread_join(t[i], &bad);
+    CHECK_MSG(bad == NULL, "%s, thread %d: %ld runs wrong", what, i, (long)(intptr_t)bad);
+  }
+}
+
 /* ---- fused MatMul: y = x W + b, x [N, K], W [K, M] ------------------------------------ */
 
 enum { MK = 128, MM = 96, MROWS = 64 };
@@ -110,13 +122,7 @@ static void check_matmul(void) {
   for (int i = 0; i < MM; i++) mb[i] = kt_frand();
   for (int i = 0; i < MROWS * MK; i++) mx[i] = kt_frand();
   if (!(msess = matmul_session())) return;
-  pthread_t t[THREADS];
-  for (long i = 0; i < THREADS; i++) CHECK(pthread_create(&t[i], NULL, matmul_worker, (void *)(intptr_t)i) == 0);
-  for (int i = 0; i < THREADS; i++) {
-    void *bad = NULL;
-    pthread_join(t[i], &bad);
-    CHECK_MSG(bad == NULL, "matmul thread %d: %ld runs wrong", i, (long)(intptr_t)bad);
-  }
+  run_threads(matmul_worker, "fused matmul");
   kiln_session_free(msess);
 }
 
@@ -130,13 +136,7 @@ int main(void) {
   if (!sess) return kt_finish("test_concurrent_runs");
   CHECK(run(1, ref[0]));
   CHECK(run(4, ref[1]));
-  pthread_t t[THREADS];
-  for (long i = 0; i < THREADS; i++) CHECK(pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i) == 0);
-  for (int i = 0; i < THREADS; i++) {
-    void *bad = NULL;
-    pthread_join(t[i], &bad);
-    CHECK_MSG(bad == NULL, "thread %d: %ld runs differ from the single-threaded answer", i, (long)(intptr_t)bad);
-  }
+  run_threads(worker, "tiny_cnn");
   kiln_session_free(sess);
   check_matmul();
   return kt_finish("test_concurrent_runs");
