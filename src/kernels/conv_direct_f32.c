@@ -347,7 +347,10 @@ int kiln_conv2d_f32_maxpool_ok(const kiln_conv2d_f32_params *p, const kiln_pool2
   /* one input channel takes the depthwise kernel in kiln_conv2d_f32, whose sums are ordered
    * otherwise: the one pass is to give the chain's bits */
   if (!p || !q || !kiln_conv2d_f32_uses_direct(p, isa) || p->n < 1 || p->group != 1 || p->c < 2) return 0;
-  if (q->sw != 2 || (q->kw != 2 && q->kw != 3) || q->kh < 1 || q->sh < 1 || q->oh < 1 || q->ow < 1) return 0;
+  /* (windows up to 64 rows tall and apart: a stem's; larger ones keep the sizes below small) */
+  if (q->sw != 2 || (q->kw != 2 && q->kw != 3) || q->kh < 1 || q->kh > 64 || q->sh < 1 || q->sh > 64 ||
+      q->oh < 1 || q->ow < 1)
+    return 0;
   if (q->pt < 0 || q->pt >= q->kh || q->pl < 0 || q->pl > 1 || q->pl >= q->kw) return 0;
   /* every window starts inside the convolution's output (ONNX: the last may hang over) */
   if ((q->oh - 1) * q->sh - q->pt >= p->oh || (q->ow - 1) * q->sw - q->pl >= p->ow) return 0;
