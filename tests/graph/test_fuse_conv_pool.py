@@ -85,4 +85,21 @@ for p in not_fused:
     ok, text = validate(p)
     check(ok, f"{os.path.basename(p)} validates: {text}")
 
+# a FusedConvMaxPool written by hand with hostile pooling attributes: a clear error naming the
+# node (it has no chain to fall back to), never a crash or an overflow
+Wh = const("W", np.ones((8, 3, 3, 3), np.float32))
+hostile = {"zero stride": dict(pool_kernel_shape=[3, 3], pool_strides=[0, 0]),
+           "kernel past the input": dict(pool_kernel_shape=[500, 500], pool_strides=[2, 2]),
+           "negative pads": dict(pool_kernel_shape=[3, 3], pool_strides=[2, 2], pool_pads=[-5, -5, 0, 0]),
+           "huge pads": dict(pool_kernel_shape=[3, 3], pool_strides=[2, 2], pool_pads=[4 * 10**18] * 4),
+           "huge stride": dict(pool_kernel_shape=[3, 3], pool_strides=[2**40, 2]),
+           "one kernel dim": dict(pool_kernel_shape=[3], pool_strides=[2, 2]),
+           "no kernel": dict(pool_strides=[2, 2])}
+for what, attrs in hostile.items():
+    n = helper.make_node("FusedConvMaxPool", ["x", "W"], ["y"], domain=K, name="cp", kernel_shape=[3, 3],
+                         strides=[2, 2], **attrs)
+    p = save(kmodel([n], [vi("x", [1, 3, 64, 64])], [vi("y", None)], [Wh]), "cp_hostile")
+    rc, text = kiln("run", p, "--quiet")
+    check(rc == 1 and "'cp' (FusedConvMaxPool)" in text, f"{what}: a clear error: {rc} {text}")
+
 finish("test_fuse_conv_pool")
