@@ -43,30 +43,34 @@ bool kiln_graph_is_output(const kiln_graph *g, int id) {
   return false;
 }
 
-enum { MAX_NEST = 32 };
+/* A subgraph nested in the graph whose use counts are taken, and the one it is nested in (NULL:
+ * that graph itself). */
+typedef struct nest {
+  const kiln_graph *g;
+  const struct nest *up;
+} nest;
 
-/* Mark (mark[id] for values id of g) every name that path[depth - 1], a subgraph nested in g
- * through path[0..depth - 1], or a subgraph nested in it, reads from g: a value it neither
- * produces nor declares, of a name no graph on the path between declares. One pass over the
- * subgraphs' values, where asking kiln_graph_name_used_by_subgraphs for each value of g walked
- * every node once per value (a fused node carries its original chain as a subgraph). */
-static void mark_outer_reads(const kiln_graph *g, const kiln_graph **path, size_t depth, bool *mark) {
-  const kiln_graph *sub = path[depth - 1];
+/* Mark (mark[id] for values id of g) every name that subgraph at->g, or a subgraph nested in
+ * it, reads from g: a value it neither produces nor declares, of a name no graph between it and
+ * g declares. One pass over the subgraphs' values, where asking
+ * kiln_graph_name_used_by_subgraphs for each value of g walked every node once per value (a
+ * fused node carries its original chain as a subgraph). */
+static void mark_outer_reads(const kiln_graph *g, const nest *at, bool *mark) {
+  const kiln_graph *sub = at->g;
   for (size_t v = 0; v < sub->n_values; v++) {
     const kiln_value_info *vi = &sub->values[v];
     if (vi->is_input || vi->init || vi->producer >= 0) continue;
     bool hidden = false;
-    for (size_t d = 0; d + 1 < depth && !hidden; d++) hidden = kiln_graph_find(path[d], vi->name) >= 0;
+    for (const nest *b = at->up; b && !hidden; b = b->up) hidden = kiln_graph_find(b->g, vi->name) >= 0;
     int id = hidden ? -1 : kiln_graph_find(g, vi->name);
     if (id >= 0) mark[id] = true;
   }
-  if (depth >= MAX_NEST) return;
   for (size_t i = 0; i < sub->n_nodes; i++)
     for (size_t a = 0; a < sub->nodes[i].n_attrs; a++) {
-      const kiln_attr *at = &sub->nodes[i].attrs[a];
-      for (size_t k = 0; k < (at->g ? 1 : at->graphs ? at->n : 0); k++) {
-        path[depth] = at->g ? at->g : at->graphs[k];
-        mark_outer_reads(g, path, depth + 1, mark);
+      const kiln_attr *ab = &sub->nodes[i].attrs[a];
+      for (size_t k = 0; k < (ab->g ? 1 : ab->graphs ? ab->n : 0); k++) {
+        nest inner = {ab->g ? ab->g : ab->graphs[k], at};
+        mark_outer_reads(g, &inner, mark);
       }
     }
 }
@@ -79,7 +83,6 @@ size_t *kiln_graph_use_counts(const kiln_graph *g) {
     free(mark);
     return NULL;
   }
-  const kiln_graph *path[MAX_NEST];
   for (size_t i = 0; i < g->n_nodes; i++) {
     const kiln_node *n = &g->nodes[i];
     for (size_t k = 0; k < n->n_in; k++)
@@ -87,8 +90,8 @@ size_t *kiln_graph_use_counts(const kiln_graph *g) {
     for (size_t a = 0; a < n->n_attrs; a++) {
       const kiln_attr *at = &n->attrs[a];
       for (size_t k = 0; k < (at->g ? 1 : at->graphs ? at->n : 0); k++) {
-        path[0] = at->g ? at->g : at->graphs[k];
-        mark_outer_reads(g, path, 1, mark);
+        nest top = {at->g ? at->g : at->graphs[k], NULL};
+        mark_outer_reads(g, &top, mark);
       }
     }
   }

@@ -1,7 +1,7 @@
 /* Packed weights at session creation: every node of the main graph whose op has a prepare
- * hook (kiln_prepare_fn, kiln_op_prepare) makes, from its constant inputs and the static shapes of the
- * others, the caches its first run would make (packed and transformed weights). The first run
- * is then as fast as later ones. */
+ * hook (kiln_prepare_fn, kiln_op_prepare) makes, from its constant inputs and the static
+ * shapes of the others, the caches its first run would make (packed and transformed weights).
+ * The first run is then as fast as later ones. */
 #include <string.h>
 
 #include "ops/op.h"
