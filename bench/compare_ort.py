@@ -229,6 +229,17 @@ def render(raw, out=sys.stdout):
           f"(best rounds: {geomean(bests[t]):.2f}) over {len(ratios[t])} models")
     p(f"geometric mean kiln/ORT, all rows: {geomean(sum(ratios.values(), [])):.2f} "
       f"(best rounds: {geomean(sum(bests.values(), [])):.2f})")
+    cold = [e for e in raw["peer"] if not isinstance(e["kiln"], str) and not isinstance(e["ort"], str)
+            and all("first_run_ms" in r for r in e["kiln"] + e["ort"])]
+    if cold:
+        p("\n# Cold start: load + first run (ms, medians over the rounds)\n")
+        p("| model | threads | kiln load | kiln first run | ORT load | ORT first run | kiln/ORT (sum) |")
+        p("|---|---:|---:|---:|---:|---:|---:|")
+        for e in cold:
+            k, o = e["kiln"], e["ort"]
+            ks, os_ = med(k, "load_ms") + med(k, "first_run_ms"), med(o, "load_ms") + med(o, "first_run_ms")
+            p(f"| {e['model']} | {e['threads']} | {med(k, 'load_ms'):.1f} | {med(k, 'first_run_ms'):.1f} "
+              f"| {med(o, 'load_ms'):.1f} | {med(o, 'first_run_ms'):.1f} | {ks / os_:.2f} |")
     if raw["fusion"]:
         t = raw["fusion"][0]["threads"]
         p(f"\n# kiln fusion: --level 0 vs --level 2 ({t} thread{'s' if t > 1 else ''})\n")
