@@ -134,8 +134,9 @@ static kiln_code run_fused(kiln_frame *f, const kiln_node *n, const kiln_graph *
   kiln_session *s = (kiln_session *)(uintptr_t)f->session;
   bool forced = s && s->force_fail && in_list(s->force_fail, n->op_type);
   kiln_code rc = KILN_ERR_RUN;
+  int unclaimed = 0; /* verified: 0 not yet, 2 claimed by a run, 1 done (a swap would undo 1) */
   if (!forced && s && s->opts.verify_fusions && !__atomic_load_n(&mut->fallback, __ATOMIC_ACQUIRE) &&
-      __atomic_exchange_n(&mut->verified, 2, __ATOMIC_ACQ_REL) == 0) /* 2: claimed, 1: done */
+      __atomic_compare_exchange_n(&mut->verified, &unclaimed, 2, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return verify_fused(f, n, orig, c, err);
   if (!forced && !__atomic_load_n(&mut->fallback, __ATOMIC_ACQUIRE)) {
     rc = n->schema->run(c);

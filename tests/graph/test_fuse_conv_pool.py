@@ -64,6 +64,11 @@ for tag, p in cases:
     ok, text = validate(p, *extra)
     check(ok, f"{tag}: validate: {text}")
 
+# verify_fusions: the fused node is run against its chain and reported as agreeing
+if avx512:
+    rc, text = kiln("validate", cases[0][1], "--per-fusion")
+    check(rc == 0 and re.search(r"FusedConvMaxPool +3 +\S+ +\S+ +ok$", text, re.M), "per-fusion: " + text)
+
 # BatchNormalization folded into the convolution first, then fused with the pooling
 p = stem("cp_bn", 3, 7, 2, 3, resnet, bn=True)
 ops, _ = optimized_ops(p)
