@@ -144,8 +144,8 @@ typedef struct kiln_options {
   /* 0 (default): constant weights are packed for the kernels that will use them (GEMM panels,
    * AMX tiles, Winograd transforms) at session creation, from the inputs' static shapes, so
    * the first run is as fast as later ones. 1: each node packs on its first run instead
-   * (faster creation, slower first run). Nodes whose input shapes are unknown before the run
-   * (other than a leading batch dim) always pack on first use. */
+   * (faster creation, slower first run). A node whose packing depends on dims unknown before
+   * the run (a convolution's spatial size, say) packs on first use either way. */
   int lazy_weights;
 } kiln_options;
 

@@ -2,9 +2,9 @@
 #ifndef KILN_OPS_FUSED_H
 #define KILN_OPS_FUSED_H
 
-#include "kernels/act.h"
 #include <stdbool.h>
 
+#include "kernels/act.h"
 #include "ops/op.h"
 
 #define KILN_FUSED_DOMAIN "ai.kiln"
@@ -35,7 +35,8 @@ kiln_code kiln_conv2d_f32_maxpool_run(kiln_kctx *c, const kiln_act *act);
  * pb and pe, floor or ceil mode (as src/ops/pool.c: a last window that would start past the
  * input and its leading pad is dropped); -1 when n is unknown, the window exceeds it or a
  * value is out of range (negative pads, a stride below 1). */
-static inline int64_t kiln_pool_out_dim(int64_t n, int64_t k, int64_t s, int64_t pb, int64_t pe, bool ceil_mode) {
+static inline int64_t kiln_pool_out_dim(int64_t n, int64_t k, int64_t s, int64_t pb, int64_t pe,
+                                        bool ceil_mode) {
   const int64_t big = (int64_t)1 << 40; /* no sum below can overflow */
   if (n < 0 || n > big || k < 1 || k > big || s < 1 || s > big || pb < 0 || pb > big || pe < 0 || pe > big)
     return -1;
