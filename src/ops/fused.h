@@ -9,8 +9,6 @@
 
 #define KILN_FUSED_DOMAIN "ai.kiln"
 
-#include "kernels/act.h"
-
 /* The node's activation (attributes activation, act_alpha, act_beta) as a GEMM epilogue
  * activation; false for an unknown name. */
 bool kiln_fused_act(const kiln_node *n, kiln_act *act);
