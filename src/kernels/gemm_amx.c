@@ -176,27 +176,12 @@ static void mma_block(const kiln_amx_w *w, size_t r, const uint16_t *xhi, const 
   kiln_amx_mma(w->hi + r / 16 * tstep, w->lo + r / 16 * tstep, xhi, xlo, tstep, b0, b1, acc, out);
 }
 
-/* Write the block of C at rows r, columns j0 from its sums (32 x 32 floats): bias, residual
- * and activation, the rows and columns that exist. */
+/* Write the block of C at rows r, columns j0 from its sums (32 x 32 floats): bias per row,
+ * residual and activation, the rows and columns that exist. */
 T_512 static void finish_block(const amx_job *j, size_t r, size_t j0, const float *cbuf) {
   size_t rows = j->w->m - r < 32 ? j->w->m - r : 32, cols = j->n - j0 < 32 ? j->n - j0 : 32;
-  const int clamp = j->act.kind == KILN_ACT_RELU || j->act.kind == KILN_ACT_CLIP;
-  const __m512 lo = _mm512_set1_ps(j->act.kind == KILN_ACT_CLIP ? j->act.alpha : 0.0f);
-  const __m512 hi = _mm512_set1_ps(j->act.kind == KILN_ACT_CLIP ? j->act.beta : __builtin_inff());
-  for (size_t i = 0; i < rows; i++) {
-    float *cr = j->c + (r + i) * j->ldc + j0;
-    const float *rr = j->res ? j->res + (r + i) * j->ldr + j0 : NULL;
-    __m512 vb = _mm512_set1_ps(j->bias ? j->bias[r + i] : 0.0f);
-    for (size_t h = 0; h < cols; h += 16) {
-      size_t left = cols - h;
-      __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-      __m512 v = _mm512_add_ps(_mm512_load_ps(cbuf + i * 32 + h), vb);
-      if (rr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, rr + h));
-      if (clamp) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-      _mm512_mask_storeu_ps(cr + h, m, v);
-    }
-    if (!clamp && j->act.kind != KILN_ACT_NONE) kiln_f32_act(KILN_ISA_AVX512, cr, cols, &j->act);
-  }
+  kiln_amx_finish(cbuf, rows, cols, j->c + r * j->ldc + j0, j->ldc, j->bias ? j->bias + r : NULL, NULL,
+                  j->res ? j->res + r * j->ldr + j0 : NULL, j->ldr, &j->act);
 }
 
 /* Rows [r0, r1) (multiples of 32) of the column block at j0, from the split X, whole K. */

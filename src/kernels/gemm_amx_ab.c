@@ -107,23 +107,8 @@ static void split_task(void *ctx, size_t begin, size_t end, int ti) {
 T_512 static void finish(const ab_job *j, size_t rp, size_t cp, const float *cbuf) {
   size_t r = rp * 32, c0 = cp * 32;
   size_t rows = j->m - r < 32 ? j->m - r : 32, cols = j->b->n - c0 < 32 ? j->b->n - c0 : 32;
-  const int clamp = j->act.kind == KILN_ACT_RELU || j->act.kind == KILN_ACT_CLIP;
-  const __m512 lo = _mm512_set1_ps(j->act.kind == KILN_ACT_CLIP ? j->act.alpha : 0.0f);
-  const __m512 hi = _mm512_set1_ps(j->act.kind == KILN_ACT_CLIP ? j->act.beta : __builtin_inff());
-  for (size_t i = 0; i < rows; i++) {
-    float *cr = j->c + (r + i) * j->ldc + c0;
-    const float *rr = j->res ? j->res + (r + i) * j->ldr + c0 : NULL;
-    for (size_t h = 0; h < cols; h += 16) {
-      size_t left = cols - h;
-      __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-      __m512 v = _mm512_load_ps(cbuf + i * 32 + h);
-      if (j->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, j->bias + c0 + h));
-      if (rr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, rr + h));
-      if (clamp) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-      _mm512_mask_storeu_ps(cr + h, m, v);
-    }
-    if (!clamp && j->act.kind != KILN_ACT_NONE) kiln_f32_act(KILN_ISA_AVX512, cr, cols, &j->act);
-  }
+  kiln_amx_finish(cbuf, rows, cols, j->c + r * j->ldc + c0, j->ldc, NULL, j->bias ? j->bias + c0 : NULL,
+                  j->res ? j->res + r * j->ldr + c0 : NULL, j->ldr, &j->act);
 }
 
 /* A larger than B (many rows: batched inputs): each task splits a row pair of A into its own

@@ -5,7 +5,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
+
+#include "kernels/act.h"
+#include "kernels/cpu.h"
 
 #if defined(__x86_64__) && defined(__linux__)
 #include <immintrin.h>
@@ -15,20 +17,6 @@
 
 enum { TILE_ELEMS = 512 }; /* bfloat16 per tile: 16 rows of 64 bytes */
 enum { K_CHUNK = 16 };     /* k blocks of 32 per chunk where K is taken in chunks */
-
-static inline uint16_t kiln_bf16_rne(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-static inline float kiln_bf16_value(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 /* 16 floats rounded to bf16 (nearest even; finite values), as 32-bit patterns whose high 16
  * bits are the bf16 (the low 16 are left over, not zero). */
@@ -95,6 +83,32 @@ T_512 static inline void kiln_amx_split_cols(const float *x, size_t ldx, size_t 
                            _mm512_ternarylogic_epi32(l1, top, _mm512_srli_epi32(l0, 16), 0xEA));
       }
     }
+  }
+}
+
+/* A block of C (rows x cols of it, rows ldc apart) from its 32 x 32 sums: plus a bias per row
+ * (bias_row[i], may be NULL) or per column (bias_col[j], may be NULL), plus the residual (rows
+ * ldr apart, may be NULL), then the activation (relu and clip in registers). */
+T_512 static inline void kiln_amx_finish(const float *sums, size_t rows, size_t cols, float *c, size_t ldc,
+                                         const float *bias_row, const float *bias_col, const float *res,
+                                         size_t ldr, const kiln_act *act) {
+  const int clamp = act->kind == KILN_ACT_RELU || act->kind == KILN_ACT_CLIP;
+  const __m512 lo = _mm512_set1_ps(act->kind == KILN_ACT_CLIP ? act->alpha : 0.0f);
+  const __m512 hi = _mm512_set1_ps(act->kind == KILN_ACT_CLIP ? act->beta : __builtin_inff());
+  for (size_t i = 0; i < rows; i++) {
+    float *cr = c + i * ldc;
+    const float *rr = res ? res + i * ldr : NULL;
+    for (size_t h = 0; h < cols; h += 16) {
+      size_t left = cols - h;
+      __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+      __m512 v = _mm512_load_ps(sums + i * 32 + h);
+      if (bias_row) v = _mm512_add_ps(v, _mm512_set1_ps(bias_row[i]));
+      if (bias_col) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias_col + h));
+      if (rr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, rr + h));
+      if (clamp) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+      _mm512_mask_storeu_ps(cr + h, m, v);
+    }
+    if (!clamp && act->kind != KILN_ACT_NONE) kiln_f32_act(KILN_ISA_AVX512, cr, cols, act);
   }
 }
 
