@@ -587,25 +587,29 @@ kiln_code kiln_conv2d_f32_run(kiln_kctx *c, const kiln_tensor *residual, const k
   return KILN_OK;
 }
 
+bool kiln_fused_pool_params(const kiln_node *n, int64_t oh, int64_t ow, kiln_pool2d_params *q) {
+  size_t nk, ns, np;
+  const int64_t *k = kiln_attr_ints(n, "pool_kernel_shape", &nk), *s = kiln_attr_ints(n, "pool_strides", &ns);
+  const int64_t *pd = kiln_attr_ints(n, "pool_pads", &np);
+  if (nk != 2 || (s && ns != 2) || (pd && np != 4)) return false;
+  bool ceil_mode = kiln_attr_int(n, "pool_ceil_mode", 0) != 0;
+  int64_t st[2] = {s ? s[0] : 1, s ? s[1] : 1}, p[4] = {0, 0, 0, 0};
+  if (pd) memcpy(p, pd, sizeof p);
+  *q = (kiln_pool2d_params){k[0], k[1], st[0], st[1], p[0], p[1],
+                            kiln_pool_out_dim(oh, k[0], st[0], p[0], p[2], ceil_mode),
+                            kiln_pool_out_dim(ow, k[1], st[1], p[1], p[3], ceil_mode)};
+  return true;
+}
+
 kiln_code kiln_conv2d_f32_maxpool_run(kiln_kctx *c, const kiln_act *act) {
   const kiln_tensor *x = kiln_in(c, 0), *w = kiln_in(c, 1), *b = kiln_in(c, 2);
   kiln_conv2d_f32_params p;
   kiln_code rc = conv2d_params(c, x, w, b, &p);
   if (rc == KILN_ERR_UNSUPPORTED) return kiln_kunsup(c, "convolution then max pooling in one pass: float32 2-D only");
   if (rc) return rc;
-  int64_t k[2], s[2] = {1, 1}, pads[4] = {0, 0, 0, 0};
-  size_t nk = 0, ns = 0, np = 0;
-  const kiln_attr *ak = kiln_node_attr(c->node, "pool_kernel_shape"), *as = kiln_node_attr(c->node, "pool_strides");
-  const kiln_attr *ap = kiln_node_attr(c->node, "pool_pads");
-  if (ak && ak->kind == KILN_ATTR_INTS && ak->n == 2) memcpy(k, ak->ints, sizeof k), nk = 2;
-  if (as && as->kind == KILN_ATTR_INTS && as->n == 2) memcpy(s, as->ints, sizeof s), ns = 2;
-  if (ap && ap->kind == KILN_ATTR_INTS && ap->n == 4) memcpy(pads, ap->ints, sizeof pads), np = 4;
-  if (nk != 2 || (as && ns != 2) || (ap && np != 4))
+  kiln_pool2d_params q;
+  if (!kiln_fused_pool_params(c->node, p.oh, p.ow, &q))
     return kiln_kfail(c, "pool_kernel_shape must have 2 values, pool_strides 2, pool_pads 4");
-  bool ceil_mode = kiln_attr_int(c->node, "pool_ceil_mode", 0) != 0;
-  kiln_pool2d_params q = {k[0], k[1], s[0], s[1], pads[0], pads[1],
-                          kiln_pool_out_dim(p.oh, k[0], s[0], pads[0], pads[2], ceil_mode),
-                          kiln_pool_out_dim(p.ow, k[1], s[1], pads[1], pads[3], ceil_mode)};
   int isa = kiln_isa_resolve(KILN_ISA_AUTO);
   if (!kiln_conv2d_f32_maxpool_ok(&p, &q, isa))
     return kiln_kunsup(c, "no one-pass kernel for this convolution and pooling here");

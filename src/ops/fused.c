@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "kernels/conv2d_f32.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_amx.h"
@@ -470,16 +471,11 @@ static kiln_code fused_conv_pool_infer(kiln_ictx *c) {
   kiln_code rc = infer_standard(c, "Conv", 11, 3);
   kiln_type *t = c->out[0];
   if (rc || t->kind != KILN_T_TENSOR || t->rank != 4) return rc;
-  const kiln_attr *k = kiln_node_attr(c->node, "pool_kernel_shape"), *s = kiln_node_attr(c->node, "pool_strides");
-  const kiln_attr *pd = kiln_node_attr(c->node, "pool_pads");
-  if (!k || k->kind != KILN_ATTR_INTS || k->n != 2) return kiln_ifail(c, "pool_kernel_shape must have 2 values");
-  bool ceil_mode = kiln_attr_int(c->node, "pool_ceil_mode", 0) != 0;
-  for (int i = 0; i < 2; i++) {
-    int64_t st = s && s->kind == KILN_ATTR_INTS && s->n == 2 ? s->ints[i] : 1;
-    int64_t pb = pd && pd->kind == KILN_ATTR_INTS && pd->n == 4 ? pd->ints[i] : 0;
-    int64_t pe = pd && pd->kind == KILN_ATTR_INTS && pd->n == 4 ? pd->ints[i + 2] : 0;
-    t->dims[2 + i] = kiln_pool_out_dim(t->dims[2 + i], k->ints[i], st, pb, pe, ceil_mode);
-  }
+  kiln_pool2d_params q;
+  if (!kiln_fused_pool_params(c->node, t->dims[2], t->dims[3], &q))
+    return kiln_ifail(c, "pool_kernel_shape must have 2 values, pool_strides 2, pool_pads 4");
+  t->dims[2] = q.oh;
+  t->dims[3] = q.ow;
   return KILN_OK;
 }
 

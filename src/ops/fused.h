@@ -29,21 +29,11 @@ kiln_code kiln_conv2d_f32_run(kiln_kctx *c, const kiln_tensor *residual, const k
  * node runs the chain it replaced (src/ops/conv.c). */
 kiln_code kiln_conv2d_f32_maxpool_run(kiln_kctx *c, const kiln_act *act);
 
-/* Max pooling's output size along one axis: input n, kernel k (dilation 1), stride s, pads
- * pb and pe, floor or ceil mode (as src/ops/pool.c: a last window that would start past the
- * input and its leading pad is dropped); -1 when n is unknown, the window exceeds it or a
- * value is out of range (negative pads, a stride below 1). */
-static inline int64_t kiln_pool_out_dim(int64_t n, int64_t k, int64_t s, int64_t pb, int64_t pe,
-                                        bool ceil_mode) {
-  const int64_t big = (int64_t)1 << 40; /* no sum below can overflow */
-  if (n < 0 || n > big || k < 1 || k > big || s < 1 || s > big || pb < 0 || pb > big || pe < 0 || pe > big)
-    return -1;
-  int64_t span = n + pb + pe - k;
-  if (span < 0) return -1;
-  int64_t y = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
-  if (ceil_mode && (y - 1) * s >= n + pb) y--;
-  return y;
-}
+/* FusedConvMaxPool's pooling from its attributes (pool_kernel_shape, 2 values; pool_strides,
+ * 2, default 1; pool_pads, 4, default 0; pool_ceil_mode) over a convolution output of oh x ow
+ * (-1: unknown, then so is that output dim); false when an attribute has the wrong count. */
+struct kiln_pool2d_params;
+bool kiln_fused_pool_params(const kiln_node *n, int64_t oh, int64_t ow, struct kiln_pool2d_params *q);
 
 /* Prepare hooks (kiln_prepare_fn) of Conv and FusedConv (the node's packed forms of a constant
  * W that kiln_conv2d_f32_run will take for these shapes), and of FusedMatMul and FusedGemm

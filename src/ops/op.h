@@ -132,6 +132,11 @@ bool kiln_iconst_ints(const kiln_ictx *c, size_t i, int64_t *out, size_t cap, si
 /* Length of a 1-D input (e.g. an axes list) when its static shape says so, else -1. */
 int64_t kiln_ilist_len(const kiln_ictx *c, size_t i);
 kiln_code kiln_ifail(kiln_ictx *c, const char *fmt, ...) KILN_PRINTF(2, 3);
+/* Pooling's output size along one axis (src/ops/pool.c): input n, kernel extent k, stride s,
+ * pads pb and pe, floor or ceil mode (in ceil mode a last window that would start past the
+ * input and its leading pad is dropped); -1 when n is unknown, the window exceeds the padded
+ * input, or a value is out of range (negative pads, a stride below 1, beyond 2^40). */
+int64_t kiln_pool_out_dim(int64_t n, int64_t k, int64_t s, int64_t pb, int64_t pe, bool ceil_mode);
 /* Output i: a tensor of dtype with rank/dims (dims entries -1 for unknown). */
 void kiln_infer_tensor(kiln_ictx *c, size_t i, kiln_dtype dtype, int rank, const int64_t *dims);
 /* Output i gets input j's type (element type and shape). */

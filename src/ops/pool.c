@@ -53,6 +53,17 @@ static bool ints_attr(const kiln_node *nd, const char *name, size_t want, int64_
   return true;
 }
 
+int64_t kiln_pool_out_dim(int64_t n, int64_t k, int64_t s, int64_t pb, int64_t pe, bool ceil_mode) {
+  const int64_t big = (int64_t)1 << 40; /* no sum below can overflow */
+  if (n < 0 || n > big || k < 1 || k > big || s < 1 || s > big || pb < 0 || pb > big || pe < 0 || pe > big)
+    return -1;
+  int64_t span = n + pb + pe - k;
+  if (span < 0) return -1;
+  int64_t y = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  if (ceil_mode && (y - 1) * s >= n + pb) y--; /* the last window must start inside */
+  return y;
+}
+
 /* Output sizes and pads from the node's attributes; g->nsp and g->x (-1 unknown) must be set.
  * `unpool`: MaxUnpool's inverse geometry (no auto_pad/ceil_mode). */
 static bool pool_geometry(const kiln_node *nd, pool_geom *g, bool unpool, char *msg, size_t cap) {
@@ -87,15 +98,12 @@ static bool pool_geometry(const kiln_node *nd, pool_geom *g, bool unpool, char *
       g->pe[i] = total - g->pb[i];
     } else {
       if (valid) g->pb[i] = g->pe[i] = 0;
-      int64_t span = g->x[i] + g->pb[i] + g->pe[i] - ek;
-      if (span < 0) {
-        snprintf(msg, cap, "kernel extent %lld exceeds the padded input in dim %d",
-                 (long long)ek, i);
+      g->y[i] = kiln_pool_out_dim(g->x[i], ek, s, g->pb[i], g->pe[i], ceil_mode);
+      if (g->y[i] < 0) {
+        snprintf(msg, cap, "kernel extent %lld with pads %lld, %lld does not fit the input of %lld in dim %d",
+                 (long long)ek, (long long)g->pb[i], (long long)g->pe[i], (long long)g->x[i], i);
         return false;
       }
-      g->y[i] = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
-      /* ceil_mode: the last window must start inside the input or the leading padding. */
-      if (ceil_mode && (g->y[i] - 1) * s >= g->x[i] + g->pb[i]) g->y[i]--;
     }
     if (g->y[i] < -1 || (g->y[i] < 0 && g->x[i] >= 0)) {
       snprintf(msg, cap, "output dim %d would be negative", i);

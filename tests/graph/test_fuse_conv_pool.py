@@ -107,4 +107,11 @@ for what, attrs in hostile.items():
     rc, text = kiln("run", p, "--quiet")
     check(rc == 1 and "'cp' (FusedConvMaxPool)" in text, f"{what}: a clear error: {rc} {text}")
 
+# the standard MaxPool shares the output-size rule: hostile pads are an error there too
+n = helper.make_node("MaxPool", ["x"], ["y"], name="mp", kernel_shape=[3, 3], strides=[2, 2],
+                     pads=[4 * 10**18] * 4)
+p = save(model([n], [vi("x", [1, 3, 16, 16])], [vi("y", None)]), "mp_hostile")
+rc, text = kiln("run", p, "--quiet")
+check(rc == 1 and "'mp' (MaxPool)" in text, f"MaxPool with huge pads: a clear error: {rc} {text}")
+
 finish("test_fuse_conv_pool")
