@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "base/status.h"
 
@@ -85,11 +84,7 @@ static void *pool_get(size_t bytes, size_t *cap) {
   pthread_mutex_unlock(&g_pool_mu);
   if (p) return p;
   *cap = (bytes + 4095) / 4096 * 4096;
-  p = aligned_alloc(4096, *cap);
-#ifdef MADV_HUGEPAGE
-  if (p && *cap >= ((size_t)2 << 20)) madvise(p, *cap, MADV_HUGEPAGE);
-#endif
-  return p;
+  return kiln_malloc_big(*cap); /* the allocation policy of large long-lived buffers */
 }
 
 static void pool_put(void *p, size_t cap) {
