@@ -9,7 +9,7 @@ static void help(FILE *f) {
   fprintf(f,
           "usage: kiln validate MODEL [--inputs DIR] [--input NAME=FILE ...] [--dim NAME=VALUE ...]\n"
           "                     [--seeds N] [--level N] [--atol A] [--rtol R] [--range-tol T]\n"
-          "                     [--per-fusion] [--strict-fp32]\n"
+          "                     [--per-fusion] [--inter-op] [--strict-fp32] [--lazy-weights]\n"
           "Runs MODEL at optimisation level 0 and at --level (default 2) on the same inputs\n"
           "(random, one set per seed, default 3 seeds, unless inputs are given; symbolic dims default\n"
           "to 8 so that sequence models are checked beyond length 1) and reports per\n"
@@ -17,8 +17,8 @@ static void help(FILE *f) {
           "|opt - ref| > atol + rtol * |ref| + T * max |ref| anywhere (defaults 1e-3, 1e-3, 1e-4;\n"
           "the last term, relative to the output's range, admits the AMX bf16x3 GEMM's rounding,\n"
           "about 1e-5 of the range, on near-zero elements of a wide output).\n"
-          "--strict-fp32: both runs with every float GEMM in IEEE float32 FMA (by default, on CPUs\n"
-          "with AMX, GEMMs with constant weights run in bf16x3 in both runs).\n"
+          "These session flags apply to both runs:\n"
+          CLI_SESSION_FLAGS_HELP
           "--per-fusion: also run each fused node against the chain it replaced, on the same\n"
           "inputs it sees in the optimised graph, and report the error each fusion adds on its own.\n"
           "Exit codes: 0 agree, 1 disagree or error, 2 usage error.\n");
@@ -94,7 +94,8 @@ int cmd_validate(int argc, char **argv) {
   cli_dims dims = {.fallback = 8};
   int seeds = 3, level = 2, per_fusion = 0;
   double atol = 1e-3, rtol = 1e-3, range_tol = 1e-4;
-  int strict = 0;
+  kiln_options base; /* the session flags, for both runs */
+  kiln_options_init(&base);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -102,8 +103,7 @@ int cmd_validate(int argc, char **argv) {
       return CLI_OK;
     } else if (!strcmp(a, "--per-fusion")) {
       per_fusion = 1;
-    } else if (!strcmp(a, "--strict-fp32")) {
-      strict = 1;
+    } else if (cli_session_flag(a, &base)) {
     } else if (next && !strcmp(a, "--inputs")) {
       inputs_dir = argv[++i];
     } else if (next && !strcmp(a, "--input") && n_input_args < 64) {
@@ -137,12 +137,9 @@ int cmd_validate(int argc, char **argv) {
   }
   if (inputs_dir || n_input_args) seeds = 1;
   kiln_error err = {0};
-  kiln_options o0, o2;
-  kiln_options_init(&o0);
-  kiln_options_init(&o2);
+  kiln_options o0 = base, o2 = base;
   o0.opt_level = 0;
   o2.opt_level = level;
-  o0.strict_fp32 = o2.strict_fp32 = strict;
   o2.verify_fusions = per_fusion;
   kiln_session *ref = NULL, *opt = NULL;
   if (kiln_session_create(model, &o0, &ref, &err) || kiln_session_create(model, &o2, &opt, &err)) {
