@@ -1,10 +1,11 @@
 #!/usr/bin/python3
-"""Synthetic pump station: six coupled sensor channels sampled once a second.
+"""Synthetic pump station: seven coupled sensor channels sampled once a second.
 
 A hidden load setpoint moves between operating points (first-order lag, like a drive ramping);
 the channels follow it through plant physics: shaft speed, motor current (with a slot ripple),
 discharge pressure (with pump pulsation), flow (square root of the pressure head), bearing
-temperature (slow thermal lag, a daily ambient cycle, a slow drift) and a raw vibration signal
+temperature (slow thermal lag, the ambient temperature, which is logged too and follows a
+compressed daily cycle, and a slow drift) and a raw vibration signal
 whose frequency follows the shaft speed. Every channel has sensor noise.
 
 Writes (fixed seeds, so the files are reproducible):
@@ -22,18 +23,24 @@ import os
 
 import numpy as np
 
-CHANNELS = ["speed_rpm", "current_a", "pressure_bar", "flow_m3h", "bearing_temp_c", "vibration_g"]
+CHANNELS = ["speed_rpm", "current_a", "pressure_bar", "flow_m3h", "ambient_temp_c", "bearing_temp_c",
+            "vibration_g"]
 KINDS = ["spike", "level_shift", "frequency_change", "stuck_sensor", "correlation_break"]
 START = dt.datetime(2026, 3, 2, 6, 0, 0)
 
 
 def load_profile(rng, n):
-    """Operating points held for 4-12 minutes, reached through a first-order lag (tau 25 s)."""
+    """Operating points held for 2.5-8 minutes, reached through a first-order lag (tau 25 s).
+    The points cycle through the whole operating range (45-100 % load) in shuffled order, so
+    any stretch of a few thousand rows covers the envelope, as a training recording must."""
     target = np.empty(n)
     i = 0
+    levels = []
     while i < n:
-        hold = int(rng.integers(240, 720))
-        target[i:i + hold] = rng.uniform(0.45, 1.0)
+        if not levels:
+            levels = list(rng.permutation(np.linspace(0.45, 1.0, 8)))
+        hold = int(rng.integers(150, 480))
+        target[i:i + hold] = np.clip(levels.pop() + rng.uniform(-0.03, 0.03), 0.45, 1.0)
         i += hold
     load = np.empty(n)
     x = target[0]
@@ -53,7 +60,7 @@ def lag(u, tau, x0):
 
 
 def plant(rng, n, t0, load=None, vib_freq_scale=None, current_load=None):
-    """Channel values (n, 6) for rows t0..t0+n-1. Optional overrides inject faults that change
+    """Channel values (n, 7) for rows t0..t0+n-1. Optional overrides inject faults that change
     the physics (vibration frequency, the load the motor current sees)."""
     t = np.arange(t0, t0 + n, dtype=np.float64)
     if load is None:
@@ -70,7 +77,8 @@ def plant(rng, n, t0, load=None, vib_freq_scale=None, current_load=None):
     f = (0.06 + 0.12 * load) * (1.0 if vib_freq_scale is None else vib_freq_scale)
     phase = 2 * np.pi * np.cumsum(f)
     vib = (0.4 + 0.6 * load) * np.sin(phase) + rng.normal(0, 0.05, n)
-    return np.stack([speed, current, pressure, flow, temp, vib], axis=1), load
+    amb = ambient + rng.normal(0, 0.05, n)
+    return np.stack([speed, current, pressure, flow, amb, temp, vib], axis=1), load
 
 
 def inject(rng, n, per_kind):
@@ -86,9 +94,9 @@ def inject(rng, n, per_kind):
         length = int(rng.integers(lo, hi + 1))
         start = slot * (i + 1) - length // 2 + int(rng.integers(-slot // 5, slot // 5))
         if kind == "frequency_change":
-            ch = 5
+            ch = CHANNELS.index("vibration_g")
         elif kind == "correlation_break":
-            ch = 1
+            ch = CHANNELS.index("current_a")
         else:
             ch = int(rng.integers(0, len(CHANNELS)))
         out.append((kind, ch, start, start + length - 1))
