@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define AM_ERR_LEN 512
+#define AM_ERR_LEN 2048
 
 /* ---- config.json (written by train.py) --------------------------------------------------- */
 typedef struct am_config {
