@@ -6,6 +6,7 @@
 #             against ONNX Runtime: python3 with onnx/numpy/torch (model export) and npm
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config protobuf-c-compiler libprotobuf-c-dev libonnx-dev)
+PKGS+=(libjansson-dev libmicrohttpd-dev) # kiln-anomaly (examples/anomaly)
 if [ "${1:-}" = "--test" ]; then
   PKGS+=(clang libonnx-testdata python3-onnx python3-numpy python3-torch python3-torchvision)
 fi
