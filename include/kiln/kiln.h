@@ -58,6 +58,7 @@ typedef enum kiln_dtype {
 typedef enum kiln_kind { KILN_KIND_TENSOR = 0, KILN_KIND_SEQUENCE = 1, KILN_KIND_NONE = 2 } kiln_kind;
 
 typedef struct kiln_tensor kiln_tensor;
+typedef struct kiln_model kiln_model;
 typedef struct kiln_session kiln_session;
 
 const char *kiln_dtype_name(kiln_dtype t);
@@ -152,7 +153,37 @@ typedef struct kiln_options {
 /* Fill `o` with defaults. */
 void kiln_options_init(kiln_options *o);
 
-/* Load, check and prepare a model. `opts` may be NULL for defaults. */
+/* ---- compiled models ----------------------------------------------------------------
+ *
+ * A compiled model is a model loaded, checked, optimised, with its plugins loaded and its
+ * constant weights packed, once. Any number of sessions created from it share its graph, its
+ * weights and their packs (one copy in memory), and may run at the same time from any threads.
+ * Of kiln_options, the compiled model takes opt_level, disabled_passes, plugins, verify_fusions,
+ * strict_fp32 and lazy_weights (and `threads` for packing at load); each session takes its own
+ * threads, profile and inter_op. A fused node that falls back to its original chain, or that
+ * verify_fusions disables, does so for every session of the model. */
+
+/* Load, check, optimise and pack a model. `opts` may be NULL for defaults. */
+kiln_code kiln_model_load(const char *model_path, const kiln_options *opts, kiln_model **out,
+                          kiln_error *err);
+/* The same from serialised ModelProto bytes (borrowed only during the call); external data
+ * files are resolved in `base_dir` (may be NULL). */
+kiln_code kiln_model_load_from_memory(const void *bytes, size_t len, const char *base_dir,
+                                      const kiln_options *opts, kiln_model **out,
+                                      kiln_error *err);
+/* Drop the caller's reference: the model is freed once no session created from it remains. */
+void kiln_model_free(kiln_model *m);
+/* A new session on a compiled model (which it keeps alive until kiln_session_free). Only the
+ * session fields of `opts` are read (threads, profile, inter_op); NULL for defaults. */
+kiln_code kiln_session_create_from_model(kiln_model *m, const kiln_options *opts,
+                                         kiln_session **out, kiln_error *err);
+/* The compiled model a session runs (borrowed; lives as long as the session). */
+kiln_model *kiln_session_model(const kiln_session *s);
+
+/* ---- sessions ------------------------------------------------------------------------- */
+
+/* Load, check and prepare a model for one session: kiln_model_load then
+ * kiln_session_create_from_model with the same options. `opts` may be NULL for defaults. */
 kiln_code kiln_session_create(const char *model_path, const kiln_options *opts,
                               kiln_session **out, kiln_error *err);
 kiln_code kiln_session_create_from_memory(const void *bytes, size_t len, const char *base_dir,

@@ -71,7 +71,7 @@ void kiln_graph_free(kiln_graph *g) {
   free(g);
 }
 
-void kiln_model_free(kiln_model *m) {
+void kiln_ir_model_free(kiln_ir_model *m) {
   if (!m) return;
   kiln_graph_free(m->graph);
   for (size_t i = 0; i < m->n_opsets; i++) free(m->opsets[i].domain);

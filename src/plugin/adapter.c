@@ -722,7 +722,7 @@ static kiln_code compute(kiln_kctx *c, const kiln_adapted_op *op, const kiln_ses
       return kiln_kfail(c, "input %zu ('%s') is %s; %s takes %s there", i, io ? io->name : "?", kiln_dtype_name(t->dtype),
                         lbl, io && io->dtypes ? dtype_list(io->dtypes, buf, sizeof buf) : "numeric or bool tensors");
   }
-  const kiln_plugin_set *ps = s ? s->plugins : NULL;
+  const kiln_plugin_set *ps = s ? s->model->plugins : NULL;
   void *state = NULL;
   bool temp = false;
   kiln_error_clear(c->err);
@@ -797,8 +797,7 @@ static kiln_code adapter_run(kiln_kctx *c) {
   const kiln_attr *orig = s && strcmp(c->node->domain, FUSED_DOMAIN) ? kiln_node_attr(c->node, "original") : NULL;
   if (!orig || !orig->g) return compute(c, op, s);
   kiln_node *mut = (kiln_node *)(uintptr_t)c->node; /* the fallback flag is runtime state */
-  kiln_session *ms = (kiln_session *)(uintptr_t)s;
-  bool forced = s->force_fail && in_list(s->force_fail, c->node->op_type);
+  bool forced = s->model->force_fail && in_list(s->model->force_fail, c->node->op_type);
   kiln_code rc = KILN_ERR_RUN;
   if (!forced && !__atomic_load_n(&mut->fallback, __ATOMIC_ACQUIRE)) {
     rc = compute(c, op, s);
@@ -809,7 +808,7 @@ static kiln_code adapter_run(kiln_kctx *c) {
     c->out[i] = NULL;
   }
   if (__atomic_exchange_n(&mut->fallback, 1, __ATOMIC_ACQ_REL) == 0) {
-    __atomic_add_fetch(&ms->n_fallbacks, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->model->n_fallbacks, 1, __ATOMIC_RELAXED);
     char lbl[300];
     const char *why = c->err && c->err->message[0] ? c->err->message : "(no message)";
     const char *cut = !strncmp(why, "node '", 6) ? strstr(why, "): ") : NULL; /* the node is named already */

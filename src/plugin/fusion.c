@@ -172,7 +172,7 @@ static bool fused_inputs(const kiln_graph *g, const kiln_plugin_fusion *f, const
 }
 
 /* The model imports the op's domain at a version the op covers (importing it if needed). */
-static bool domain_ready(kiln_model *m, const kiln_adapted_op *op, kiln_error *err, kiln_code *rc) {
+static bool domain_ready(kiln_ir_model *m, const kiln_adapted_op *op, kiln_error *err, kiln_code *rc) {
   int64_t v = kiln_model_opset(m, op->d.domain);
   if (v >= 0) return v >= op->d.since_version && (op->d.until_version == 0 || v <= op->d.until_version);
   kiln_opset *o = realloc(m->opsets, (m->n_opsets + 1) * sizeof *o);

@@ -16,7 +16,7 @@ static const char *label(const kiln_node *n, char *buf, size_t len) {
   return buf;
 }
 
-static kiln_code resolve_node(kiln_node *n, const kiln_model *m, const kiln_plugin_set *ps,
+static kiln_code resolve_node(kiln_node *n, const kiln_ir_model *m, const kiln_plugin_set *ps,
                               kiln_error *err) {
   char lbl[300];
   int64_t v = kiln_model_opset(m, n->domain);
@@ -132,11 +132,11 @@ static kiln_code infer_node(kiln_graph *g, kiln_node *n, kiln_error *err) {
   return rc;
 }
 
-kiln_code kiln_graph_prepare(kiln_graph *g, const kiln_model *m, kiln_error *err) {
+kiln_code kiln_graph_prepare(kiln_graph *g, const kiln_ir_model *m, kiln_error *err) {
   return kiln_graph_prepare_ops(g, m, NULL, err);
 }
 
-kiln_code kiln_graph_prepare_ops(kiln_graph *g, const kiln_model *m, const kiln_plugin_set *ps,
+kiln_code kiln_graph_prepare_ops(kiln_graph *g, const kiln_ir_model *m, const kiln_plugin_set *ps,
                                  kiln_error *err) {
   kiln_code rc;
   for (size_t i = 0; i < g->n_nodes; i++)
