@@ -310,6 +310,8 @@ static int scan_repo_dir(srv_repo *r, const char *only, int force, char *msg, si
 int srv_repo_scan(srv_repo *r, const char *name, int force, char *msg, size_t n) {
   pthread_mutex_lock(&r->load_mu);
   int rc = 0;
+  srv_model *named = name ? srv_repo_find(r, name) : NULL;
+  uint64_t failures_before = named ? named->load_failures : 0;
   if (r->cfg->model_path) {
     srv_model *m = r->models[0];
     if (name && strcmp(name, m->name)) {
@@ -325,12 +327,12 @@ int srv_repo_scan(srv_repo *r, const char *name, int force, char *msg, size_t n)
   if (!rc && name) {
     srv_model *m = srv_repo_find(r, name);
     pthread_mutex_lock(&r->mu);
-    if (m && m->n_failures) {
+    if (m && m->n_failures && (m != named || m->load_failures > failures_before)) {
       const srv_failure *f = &m->failures[m->n_failures - 1];
       srv_msg(msg, n, "model '%s' version %ld failed: %s%s", name, f->version, f->reason,
               m->n_versions ? "; the serving version keeps serving" : "");
       rc = 400;
-    } else if (m && m->cfg_error[0]) {
+    } else if (m && m->cfg_error[0] && (m != named || m->load_failures > failures_before)) {
       srv_msg(msg, n, "model '%s': %s", name, m->cfg_error);
       rc = 400;
     } else if (m && !m->n_versions) {

@@ -13,7 +13,7 @@
 
 static void version_free(srv_version *v) {
   if (!v) return;
-  for (int i = 0; i < v->n_inst; i++) kiln_session_free(v->inst[i]);
+  for (int i = 0; v->inst && i < v->n_inst; i++) kiln_session_free(v->inst[i]);
   kiln_model_free(v->compiled);
   free(v->inst);
   free(v->workers);
