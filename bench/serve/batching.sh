@@ -2,7 +2,9 @@
 # kiln serve's dynamic batching measured with wrk: the same model and load with batching off
 # (--max-batch-size 0) and on, alternating, ROUNDS rounds each; medians of requests/s and
 # latency percentiles. Usage: bench/serve/batching.sh [KILN] [MODEL] [CONNECTIONS] [SECONDS] [ROUNDS]
-# Requests carry one row (batch 1) of random input as JSON. Not part of CI.
+# Requests carry one row (batch 1) of random input, as JSON, or with KILN_BINARY=1 in the binary
+# tensor data extension (outputs too). KILN_BATCH_FLAGS: the server flags of the "on" runs.
+# Not part of CI.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 kiln=${1:-build/kiln}; model=${2:-examples/models/tiny_cnn.onnx}
@@ -10,7 +12,7 @@ conns=${3:-16}; secs=${4:-10}; rounds=${5:-3}
 batch_flags=${KILN_BATCH_FLAGS:---max-batch-size 16 --max-queue-delay-us 2000}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 name=$(basename "$model" .onnx)
-/usr/bin/python3 - "$model" "$tmp/body.json" <<'PY'
+/usr/bin/python3 - "$model" "$tmp/body.json" "${KILN_BINARY:-0}" > "$tmp/hlen" <<'PY'
 import json, sys, numpy as np, onnx
 m = onnx.load(sys.argv[1])
 inputs = []
@@ -23,8 +25,18 @@ for i in m.graph.input:
     dt, npt = types[i.type.tensor_type.elem_type]
     x = rng.standard_normal(dims).astype(npt)
     inputs.append({"name": i.name, "datatype": dt, "shape": dims, "data": x.flatten().tolist()})
-json.dump({"inputs": inputs}, open(sys.argv[2], "w"))
+if sys.argv[3] == "1":
+    blobs = []
+    for i in inputs:
+        blobs.append(np.array(i.pop("data"), np.float32).tobytes())
+        i["parameters"] = {"binary_data_size": len(blobs[-1])}
+    head = json.dumps({"inputs": inputs, "parameters": {"binary_data_output": True}}).encode()
+    open(sys.argv[2], "wb").write(head + b"".join(blobs))
+    print(len(head))
+else:
+    json.dump({"inputs": inputs}, open(sys.argv[2], "w"))
 PY
+hlen=$(cat "$tmp/hlen")
 run_one() { # $1 label, $2.. server flags
   local label=$1; shift
   "$kiln" serve "$model" --http-port 0 --log-format off --drain-s 0 "$@" 2>"$tmp/err" &
@@ -34,7 +46,7 @@ run_one() { # $1 label, $2.. server flags
     port=$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$tmp/err" | sed 's/.*://' || true)
     [ -n "$port" ] && break; sleep 0.05
   done
-  KILN_BODY=$tmp/body.json KILN_PATH=/v2/models/$name/infer \
+  KILN_BODY=$tmp/body.json KILN_PATH=/v2/models/$name/infer KILN_HEADER_LEN=$hlen \
     wrk -t2 -c"$conns" -d"${secs}s" --latency -s bench/serve/infer.lua "http://127.0.0.1:$port" > "$tmp/wrk"
   local rps p50 p99 non2xx
   rps=$(awk '/Requests\/sec/ {print $2}' "$tmp/wrk")

@@ -5,6 +5,6 @@ local f = assert(io.open(os.getenv("KILN_BODY"), "rb"))
 wrk.body = f:read("*a")
 f:close()
 wrk.headers["Content-Type"] = "application/json"
-if os.getenv("KILN_HEADER_LEN") then
+if (os.getenv("KILN_HEADER_LEN") or "") ~= "" then
   wrk.headers["Inference-Header-Content-Length"] = os.getenv("KILN_HEADER_LEN")
 end

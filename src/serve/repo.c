@@ -150,6 +150,13 @@ static void load_one(srv_repo *r, srv_model *m, long version, const char *path, 
   const srv_failure *f = failure_of(m, version);
   if (f && !force && f->size == st.st_size && f->mtime == st.st_mtime) return;
   char msg[512];
+  if (m->n_versions >= SRV_MAX_VERSIONS) {
+    snprintf(msg, sizeof msg, "more than %d versions serving at once", SRV_MAX_VERSIONS);
+    pthread_mutex_lock(&r->mu);
+    record_failure(m, version, &st, msg);
+    pthread_mutex_unlock(&r->mu);
+    return;
+  }
   srv_version *cur = m->n_versions ? m->versions[m->n_versions - 1] : NULL;
   if (cur) srv_version_ref(cur);
   double t0 = srv_now();
@@ -213,6 +220,8 @@ static void scan_dir_model(srv_repo *r, srv_model *m, int force) {
 static void scan_single(srv_repo *r, srv_model *m, int force) {
   struct stat st;
   if (stat(m->single_path, &st)) {
+    const srv_failure *gone = failure_of(m, 1);
+    if (gone && !force && !strcmp(gone->reason, strerror(errno))) return; /* counted once */
     pthread_mutex_lock(&r->mu);
     record_failure(m, 1, NULL, strerror(errno));
     pthread_mutex_unlock(&r->mu);
