@@ -195,10 +195,35 @@ static void read_config(srv_repo *r, srv_model *m) {
   pthread_mutex_unlock(&r->mu);
 }
 
+/* Labels may only name serving versions: a config whose label does not keeps the labels in
+ * force and says why in the index. */
+static void check_labels(srv_repo *r, srv_model *m, const srv_model_config *before) {
+  for (int i = 0; i < m->cfg.n_labels; i++)
+    if (!serving(m, m->cfg.label_version[i])) {
+      pthread_mutex_lock(&r->mu);
+      snprintf(m->cfg_error, sizeof m->cfg_error,
+               "label '%s' points at version %ld, which is not serving: labels unchanged",
+               m->cfg.label_name[i], m->cfg.label_version[i]);
+      memcpy(m->cfg.label_name, before->label_name, sizeof m->cfg.label_name);
+      memcpy(m->cfg.label_version, before->label_version, sizeof m->cfg.label_version);
+      m->cfg.n_labels = before->n_labels;
+      pthread_mutex_unlock(&r->mu);
+      fprintf(stderr, "kiln serve: model '%s': %s\n", m->name, m->cfg_error);
+      return;
+    }
+}
+
 static void scan_dir_model(srv_repo *r, srv_model *m, int force) {
+  srv_model_config before = m->cfg;
   read_config(r, m);
-  long avail[64], want[64];
+  long avail[64], want[64 + SRV_MAX_LABELS];
   int na = list_versions(m, avail, 64), nw = wanted(&m->cfg, avail, na, want);
+  for (int l = 0; l < m->cfg.n_labels; l++) { /* a labelled version stays loaded */
+    int have = 0, exists = 0;
+    for (int i = 0; i < nw; i++) have |= want[i] == m->cfg.label_version[l];
+    for (int i = 0; i < na; i++) exists |= avail[i] == m->cfg.label_version[l];
+    if (!have && exists) want[nw++] = m->cfg.label_version[l];
+  }
   for (int i = 0; i < nw; i++)
     if (!serving(m, want[i])) {
       char path[4300];
@@ -207,12 +232,13 @@ static void scan_dir_model(srv_repo *r, srv_model *m, int force) {
     }
   int any = 0;
   for (int i = 0; i < nw; i++) any |= serving(m, want[i]) != NULL;
-  if (!any) return; /* nothing wanted serves: keep what does */
-  for (int i = m->n_versions - 1; i >= 0; i--) {
+  for (int i = m->n_versions - 1; any && i >= 0; i--) { /* none wanted serves: keep what does */
     int keep = 0;
     for (int k = 0; k < nw; k++) keep |= m->versions[i]->version == want[k];
+    for (int l = 0; l < before.n_labels; l++) keep |= m->versions[i]->version == before.label_version[l];
     if (!keep) remove_version(r, m, m->versions[i]);
   }
+  check_labels(r, m, &before);
 }
 
 /* kiln serve MODEL.onnx: version 1, reloaded when the file changes (a new compiled model checked
