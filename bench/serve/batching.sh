@@ -47,13 +47,15 @@ run_one() { # $1 label, $2.. server flags
     [ -n "$port" ] && break; sleep 0.05
   done
   KILN_BODY=$tmp/body.json KILN_PATH=/v2/models/$name/infer KILN_HEADER_LEN=$hlen \
-    wrk -t2 -c"$conns" -d"${secs}s" --latency -s bench/serve/infer.lua "http://127.0.0.1:$port" > "$tmp/wrk"
+    wrk -t"$(( conns < 2 ? conns : 2 ))" -c"$conns" -d"${secs}s" --latency -s bench/serve/infer.lua "http://127.0.0.1:$port" > "$tmp/wrk"
   local rps p50 p99 non2xx
   rps=$(awk '/Requests\/sec/ {print $2}' "$tmp/wrk")
   p50=$(awk '$1=="50%" {print $2}' "$tmp/wrk"); p99=$(awk '$1=="99%" {print $2}' "$tmp/wrk")
   non2xx=$(awk '/Non-2xx/ {print $NF}' "$tmp/wrk"); non2xx=${non2xx:-0}
   local batch
-  batch=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^kiln_batch_size_sum/ {s=$2} /^kiln_batch_size_count/ {c=$2} END {if (c) printf "%.2f", s/c}')
+  curl -s "http://127.0.0.1:$port/metrics" > "$tmp/metrics"
+  batch=$(awk '/^kiln_batch_size_sum/ {s=$2} /^kiln_batch_size_count/ {c=$2} END {if (c) printf "%.2f", s/c}' "$tmp/metrics")
+  grep '^kiln_http_responses_total' "$tmp/metrics" | grep -v 'code="200"' >&2 || true
   kill -TERM $pid; wait $pid || true
   echo "$label $rps $p50 $p99 $non2xx $batch" | tee -a "$tmp/results"
 }
