@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 kiln=${1:-build/kiln}; model=${2:-examples/models/tiny_cnn.onnx}
 conns=${3:-16}; secs=${4:-10}; rounds=${5:-3}
-batch_flags=${KILN_BATCH_FLAGS:---max-batch-size 16 --max-queue-delay-us 2000}
+batch_flags=${KILN_BATCH_FLAGS:---max-batch-size 16}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 name=$(basename "$model" .onnx)
 /usr/bin/python3 - "$model" "$tmp/body.json" "${KILN_BINARY:-0}" > "$tmp/hlen" <<'PY'
@@ -67,8 +67,11 @@ for r in $(seq "$rounds"); do
 done
 /usr/bin/python3 - "$tmp/results" <<'PY'
 import sys, statistics as st
-def ms(v):
-    return float(v[:-2]) if v.endswith("ms") else float(v[:-1]) * 1e3 if v.endswith("s") else float(v[:-2]) / 1e3
+def ms(v):  # wrk prints 175.00us, 1.44ms or 1.20s
+    for unit, f in (("us", 1e-3), ("ms", 1.0), ("s", 1e3)):
+        if v.endswith(unit):
+            return float(v[:-len(unit)]) * f
+    return float(v)
 rows = [l.split() for l in open(sys.argv[1])]
 med = {}
 for lab in ("off", "on"):
