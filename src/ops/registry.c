@@ -85,7 +85,7 @@ static void adapt_described(void) {
       if (kiln_adapt_op(*d, false, &described[n_described], &e) == KILN_OK)
         n_described++;
       else /* a bug in kiln's own description; the unit tests catch it */
-        fprintf(stderr, "kiln: built-in op description rejected: %s\n", e.message);
+        kiln_log(NULL, KILN_LOG_ERROR, "built-in op description rejected: %s", e.message);
     }
 }
 
