@@ -280,3 +280,6 @@ class InferenceSession:
     def kiln_info(self):
         """Threads, planned arena, node and parameter counts of this session."""
         return self._sess.info()
+
+
+from .tools import bench, optimize, profile  # noqa: E402,F401
