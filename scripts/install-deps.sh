@@ -8,6 +8,7 @@ set -euo pipefail
 PKGS=(build-essential cmake pkg-config protobuf-c-compiler libprotobuf-c-dev libonnx-dev)
 if [ "${1:-}" = "--test" ]; then
   PKGS+=(clang libonnx-testdata python3-onnx python3-numpy python3-torch python3-torchvision)
+  PKGS+=(python3-dev python3-pip python3-setuptools) # the Python package (python/) and its pip test
 fi
 missing=()
 for p in "${PKGS[@]}"; do

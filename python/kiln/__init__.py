@@ -282,4 +282,4 @@ class InferenceSession:
         return self._sess.info()
 
 
-from .tools import bench, optimize, profile  # noqa: E402,F401
+from .tools import bench, optimize, profile, validate  # noqa: E402,F401

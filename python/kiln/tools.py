@@ -83,3 +83,27 @@ def profile(model, feeds=None, runs=10, threads=0, level=2, dims=None):
     for _ in range(runs):
         sess.run(None, feeds)
     return sorted(sess.profile(), key=lambda p: -p["total_ms"])
+
+
+def validate(model, feeds=None, seeds=3, atol=1e-4, rtol=1e-3, level=2, dims=None):
+    """The graph optimised at `level` against level 0 (the graph as written) on the same inputs,
+    like `kiln validate`: one dict per (seed, output) with max_abs, max_rel and ok
+    (|a - b| <= atol + rtol |b| everywhere)."""
+    ref = _kiln.Session(model, opt_level=0, threads=1)
+    opt = _kiln.Session(model, opt_level=level)
+    names = [o[0] for o in ref.outputs()]
+    results = []
+    for seed in range(seeds if feeds is None else 1):
+        f = feeds if feeds is not None else _random_feeds(ref, dims, seed)
+        for name, a, b in zip(names, opt.run(None, f), ref.run(None, f)):
+            a, b = np.asarray(a), np.asarray(b)
+            if a.dtype.kind in "fc":
+                diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+                max_abs = float(diff.max()) if diff.size else 0.0
+                max_rel = float((diff / np.maximum(np.abs(b), 1e-30)).max()) if diff.size else 0.0
+                ok = a.shape == b.shape and bool(np.all(diff <= atol + rtol * np.abs(b)))
+            else:
+                ok = a.shape == b.shape and bool(np.array_equal(a, b))
+                max_abs = max_rel = 0.0 if ok else float("inf")
+            results.append({"seed": seed, "output": name, "max_abs": max_abs, "max_rel": max_rel, "ok": ok})
+    return results
