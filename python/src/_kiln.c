@@ -549,21 +549,24 @@ static PyObject *session_run(SessionObject *self, PyObject *args) {
   const kiln_run_options *kro = ro == Py_None ? NULL : ((RunOptionsObject *)ro)->ro;
   const char **out_names = NULL;
   size_t n_out = self->n_out;
-  if (names != Py_None && PySequence_Size(names) > 0) {
-    PyObject *l = PySequence_Fast(names, "output_names must be a list of str");
-    if (!l) return NULL;
-    int bad = str_list(l, &out_names, "output_names");
-    n_out = bad ? 0 : (size_t)PySequence_Fast_GET_SIZE(l);
-    Py_DECREF(l); /* the str objects stay alive: `names` holds them */
-    if (bad) return NULL;
-  } else if (names != Py_None && PyErr_Occurred()) {
-    return NULL;
+  PyObject *held = NULL; /* our own tuple of the names: their UTF-8 lives while the GIL is off */
+  if (names != Py_None) {
+    if (!(held = PySequence_Tuple(names))) return NULL;
+    if (PyTuple_GET_SIZE(held) == 0) { /* [] means all outputs, as None */
+      Py_CLEAR(held);
+    } else if (str_list(held, &out_names, "output_names")) {
+      Py_DECREF(held);
+      return NULL;
+    } else {
+      n_out = (size_t)PyTuple_GET_SIZE(held);
+    }
   }
   feed_state f;
   kiln_tensor **outs = PyMem_Calloc(n_out + 1, sizeof *outs);
   PyObject *result = NULL;
   if (!outs) {
     PyMem_Free(out_names);
+    Py_XDECREF(held);
     return PyErr_NoMemory();
   }
   if (build_feed(self, feed, &f) == 0) {
@@ -590,6 +593,7 @@ static PyObject *session_run(SessionObject *self, PyObject *args) {
   feed_clear(&f);
   PyMem_Free(outs);
   PyMem_Free(out_names);
+  Py_XDECREF(held);
   return result;
 }
 
@@ -640,8 +644,12 @@ static PyObject *session_outputs(SessionObject *self, PyObject *unused) {
   return decl_list(self->out, self->n_out, self->s, 1);
 }
 
+#define NEED_SESSION(self) \
+  if (!(self)->s) return PyErr_Format(PyExc_RuntimeError, "the session was not created")
+
 static PyObject *session_metadata(SessionObject *self, PyObject *unused) {
   (void)unused;
+  NEED_SESSION(self);
   kiln_model_meta m;
   kiln_error err;
   if (kiln_model_metadata(kiln_session_model(self->s), &m, &err)) return raise_err(&err);
@@ -660,6 +668,7 @@ static PyObject *session_metadata(SessionObject *self, PyObject *unused) {
 
 static PyObject *session_profile(SessionObject *self, PyObject *unused) {
   (void)unused;
+  NEED_SESSION(self);
   size_t n = kiln_session_profile_count(self->s);
   PyObject *l = PyList_New((Py_ssize_t)n);
   for (size_t i = 0; l && i < n; i++) {
@@ -679,12 +688,14 @@ static PyObject *session_profile(SessionObject *self, PyObject *unused) {
 
 static PyObject *session_profile_reset(SessionObject *self, PyObject *unused) {
   (void)unused;
+  NEED_SESSION(self);
   kiln_session_profile_reset(self->s);
   Py_RETURN_NONE;
 }
 
 static PyObject *session_save(SessionObject *self, PyObject *args) {
   PyObject *path;
+  NEED_SESSION(self);
   if (!PyArg_ParseTuple(args, "O&", PyUnicode_FSConverter, &path)) return NULL;
   kiln_error err;
   kiln_code rc = kiln_session_save(self->s, PyBytes_AS_STRING(path), &err);
@@ -695,6 +706,7 @@ static PyObject *session_save(SessionObject *self, PyObject *args) {
 
 static PyObject *session_info(SessionObject *self, PyObject *unused) {
   (void)unused;
+  NEED_SESSION(self);
   size_t arena = 0, inter = 0, packed = 0;
   kiln_session_memory(self->s, &arena, &inter);
   kiln_session_prepacked(self->s, &packed);

@@ -150,6 +150,8 @@ def test_errors_and_options():
     raises(lambda: s.run(None, {"image": x[:, :2]}), kiln.InvalidArgument, "index: 1 Got: 2 Expected: 3", "dims")
     raises(lambda: s.run(["nope"], {"image": x}), kiln.InvalidArgument, "no output named 'nope'", "unknown output")
     raises(lambda: s.run(None, [x]), TypeError, "input_feed must be a dict", "feed not a dict")
+    check(s.run((n for n in ["probs", "probs"]), {"image": x})[1].shape == (1, 10), "output names from a generator")
+    raises(lambda: kiln._kiln.Session.__new__(kiln._kiln.Session).info(), RuntimeError, "not created", "no session")
     raises(lambda: kiln.InferenceSession("/nonexistent.onnx"), kiln.NoSuchFile, "nonexistent.onnx", "missing file")
     raises(lambda: kiln.InferenceSession(b"\x08\x07garbage"), kiln.InvalidProtobuf, "protobuf", "garbage bytes")
     bad = kt.model([helper.make_node("NoSuchOp", ["x"], ["y"])], [vi("x", TensorProto.FLOAT, [1])],
