@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "ir/edit.h"
+#include "onnx/meta_read.h"
 #include "onnx/proto.h"
 
 static kiln_code convert_graph(const Onnx__GraphProto *gp, kiln_graph *g, const kiln_ext_ctx *ext,
@@ -296,6 +297,7 @@ static kiln_code convert_model(Onnx__ModelProto *mp, const char *base_dir, kiln_
   }
   kiln_ext_ctx ext = {base_dir, m};
   rc = convert_graph(mp->graph, m->graph, &ext, err);
+  if (!rc) rc = kiln_meta_from_proto(mp, &m->meta, err);
 done:
   onnx__model_proto__free_unpacked(mp, NULL);
   if (rc) kiln_ir_model_free(m);

@@ -8,6 +8,7 @@
 #include "onnx/reader.h"
 #include "opt/opt.h"
 #include "plugin/plugin.h"
+#include "runtime/dims.h"
 #include "runtime/pool_shared.h"
 #include "runtime/session.h"
 
@@ -82,10 +83,16 @@ static void copy_options(kiln_options *dst, const kiln_options *opts) {
   dst->size = sizeof *dst;
   dst->disabled_passes = NULL; /* borrowed only during loading */
   dst->plugins = NULL;
+  dst->dim_overrides = NULL;
 }
 
 static const char *const *opt_plugins(const kiln_options *opts) {
   return opts && opts->size >= offsetof(kiln_options, plugins) + sizeof opts->plugins ? opts->plugins : NULL;
+}
+
+static const char *const *opt_dims(const kiln_options *opts) {
+  return opts && opts->size >= offsetof(kiln_options, dim_overrides) + sizeof opts->dim_overrides
+             ? opts->dim_overrides : NULL;
 }
 
 static const char *opt_disabled(const kiln_options *opts) {
@@ -100,6 +107,7 @@ static kiln_code compile(kiln_model *m, const kiln_options *opts, kiln_error *er
   if (m->opts.threads < 0) return kiln_fail(err, KILN_ERR_INVALID_ARG, "threads must be >= 0 (0: one per core)");
   kiln_code rc = kiln_plugins_load(opt_plugins(opts), getenv("KILN_PLUGINS"), &m->plugins, err);
   if (!rc) rc = check_opsets(m->ir, err);
+  if (!rc) rc = kiln_dims_override(m->ir, opt_dims(opts), err);
   if (!rc) rc = kiln_graph_prepare_ops(m->ir->graph, m->ir, m->plugins, err);
   if (!rc && m->opts.opt_level > 0) {
     kiln_opt_config cfg = {.level = m->opts.opt_level, .disabled = opt_disabled(opts)};
@@ -114,6 +122,12 @@ static kiln_code compile(kiln_model *m, const kiln_options *opts, kiln_error *er
     m->n_prepacked = kiln_prepack(&packer);
     kiln_pool_release(packer.pool);
   }
+  for (size_t i = 0; !rc && i < m->opt_log.n; i++)
+    if (m->opt_log.stats[i].rewrites)
+      kiln_log(&m->opts, KILN_LOG_INFO, "pass %s: %zu rewrites", m->opt_log.stats[i].pass, m->opt_log.stats[i].rewrites);
+  if (!rc)
+    kiln_log(&m->opts, KILN_LOG_INFO, "model compiled: %zu nodes at level %d, %zu nodes packed their weights",
+             m->ir->graph->n_nodes, m->opts.opt_level, m->n_prepacked);
   return rc;
 }
 
