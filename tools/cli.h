@@ -23,6 +23,8 @@ typedef struct cli_dims {
 
 /* A whole decimal number in [lo, hi]; returns 0 on success. */
 int cli_parse_long(const char *s, long lo, long hi, long *out);
+/* --level's value: 0, 1 or 2 into *level and CLI_OK, else a usage error (CLI_USAGE). */
+int cli_parse_level(const char *cmd, const char *s, int *level);
 /* Print "kiln CMD: <message>" and a pointer to --help on stderr; returns CLI_USAGE. */
 __attribute__((format(printf, 2, 3))) int cli_usage_error(const char *cmd, const char *fmt, ...);
 /* The session flags that run, bench and profile share (--inter-op, --strict-fp32): sets the

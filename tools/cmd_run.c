@@ -70,7 +70,7 @@ int cmd_run(int argc, char **argv) {
     } else if (next && !strcmp(a, "--seed")) {
       seed = (unsigned)strtoul(argv[++i], NULL, 10);
     } else if (next && !strcmp(a, "--level")) {
-      o.opt_level = atoi(argv[++i]);
+      if (cli_parse_level("run", argv[++i], &o.opt_level)) return CLI_USAGE;
     } else if (next && !strcmp(a, "--runs")) {
       char *end;
       runs = strtol(argv[++i], &end, 10);
@@ -79,7 +79,9 @@ int cmd_run(int argc, char **argv) {
         return CLI_USAGE;
       }
     } else if (next && !strcmp(a, "--threads")) {
-      o.threads = atoi(argv[++i]);
+      long n;
+      if (cli_parse_long(argv[++i], 0, 4096, &n)) return cli_usage_error("run", "--threads expects a count >= 0, got '%s'", argv[i]);
+      o.threads = (int)n;
     } else if (a[0] != '-' && !model) {
       model = a;
     } else {

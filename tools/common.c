@@ -240,6 +240,13 @@ int cli_parse_long(const char *s, long lo, long hi, long *out) {
   return 0;
 }
 
+int cli_parse_level(const char *cmd, const char *s, int *level) {
+  long n;
+  if (cli_parse_long(s, 0, 2, &n)) return cli_usage_error(cmd, "--level expects 0, 1 or 2, got '%s'", s);
+  *level = (int)n;
+  return CLI_OK;
+}
+
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
