@@ -148,6 +148,17 @@ typedef struct kiln_options {
    * (faster creation, slower first run). A node whose packing depends on dims unknown before
    * the run (a convolution's spatial size, say) packs on first use either way. */
   int lazy_weights;
+  /* Limits on what a model may ask for (0: the default named in brackets). A model over one is
+   * refused with an error naming the limit; raise it here for a trusted model. Nesting of
+   * subgraphs (If/Loop/Scan bodies) and of types (sequence of sequence ...) [64]. */
+  int max_subgraph_depth;
+  int64_t max_nodes;           /* nodes of all graphs together [1,000,000] */
+  int64_t max_string_bytes;    /* one name, string attribute or string element [16 MiB] */
+  int64_t max_attribute_bytes; /* one attribute's values (ints, floats, strings) [64 MiB] */
+  /* Memory of a session: a model whose weights and planned intermediates (static shapes) need
+   * more is refused at load, a tensor larger than this at run time fails its node [physical
+   * memory]. */
+  int64_t max_memory_bytes;
 } kiln_options;
 
 /* Fill `o` with defaults. */
