@@ -161,6 +161,17 @@ typedef struct kiln_options {
   int log_level;
   void (*log_fn)(void *log_user, int level, const char *message);
   void *log_user;
+  /* Limits on what a model may ask for (0: the default named in brackets). A model over one is
+   * refused with an error naming the limit; raise it here for a trusted model. Nesting of
+   * subgraphs (If/Loop/Scan bodies) and of types (sequence of sequence ...) [64]. */
+  int max_subgraph_depth;
+  int64_t max_nodes;           /* nodes of all graphs together [1,000,000] */
+  int64_t max_string_bytes;    /* one name, string attribute or string element [16 MiB] */
+  int64_t max_attribute_bytes; /* one attribute's values (ints, floats, strings) [64 MiB] */
+  /* Memory of a session: a model whose weights and planned intermediates (static shapes) need
+   * more is refused at load, a tensor larger than this at run time fails its node [physical
+   * memory]. */
+  int64_t max_memory_bytes;
 } kiln_options;
 
 /* Log levels of kiln_options.log_level and of the messages given to log_fn; the numbers are

@@ -9,6 +9,7 @@
 #include "opt/opt.h"
 #include "plugin/plugin.h"
 #include "runtime/dims.h"
+#include "runtime/mem_check.h"
 #include "runtime/pool_shared.h"
 #include "runtime/session.h"
 
@@ -114,6 +115,7 @@ static kiln_code compile(kiln_model *m, const kiln_options *opts, kiln_error *er
     rc = kiln_optimize_plugins(m->ir, &cfg, m->plugins, &m->opt_log, err);
   }
   if (!rc) rc = kiln_plugins_instantiate(m->plugins, m->ir->graph, err);
+  if (!rc) rc = kiln_check_memory(m->ir->graph, m->opts.max_memory_bytes, err);
   if (!rc) rc = find_feeds(m, err);
   if (!rc) rc = build_hist(m, err);
   if (!rc && !m->opts.lazy_weights) {
@@ -141,6 +143,9 @@ static kiln_code finish_load(kiln_ir_model *ir, const kiln_options *opts, kiln_m
   m->refs = 1;
   m->ir = ir;
   copy_options(&m->opts, opts);
+  kiln_limits lim;
+  kiln_limits_from_options(opts, &lim);
+  m->opts.max_memory_bytes = kiln_limits_memory(&lim); /* the default resolved, for every run */
   kiln_code rc = compile(m, opts, err);
   if (rc) {
     kiln_model_free(m);
@@ -155,7 +160,9 @@ kiln_code kiln_model_load(const char *model_path, const kiln_options *opts, kiln
   if (!model_path || !out) return kiln_fail(err, KILN_ERR_INVALID_ARG, "model path and out are required");
   *out = NULL;
   kiln_ir_model *ir;
-  kiln_code rc = kiln_model_read_file(model_path, &ir, err);
+  kiln_limits lim;
+  kiln_limits_from_options(opts, &lim);
+  kiln_code rc = kiln_model_read_file(model_path, &lim, &ir, err);
   if (rc) return rc;
   rc = finish_load(ir, opts, out, err);
   if (rc) kiln_error_prefix(err, "%s", model_path);
@@ -168,7 +175,9 @@ kiln_code kiln_model_load_from_memory(const void *bytes, size_t len, const char 
   if (!bytes || !out) return kiln_fail(err, KILN_ERR_INVALID_ARG, "bytes and out are required");
   *out = NULL;
   kiln_ir_model *ir;
-  kiln_code rc = kiln_model_read_memory(bytes, len, base_dir, &ir, err);
+  kiln_limits lim;
+  kiln_limits_from_options(opts, &lim);
+  kiln_code rc = kiln_model_read_memory(bytes, len, base_dir, &lim, &ir, err);
   if (rc) return rc;
   return finish_load(ir, opts, out, err);
 }
