@@ -113,7 +113,7 @@ typedef struct kiln_opset {
   int64_t version;
 } kiln_opset;
 
-typedef struct kiln_model {
+typedef struct kiln_ir_model {
   int64_t ir_version;
   size_t n_opsets;
   kiln_opset *opsets;
@@ -121,11 +121,12 @@ typedef struct kiln_model {
   char *base_dir;          /* folder for external data */
   size_t n_maps;           /* mmap'd external data regions */
   struct { void *addr; size_t len; } *maps;
-} kiln_model;
+  struct kiln_meta *meta;  /* what the ModelProto says about itself (ir/meta.h), or NULL */
+} kiln_ir_model;
 
 kiln_graph *kiln_graph_new(kiln_graph *parent);
 void kiln_graph_free(kiln_graph *g);
-void kiln_model_free(kiln_model *m);
+void kiln_ir_model_free(kiln_ir_model *m);
 
 /* Value id for `name`, creating it if missing; -1 on allocation failure. */
 int kiln_graph_value(kiln_graph *g, const char *name);

@@ -268,8 +268,9 @@ kiln_code kiln_adapt_op(const kiln_op_desc *desc, bool copy, kiln_adapted_op *ou
       return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     }
   }
-  out->schema = (kiln_op_schema){out->d.domain, out->d.name, d.since_version, min_in, max_in,
-                                 min_out, max_out, adapter_infer, adapter_run};
+  out->schema = (kiln_op_schema){.domain = out->d.domain, .name = out->d.name, .since = d.since_version,
+                                 .inputs = {min_in, max_in}, .outputs = {min_out, max_out},
+                                 .infer = adapter_infer, .run = adapter_run};
   return KILN_OK;
 }
 
@@ -722,7 +723,7 @@ static kiln_code compute(kiln_kctx *c, const kiln_adapted_op *op, const kiln_ses
       return kiln_kfail(c, "input %zu ('%s') is %s; %s takes %s there", i, io ? io->name : "?", kiln_dtype_name(t->dtype),
                         lbl, io && io->dtypes ? dtype_list(io->dtypes, buf, sizeof buf) : "numeric or bool tensors");
   }
-  const kiln_plugin_set *ps = s ? s->plugins : NULL;
+  const kiln_plugin_set *ps = s ? s->model->plugins : NULL;
   void *state = NULL;
   bool temp = false;
   kiln_error_clear(c->err);
@@ -797,8 +798,7 @@ static kiln_code adapter_run(kiln_kctx *c) {
   const kiln_attr *orig = s && strcmp(c->node->domain, FUSED_DOMAIN) ? kiln_node_attr(c->node, "original") : NULL;
   if (!orig || !orig->g) return compute(c, op, s);
   kiln_node *mut = (kiln_node *)(uintptr_t)c->node; /* the fallback flag is runtime state */
-  kiln_session *ms = (kiln_session *)(uintptr_t)s;
-  bool forced = s->force_fail && in_list(s->force_fail, c->node->op_type);
+  bool forced = s->model->force_fail && in_list(s->model->force_fail, c->node->op_type);
   kiln_code rc = KILN_ERR_RUN;
   if (!forced && !__atomic_load_n(&mut->fallback, __ATOMIC_ACQUIRE)) {
     rc = compute(c, op, s);
@@ -809,11 +809,11 @@ static kiln_code adapter_run(kiln_kctx *c) {
     c->out[i] = NULL;
   }
   if (__atomic_exchange_n(&mut->fallback, 1, __ATOMIC_ACQ_REL) == 0) {
-    __atomic_add_fetch(&ms->n_fallbacks, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->model->n_fallbacks, 1, __ATOMIC_RELAXED);
     char lbl[300];
     const char *why = c->err && c->err->message[0] ? c->err->message : "(no message)";
     const char *cut = !strncmp(why, "node '", 6) ? strstr(why, "): ") : NULL; /* the node is named already */
-    fprintf(stderr, "kiln: fused node '%s' (%s) %s%s; running the chain it replaced from now on\n", c->node->name,
+    kiln_log(&s->opts, KILN_LOG_WARNING, "fused node '%s' (%s) %s%s; running the chain it replaced from now on", c->node->name,
             kiln_op_label(c->node->domain, c->node->op_type, lbl, sizeof lbl),
             forced ? "is forced to fail by KILN_FUSION_FAIL" : "failed: ", forced ? "" : cut ? cut + 3 : why);
   }

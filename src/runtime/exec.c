@@ -89,14 +89,14 @@ static bool outputs_agree(const kiln_tensor *a, const kiln_tensor *b, double *ma
 static kiln_code verify_fused(kiln_frame *f, const kiln_node *n, const kiln_graph *orig, kiln_kctx *c,
                               kiln_error *err) {
   kiln_node *mut = (kiln_node *)(uintptr_t)n;
-  kiln_session *s = (kiln_session *)(uintptr_t)f->session;
+  const kiln_session *s = f->session;
   enum { CAP = 64 };
   kiln_tensor *ref[CAP] = {0};
   if (n->n_out > CAP) return n->schema->run(c);
   kiln_code rc = n->schema->run(c);
   /* Test hook: KILN_FUSION_SKEW=Op makes the kernel's first output wrong, to prove that a
    * disagreeing fusion is caught and disabled. */
-  if (!rc && s && s->force_skew && in_list(s->force_skew, n->op_type) && c->out[0] &&
+  if (!rc && s && s->model->force_skew && in_list(s->model->force_skew, n->op_type) && c->out[0] &&
       c->out[0]->kind == KILN_KIND_TENSOR && c->out[0]->numel && kiln_dtype_is_float(c->out[0]->dtype))
     kiln_set_f64(c->out[0], 0, kiln_get_f64(c->out[0], 0) + 1.0);
   kiln_error local = {0};
@@ -114,8 +114,8 @@ static kiln_code verify_fused(kiln_frame *f, const kiln_node *n, const kiln_grap
   mut->verify_rel = mr;
   __atomic_store_n(&mut->verified, 1, __ATOMIC_RELEASE);
   if (!agree && __atomic_exchange_n(&mut->fallback, 1, __ATOMIC_ACQ_REL) == 0) {
-    if (s) __atomic_add_fetch(&s->n_fallbacks, 1, __ATOMIC_RELAXED);
-    fprintf(stderr, "kiln: fused node '%s' (%s) %s its original chain (max abs %.3g); running the chain from now on\n",
+    if (s) __atomic_add_fetch(&s->model->n_fallbacks, 1, __ATOMIC_RELAXED);
+    kiln_log(s ? &s->opts : NULL, KILN_LOG_WARNING, "fused node '%s' (%s) %s its original chain (max abs %.3g); running the chain from now on",
             n->name, n->op_type, rc ? "failed where" : "disagrees with", ma);
   }
   for (size_t i = 0; i < n->n_out; i++) {
@@ -131,8 +131,8 @@ static kiln_code verify_fused(kiln_frame *f, const kiln_node *n, const kiln_grap
 static kiln_code run_fused(kiln_frame *f, const kiln_node *n, const kiln_graph *orig, kiln_kctx *c,
                            kiln_error *err) {
   kiln_node *mut = (kiln_node *)(uintptr_t)n; /* the fallback flag is runtime state */
-  kiln_session *s = (kiln_session *)(uintptr_t)f->session;
-  bool forced = s && s->force_fail && in_list(s->force_fail, n->op_type);
+  const kiln_session *s = f->session;
+  bool forced = s && s->model->force_fail && in_list(s->model->force_fail, n->op_type);
   kiln_code rc = KILN_ERR_RUN;
   int unclaimed = 0; /* verified: 0 not yet, 2 claimed by a run, 1 done (a swap would undo 1) */
   if (!forced && s && s->opts.verify_fusions && !__atomic_load_n(&mut->fallback, __ATOMIC_ACQUIRE) &&
@@ -147,8 +147,8 @@ static kiln_code run_fused(kiln_frame *f, const kiln_node *n, const kiln_graph *
     c->out[i] = NULL;
   }
   if (__atomic_exchange_n(&mut->fallback, 1, __ATOMIC_ACQ_REL) == 0) {
-    if (s) __atomic_add_fetch(&s->n_fallbacks, 1, __ATOMIC_RELAXED);
-    fprintf(stderr, "kiln: fused node '%s' (%s) %s; running the chain it replaced from now on\n",
+    if (s) __atomic_add_fetch(&s->model->n_fallbacks, 1, __ATOMIC_RELAXED);
+    kiln_log(s ? &s->opts : NULL, KILN_LOG_WARNING, "fused node '%s' (%s) %s; running the chain it replaced from now on",
             n->name, n->op_type, forced ? "is forced to fail by KILN_FUSION_FAIL" : err->message);
   }
   kiln_error_clear(err);
@@ -156,6 +156,8 @@ static kiln_code run_fused(kiln_frame *f, const kiln_node *n, const kiln_graph *
 }
 
 static kiln_code run_node(kiln_frame *f, const kiln_node *n, kiln_error *err) {
+  if (f->terminate && __atomic_load_n(f->terminate, __ATOMIC_RELAXED))
+    return kiln_fail(err, KILN_ERR_CANCELLED, "the run was cancelled: its run options' terminate flag is set");
   char lbl[300];
   enum { CAP = 64 };
   const kiln_tensor *inbuf[CAP];
@@ -180,14 +182,14 @@ static kiln_code run_node(kiln_frame *f, const kiln_node *n, kiln_error *err) {
   kiln_kctx c = {.node = n, .opset = n->opset, .n_in = n->n_in, .n_out = n->n_out, .in = in,
                  .out = out, .frame = f, .err = err};
   const kiln_attr *orig = !strcmp(n->domain, "ai.kiln") ? kiln_node_attr(n, "original") : NULL;
-  kiln_profile *prof = !f->parent && f->session && f->g == f->session->model->graph ? f->session->profile : NULL;
+  kiln_profile *prof = !f->parent && f->session && f->g == f->session->model->ir->graph ? f->session->profile : NULL;
   uint64_t t0 = prof ? kiln_profile_now_ns() : 0;
   if (orig && orig->g)
     rc = run_fused(f, n, orig->g, &c, err);
   else
     rc = n->schema->run(&c);
   if (prof && rc == KILN_OK)
-    kiln_profile_record(prof, (size_t)(n - f->g->nodes), n, in, out, kiln_profile_now_ns() - t0);
+    kiln_profile_record(prof, (size_t)(n - f->g->nodes), &c, kiln_profile_now_ns() - t0);
   if (rc == KILN_OK) {
     for (size_t i = 0; i < n->n_out; i++) {
       if (n->out[i] < 0) continue;
@@ -316,11 +318,12 @@ kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_g
                          size_t n_inputs, const kiln_tensor *const *inputs, kiln_tensor **outputs,
                          kiln_error *err) {
   kiln_frame f = {g, kiln_calloc(g->n_values, sizeof(kiln_tensor *)),
-                  kiln_calloc(g->n_values, sizeof(bool)), parent, s, NULL};
+                  kiln_calloc(g->n_values, sizeof(bool)), parent, s, NULL,
+                  parent ? parent->terminate : kiln_run_terminate_flag()};
   kiln_code rc = KILN_OK;
   kiln_run_mem mem;
   bool planned = false;
-  if (!parent && s && s->planner && g == s->model->graph) {
+  if (!parent && s && s->planner && g == s->model->ir->graph) {
     char sig[1024];
     input_signature(g, n_inputs, inputs, sig, sizeof sig);
     if ((rc = kiln_planner_begin(s->planner, sig, &mem, err))) {
@@ -342,7 +345,7 @@ kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_g
   size_t *remaining = kiln_malloc(g->n_values * sizeof *remaining);
   if (!remaining) rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   else memcpy(remaining, g->uses, g->n_values * sizeof *remaining);
-  const kiln_schedule *sched = !parent && s && g == s->model->graph && !kiln_in_parallel_region() ? s->sched : NULL;
+  const kiln_schedule *sched = !parent && s && g == s->model->ir->graph && !kiln_in_parallel_region() ? s->sched : NULL;
   if (rc == KILN_OK && sched) {
     rc = run_waves(&f, sched, remaining, err);
   } else {
