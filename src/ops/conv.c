@@ -21,6 +21,7 @@
 #include "kernels/gemm_amx.h"
 #include "kernels/gemm.h"
 #include "kernels/winograd_f32.h"
+#include "ops/cost.h"
 #include "ops/fused.h"
 #include "ops/op.h"
 #include "runtime/session.h"
@@ -871,9 +872,14 @@ static kiln_code qlinearconv_infer(kiln_ictx *c) {
 }
 
 const kiln_op_schema kiln_ops_conv[] = {
-    {"", "Conv", 1, 2, 3, 1, 1, conv_infer, conv_run},
-    {"", "ConvTranspose", 1, 2, 3, 1, 1, convt_infer, convt_run},
-    {"", "ConvInteger", 10, 2, 4, 1, 1, convinteger_infer, convinteger_run},
-    {"", "QLinearConv", 10, 8, 9, 1, 1, qlinearconv_infer, qlinearconv_run},
+    {.domain = "", .name = "Conv", .since = 1, .inputs = {2, 3}, .outputs = {1, 1},
+     .infer = conv_infer, .run = conv_run,
+     .flow = KILN_FLOW_BATCH, .prepare = kiln_conv2d_f32_prepare, .cost = kiln_cost_conv},
+    {.domain = "", .name = "ConvTranspose", .since = 1, .inputs = {2, 3}, .outputs = {1, 1},
+     .infer = convt_infer, .run = convt_run, .flow = KILN_FLOW_BATCH},
+    {.domain = "", .name = "ConvInteger", .since = 10, .inputs = {2, 4}, .outputs = {1, 1},
+     .infer = convinteger_infer, .run = convinteger_run, .cost = kiln_cost_conv},
+    {.domain = "", .name = "QLinearConv", .since = 10, .inputs = {8, 9}, .outputs = {1, 1},
+     .infer = qlinearconv_infer, .run = qlinearconv_run},
     {0},
 };

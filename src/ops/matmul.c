@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kernels/gemm.h"
+#include "ops/cost.h"
 #include "ops/op.h"
 
 /* ---- GEMM --------------------------------------------------------------------------------- */
@@ -805,10 +806,15 @@ static kiln_code einsum_infer(kiln_ictx *c) {
 }
 
 const kiln_op_schema kiln_ops_matmul[] = {
-    {"", "MatMul", 1, 2, 2, 1, 1, matmul_infer, matmul_run},
-    {"", "Gemm", 1, 2, 3, 1, 1, gemm_infer, gemm_run},
-    {"", "MatMulInteger", 10, 2, 4, 1, 1, matmulinteger_infer, matmulinteger_run},
-    {"", "QLinearMatMul", 10, 8, 8, 1, 1, qlinearmatmul_infer, qlinearmatmul_run},
-    {"", "Einsum", 12, 1, KILN_VARIADIC, 1, 1, einsum_infer, einsum_run},
+    {.domain = "", .name = "MatMul", .since = 1, .inputs = {2, 2}, .outputs = {1, 1},
+     .infer = matmul_infer, .run = matmul_run, .flow = KILN_FLOW_MATMUL, .cost = kiln_cost_matmul},
+    {.domain = "", .name = "Gemm", .since = 1, .inputs = {2, 3}, .outputs = {1, 1},
+     .infer = gemm_infer, .run = gemm_run, .flow = KILN_FLOW_GEMM, .cost = kiln_cost_gemm},
+    {.domain = "", .name = "MatMulInteger", .since = 10, .inputs = {2, 4}, .outputs = {1, 1},
+     .infer = matmulinteger_infer, .run = matmulinteger_run, .cost = kiln_cost_matmul},
+    {.domain = "", .name = "QLinearMatMul", .since = 10, .inputs = {8, 8}, .outputs = {1, 1},
+     .infer = qlinearmatmul_infer, .run = qlinearmatmul_run},
+    {.domain = "", .name = "Einsum", .since = 12, .inputs = {1, KILN_VARIADIC}, .outputs = {1, 1},
+     .infer = einsum_infer, .run = einsum_run},
     {0},
 };

@@ -40,19 +40,9 @@ kiln_code kiln_ifail(kiln_ictx *c, const char *fmt, ...) {
   return rc;
 }
 
-bool kiln_op_in_place_ok(const kiln_node *n) {
-  /* elementwise.c's UNARY_OP kernels (ys[i] = f(xs[i])) and binary.c's binary_run (row loops
-   * reading a[i * s], b[i * s] before writing y[i]) */
-  static const char *const ops[] = {
-      "Abs", "Neg", "Sign", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Sin",
-      "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Erf",
-      "Relu", "LeakyRelu", "ThresholdedRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish",
-      "Softplus", "Softsign", "Sigmoid", "Tanh", "Mish", "Shrink", "Add", "Sub", "Mul", "Div"};
-  if (*n->domain || n->n_out != 1) return false;
-  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-    if (!strcmp(n->op_type, ops[i])) return true;
-  return false;
-}
+bool kiln_node_has(const kiln_node *n, unsigned f) { return n->schema && (n->schema->flags & f); }
+
+bool kiln_op_in_place_ok(const kiln_node *n) { return n->n_out == 1 && kiln_node_has(n, KILN_OPF_IN_PLACE); }
 
 /* Whether p is the data of one of the node's inputs (an output the plan put in place). */
 static bool is_input_data(const kiln_kctx *c, const void *p) {

@@ -268,8 +268,9 @@ kiln_code kiln_adapt_op(const kiln_op_desc *desc, bool copy, kiln_adapted_op *ou
       return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     }
   }
-  out->schema = (kiln_op_schema){out->d.domain, out->d.name, d.since_version, min_in, max_in,
-                                 min_out, max_out, adapter_infer, adapter_run};
+  out->schema = (kiln_op_schema){.domain = out->d.domain, .name = out->d.name, .since = d.since_version,
+                                 .inputs = {min_in, max_in}, .outputs = {min_out, max_out},
+                                 .infer = adapter_infer, .run = adapter_run};
   return KILN_OK;
 }
 

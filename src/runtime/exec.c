@@ -188,7 +188,7 @@ static kiln_code run_node(kiln_frame *f, const kiln_node *n, kiln_error *err) {
   else
     rc = n->schema->run(&c);
   if (prof && rc == KILN_OK)
-    kiln_profile_record(prof, (size_t)(n - f->g->nodes), n, in, out, t0, kiln_profile_now_ns());
+    kiln_profile_record(prof, (size_t)(n - f->g->nodes), &c, t0, kiln_profile_now_ns());
   if (rc == KILN_OK) {
     for (size_t i = 0; i < n->n_out; i++) {
       if (n->out[i] < 0) continue;

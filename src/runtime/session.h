@@ -50,7 +50,7 @@ struct kiln_session {
 };
 
 /* At model load, unless opts.lazy_weights: the prepare hook of every main-graph node that has
- * one (kiln_op_prepare), run with the session `s` (a stand-in made for loading); returns how
+ * one (kiln_op_schema.prepare), run with the session `s` (a stand-in made for loading); returns how
  * many made something. */
 size_t kiln_prepack(const kiln_session *s);
 
