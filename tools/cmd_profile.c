@@ -165,6 +165,10 @@ static int collect(kiln_session *s, prof_data *d) {
   for (size_t i = 0; i < d->n; i++) {
     prof_node *q = &d->nodes[i];
     kiln_session_profile(s, i, &q->p);
+    if (!q->p.name || !*q->p.name) {
+      snprintf(q->label, sizeof q->label, "#%zu", i);
+      q->p.name = q->label;
+    }
     q->ms = q->p.runs ? q->p.total_ms / (double)q->p.runs : 0; /* per run, whatever the count */
     d->node_ms += q->ms;
     if (q->p.threads > 0 && (q->thr = calloc((size_t)q->p.threads, sizeof *q->thr)))

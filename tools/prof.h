@@ -25,6 +25,7 @@ typedef struct prof_node {
   double saved_bytes; /* fused nodes: intermediate bytes no longer stored */
   int fallen_back;
   kiln_thread_profile *thr; /* p.threads entries, or NULL */
+  char label[24];     /* "#12" for a node without a name (p.name then points here) */
 } prof_node;
 
 typedef struct prof_op {
