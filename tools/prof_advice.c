@@ -122,7 +122,7 @@ static void below_roof(sink *s, const prof_data *d) {
                            "scalar code); fuse it into its producer or vectorise it"
                          : "data movement far from the bandwidth: a strided copy; avoid the layout change or fuse it";
     say(s, "%s '%s' (%s) reaches %.0f%% of its %s roof (%.1f %s): at the roof it would take %.3f ms instead of "
-           "%.3f (saves %.1f%% of the run). %s.", q->p.op_type, q->p.name, q->p.shape, 100 * q->eff,
+           "%.3f (saves %.1f%% of the run): %s.", q->p.op_type, q->p.name, q->p.shape, 100 * q->eff,
         q->bound == BOUND_COMPUTE ? "compute" : "memory", q->roof, q->p.flops > 0 ? "GFLOP/s" : "GB/s", at_roof,
         q->ms, d->run_ms > 0 ? 100 * (q->ms - at_roof) / d->run_ms : 0, todo);
     listed++;

@@ -284,15 +284,29 @@ void kiln_threadpool_set_spin_us(kiln_threadpool *p, unsigned us) {
   atomic_store(&p->spin_ns, us * 1000u);
 }
 
+/* A loop run on the calling thread alone, counted as thread 0's (or, nested in a task, the
+ * enclosing task's) busy time: a nested loop's time is already inside its task's. */
+static void run_inline(kiln_threadpool *p, kiln_task_fn fn, void *ctx, size_t n_tasks) {
+  bool timing = p && tl_depth == 0 && atomic_load_explicit(&p->timing, memory_order_relaxed) > 0;
+  unsigned long long t0 = timing ? now_ns() : 0;
+  tl_depth++;
+  fn(ctx, 0, n_tasks, 0);
+  tl_depth--;
+  if (timing) {
+    atomic_fetch_add_explicit(&p->slots[0].busy_ns, now_ns() - t0, memory_order_relaxed);
+    unsigned long long none = 0;
+    atomic_compare_exchange_strong_explicit(&p->slots[0].first_ns, &none, t0, memory_order_relaxed,
+                                            memory_order_relaxed);
+  }
+}
+
 void kiln_parallel_for(kiln_threadpool *p, size_t n_tasks, kiln_task_fn fn, void *ctx,
                        size_t chunk) {
   if (n_tasks == 0) return;
   size_t n_thr = p ? (size_t)p->n : 1;
   if (chunk == 0) chunk = (n_tasks + n_thr - 1) / n_thr;
   if (n_thr <= 1 || tl_depth > 0 || chunk >= n_tasks || pthread_mutex_trylock(&p->busy) != 0) {
-    tl_depth++;
-    fn(ctx, 0, n_tasks, 0);
-    tl_depth--;
+    run_inline(p, fn, ctx, n_tasks);
     return;
   }
   /* Every worker must have let go of the previous job before its fields are rewritten. A
@@ -301,9 +315,7 @@ void kiln_parallel_for(kiln_threadpool *p, size_t n_tasks, kiln_task_fn fn, void
    * alone, as on a busy pool (tasks give the same results however they are spread). */
   if (!pending_clear(p)) {
     pthread_mutex_unlock(&p->busy);
-    tl_depth++;
-    fn(ctx, 0, n_tasks, 0);
-    tl_depth--;
+    run_inline(p, fn, ctx, n_tasks);
     return;
   }
   p->fn = fn;
