@@ -128,9 +128,8 @@ static int cmp_double(const void *x, const void *y) {
   return a < b ? -1 : a > b;
 }
 
-/* Time the runs; fills run_ms with the median and first_ms with the first run. */
-static int timed_runs(kiln_session *s, const prof_args *a, const cli_feed *feed, double *run_ms,
-                      double *first_ms) {
+/* Time the runs; fills d's run_ms (median), mean_ms and first_ms (the first run). */
+static int timed_runs(kiln_session *s, const prof_args *a, const cli_feed *feed, prof_data *d) {
   size_t n_out = kiln_session_output_count(s);
   kiln_tensor **outs = calloc(n_out ? n_out : 1, sizeof *outs);
   double *t = malloc((size_t)a->repeat * sizeof *t);
@@ -144,13 +143,14 @@ static int timed_runs(kiln_session *s, const prof_args *a, const cli_feed *feed,
       rc = CLI_ERR;
       break;
     }
-    if (i == 0) *first_ms = now_ms() - t0;
+    if (i == 0) d->first_ms = now_ms() - t0;
     if (i >= a->warmup) t[i - a->warmup] = now_ms() - t0;
     for (size_t k = 0; k < n_out; k++) kiln_tensor_free(outs[k]);
   }
   if (rc == CLI_OK) {
+    for (long k = 0; k < a->repeat; k++) d->mean_ms += t[k] / (double)a->repeat;
     qsort(t, (size_t)a->repeat, sizeof *t, cmp_double);
-    *run_ms = a->repeat % 2 ? t[a->repeat / 2] : 0.5 * (t[a->repeat / 2 - 1] + t[a->repeat / 2]);
+    d->run_ms = a->repeat % 2 ? t[a->repeat / 2] : 0.5 * (t[a->repeat / 2 - 1] + t[a->repeat / 2]);
   }
   free(outs);
   free(t);
@@ -243,7 +243,7 @@ static int profile_session(kiln_session *s, const prof_args *a, double load_ms, 
     cli_feed_free(&feed);
     return CLI_ERR;
   }
-  int rc = timed_runs(s, a, &feed, &d.run_ms, &d.first_ms);
+  int rc = timed_runs(s, a, &feed, &d);
   cli_feed_free(&feed);
   if (rc == CLI_OK) rc = collect(s, &d);
   if (rc == CLI_OK) {

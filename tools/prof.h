@@ -39,6 +39,7 @@ typedef struct prof_data {
   int level, threads, inter_op;
   long warmup, repeat;
   double run_ms;        /* median run */
+  double mean_ms;       /* mean run: what the nodes' per-run times (means) add up to */
   double first_ms;      /* the first run (packing, page faults, plan) */
   double node_ms;       /* per run, summed over nodes */
   double load_ms;

@@ -160,13 +160,19 @@ static void idle_threads(sink *s, const prof_data *d) {
   }
   if (!have) return;
   double idle = 1 - busy / (d->node_ms * (d->threads - 1));
-  if (idle > 0.3)
+  if (idle <= 0.3) return;
+  if (serial_ms > 0.1 * d->node_ms)
     say(s, "the %d worker thread(s) are idle %.0f%% of the node time (measured busy time); nodes that ran on one "
            "thread take %.3f ms per run (%.0f%%), the largest %s '%s': %s", d->threads - 1, 100 * idle, serial_ms,
         100 * serial_ms / d->node_ms, worst ? worst->p.op_type : "-", worst ? worst->p.name : "-",
         d->inter_op ? "its kernel has no parallel path: a multithreaded kernel for it is missing."
                     : "--inter-op runs independent branches on the idle threads; a serial kernel among them lacks a "
-                      "parallel path.");
+                      "parallel path (or the pool found its worker descheduled and ran the loop alone).");
+  else
+    say(s, "the %d worker thread(s) are idle %.0f%% of the node time although every large node runs in parallel: "
+           "the kernels' serial parts, uneven pieces and dispatch (%.1f us per parallel loop, kiln calibrate) leave "
+           "them waiting; larger batches give each loop more work.", d->threads - 1, 100 * idle,
+        d->ceil.dispatch_us[1]);
 }
 
 static void first_run(sink *s, const prof_data *d) {

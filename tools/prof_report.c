@@ -107,8 +107,9 @@ static void fused_table(FILE *f, const prof_data *d) {
 void prof_report(FILE *f, const prof_data *d, long top) {
   fprintf(f, "kiln profile %s: %d thread(s), level %d, %ld timed runs after %ld warm-up\n", d->model, d->threads,
           d->level, d->repeat, d->warmup);
-  fprintf(f, "median run %.3f ms; nodes %.3f ms per run (%.1f%%); first run %.3f ms; load %.1f ms\n", d->run_ms,
-          d->node_ms, d->run_ms > 0 ? 100 * d->node_ms / d->run_ms : 0, d->first_ms, d->load_ms);
+  fprintf(f, "median run %.3f ms, mean %.3f ms; nodes %.3f ms per run (%.1f%% of the mean); first run %.3f ms; "
+             "load %.1f ms\n", d->run_ms, d->mean_ms, d->node_ms, d->mean_ms > 0 ? 100 * d->node_ms / d->mean_ms : 0,
+          d->first_ms, d->load_ms);
   fprintf(f, "ceilings (%s, %s, %d thread(s)): FMA peak %.1f GFLOP/s; L3 %.1f GB/s; DRAM %.1f GB/s\n",
           d->ceil.cpu, d->ceil.isa, d->threads, d->peak, d->bw[CEIL_L3], d->bw[CEIL_DRAM]);
   op_table(f, d);
@@ -162,9 +163,9 @@ static void json_advice(const char *line, void *ctx) {
 int prof_json(FILE *f, const prof_data *d) {
   fprintf(f, "{\"model\": ");
   prof_json_str(f, d->model);
-  fprintf(f, ", \"threads\": %d, \"level\": %d, \"runs\": %ld, \"median_ms\": %.6f, \"node_ms\": %.6f,"
+  fprintf(f, ", \"threads\": %d, \"level\": %d, \"runs\": %ld, \"median_ms\": %.6f, \"mean_ms\": %.6f, \"node_ms\": %.6f,"
              " \"first_ms\": %.6f, \"fma_peak_gflops\": %.1f,\n \"ceilings\": ",
-          d->threads, d->level, d->repeat, d->run_ms, d->node_ms, d->first_ms, d->peak);
+          d->threads, d->level, d->repeat, d->run_ms, d->mean_ms, d->node_ms, d->first_ms, d->peak);
   ceilings_json(f, &d->ceil);
   fprintf(f, ",\n \"op_types\": [");
   for (size_t i = 0; i < d->n_ops; i++) {

@@ -210,13 +210,13 @@ int prof_html(FILE *f, const prof_data *d) {
   fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>kiln profile: ");
   html_str(f, d->model);
   fprintf(f, "</title>\n<style>body{font-family:sans-serif;margin:20px;color:#222}table{border-collapse:collapse;"
-             "font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:nth-child(n+9)"
+             "font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;white-space:nowrap}td:nth-child(n+9)"
              "{text-align:left}h2{font-size:16px;margin-top:24px}li{margin:4px 0;font-size:13px}</style>\n"
              "</head><body>\n<h1>kiln profile: ");
   html_str(f, d->model);
-  fprintf(f, "</h1>\n<p>%d thread(s), level %d, %ld timed runs: median run %.3f ms, nodes %.3f ms per run; first "
-             "run %.3f ms. Ceilings of %s (%s): FMA peak %.1f GFLOP/s, L3 %.1f GB/s, DRAM %.1f GB/s.</p>\n",
-          d->threads, d->level, d->repeat, d->run_ms, d->node_ms, d->first_ms, d->ceil.cpu, d->ceil.isa, d->peak,
+  fprintf(f, "</h1>\n<p>%d thread(s), level %d, %ld timed runs: median run %.3f ms, mean %.3f ms, nodes %.3f ms "
+             "per run; first run %.3f ms. Ceilings of %s (%s): FMA peak %.1f GFLOP/s, L3 %.1f GB/s, DRAM %.1f GB/s.</p>\n",
+          d->threads, d->level, d->repeat, d->run_ms, d->mean_ms, d->node_ms, d->first_ms, d->ceil.cpu, d->ceil.isa, d->peak,
           d->bw[CEIL_L3], d->bw[CEIL_DRAM]);
   timeline(f, d);
   op_bars(f, d);

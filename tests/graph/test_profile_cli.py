@@ -116,6 +116,9 @@ by = {n["op_type"]: n for n in r["nodes"]}
 check(by.get("MatMul", {}).get("bound") == "compute", f"MatMul 256^3 is compute-bound: {by.get('MatMul')}")
 check(by.get("Add", {}).get("bound") == "memory", f"Add is memory-bound: {by.get('Add')}")
 check(all(n["roof"] > 0 and n["efficiency"] > 0 for n in r["nodes"]), f"every node has a roof: {r['nodes']}")
+# nodes run inside the runs one after another: their mean times add up to at most the mean run
+check(r.get("mean_ms", 0) > 0 and 0.5 * r["mean_ms"] <= r["node_ms"] <= 1.02 * r["mean_ms"],
+      f"node times add up to the mean run: {r.get('node_ms')} vs {r.get('mean_ms')}")
 
 C = 16
 cw = const("cw", rng.standard_normal((C, C, 3, 3)).astype(np.float32))
