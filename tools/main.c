@@ -17,6 +17,7 @@ static const struct {
     {"calibrate", cmd_calibrate, "measure this machine's FMA peak, cache/DRAM bandwidth and pool latency"},
     {"optimize", cmd_optimize, "write the optimised graph and show what each pass changed"},
     {"validate", cmd_validate, "check the optimised graph against the original on the same inputs"},
+    {"serve", cmd_serve, "serve models over HTTP (KServe v2 protocol): batching, versions, metrics"},
 };
 
 static void usage(FILE *f) {

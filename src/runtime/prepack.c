@@ -28,7 +28,7 @@ static bool shape_only(const kiln_type *t, kiln_tensor *out) {
 
 size_t kiln_prepack(const kiln_session *s) {
   kiln_graph *g = s->model->ir->graph;
-  kiln_frame f = {g, NULL, NULL, NULL, s, NULL};
+  kiln_frame f = {g, NULL, NULL, NULL, s, NULL, NULL};
   size_t done = 0;
   for (size_t i = 0; i < g->n_nodes; i++) {
     kiln_node *n = &g->nodes[i];
