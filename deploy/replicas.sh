@@ -175,15 +175,23 @@ write_upstreams() {
 
 nginx_pid=""
 stopping=0
+# a failure while starting: stop what was started, exit 1
+fail_start() {
+  echo "replicas: $*" >&2
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  [ -z "$nginx_pid" ] || kill -QUIT "$nginx_pid" 2>/dev/null || true
+  rm -f "$run/supervisor.pid"
+  exit 1
+}
 shutdown() {
   stopping=1
   echo "replicas: stopping"
   rm -f "$run/ready"
   # nginx first (graceful: in-flight requests finish), then the replicas (each drains)
   [ -n "$nginx_pid" ] && kill -QUIT "$nginx_pid" 2>/dev/null || true
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do [ -z "$p" ] || kill -TERM "$p" 2>/dev/null || true; done
   [ -n "$nginx_pid" ] && wait "$nginx_pid" 2>/dev/null || true
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do [ -z "$p" ] || wait "$p" 2>/dev/null || true; done
   rm -f "$run/supervisor.pid"
   echo "replicas: stopped"
   exit 0
@@ -194,22 +202,22 @@ for ((i = 0; i < n; i++)); do start_replica "$i"; done
 for _ in $(seq 1 1200); do
   all=1
   for ((i = 0; i < n; i++)); do
-    kill -0 "${pids[$i]}" 2>/dev/null || { tail -n 20 "$run/r$i/log" >&2; die "replica $i exited while starting"; }
+    kill -0 "${pids[$i]}" 2>/dev/null || { tail -n 20 "$run/r$i/log" >&2; fail_start "replica $i exited while starting"; }
     [ "$(ready_code $((base + i)))" = 200 ] || { all=0; break; }
   done
   [ "$all" = 1 ] && break
   sleep 0.1
 done
-[ "$all" = 1 ] || { shutdown; die "replicas not ready after 120 s"; }
+[ "$all" = 1 ] || fail_start "replicas not ready after 120 s"
 
 write_upstreams > /dev/null
 sed -e "s|@RUN@|$run|g" -e "s|@LISTEN@|127.0.0.1:$lb_port|g" "$here/nginx.conf.template" > "$run/nginx.conf"
-nginx -t -q -p "$run" -c "$run/nginx.conf" -e "$run/logs/error.log" || die "nginx rejected $run/nginx.conf"
+nginx -t -q -p "$run" -c "$run/nginx.conf" -e "$run/logs/error.log" || fail_start "nginx rejected $run/nginx.conf"
 nginx -p "$run" -c "$run/nginx.conf" -e "$run/logs/error.log" &
 nginx_pid=$!
 for _ in $(seq 1 100); do
   [ "$(curl -s -o /dev/null -m 1 -w '%{http_code}' "http://127.0.0.1:$lb_port/nginx/live" || true)" = 200 ] && break
-  kill -0 "$nginx_pid" 2>/dev/null || die "nginx exited; see $run/logs/error.log"
+  kill -0 "$nginx_pid" 2>/dev/null || fail_start "nginx exited; see $run/logs/error.log"
   sleep 0.1
 done
 echo "replicas: nginx pid $nginx_pid on 127.0.0.1:$lb_port"
@@ -221,10 +229,10 @@ while [ "$stopping" = 0 ]; do
     echo "replicas: nginx exited; stopping" >&2; shutdown
   fi
   for ((i = 0; i < n; i++)); do
-    if ! kill -0 "${pids[$i]}" 2>/dev/null; then
+    if [ -n "${pids[$i]}" ] && ! kill -0 "${pids[$i]}" 2>/dev/null; then
       wait "${pids[$i]}" 2>/dev/null && rc=0 || rc=$?
       echo "replicas: replica $i (pid ${pids[$i]}) exited with status $rc"
-      if [ "$restart" = 1 ]; then sleep 1; start_replica "$i"; else pids[$i]=0; fi
+      if [ "$restart" = 1 ]; then sleep 1; start_replica "$i"; else pids[$i]=""; fi
     fi
   done
   if [ "$(write_upstreams)" = changed ]; then

@@ -91,8 +91,11 @@ async function main() {
     if (req.method === 'GET') {
       if (url === '/v2/health/live' || url === '/v2/health/ready') return send(res, 200, {});
       if (url === `/v2/models/${a.name}`) {
+        const io = ms => (ms || []).map(m => ({
+          name: m.name, datatype: V2_OF[m.type] || m.type,
+          shape: (m.shape || []).map(d => (typeof d === 'number' ? d : -1)) }));
         return send(res, 200, { name: a.name, versions: ['1'], platform: 'onnxruntime-node',
-                                inputs: sess.inputNames, outputs: sess.outputNames });
+                                inputs: io(sess.inputMetadata), outputs: io(sess.outputMetadata) });
       }
       return send(res, 404, { error: `no such path: ${url}` });
     }
