@@ -6,8 +6,10 @@
 #             against ONNX Runtime: python3 with onnx/numpy/torch (model export) and npm
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config protobuf-c-compiler libprotobuf-c-dev libonnx-dev)
+PKGS+=(libmicrohttpd-dev libjansson-dev) # kiln serve (src/serve)
 if [ "${1:-}" = "--test" ]; then
   PKGS+=(clang libonnx-testdata python3-onnx python3-numpy python3-torch python3-torchvision)
+  PKGS+=(prometheus) # promtool checks kiln serve's /metrics (tests/serve)
 fi
 missing=()
 for p in "${PKGS[@]}"; do

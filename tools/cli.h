@@ -53,5 +53,6 @@ int cmd_validate(int argc, char **argv);
 int cmd_optimize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif
