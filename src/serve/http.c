@@ -215,11 +215,15 @@ static enum MHD_Result repo_call(req_ctx *x, const char *name, const char *op) {
 static void job_done(srv_job *j, void *ctx) {
   (void)j;
   req_ctx *x = ctx;
+  /* x may be freed as soon as the connection resumes: read what is needed first, and resume
+   * outside the lock (the handler held it from submitting to suspending, so it is suspended) */
+  struct MHD_Connection *c = x->c;
   pthread_mutex_lock(&x->mu);
   x->state = ST_DONE;
-  if (x->suspended) MHD_resume_connection(x->c);
+  int resume = x->suspended;
   x->suspended = 0;
   pthread_mutex_unlock(&x->mu);
+  if (resume) MHD_resume_connection(c);
 }
 
 static int64_t batch_rows(const srv_version *v, kiln_tensor **in) {

@@ -142,8 +142,8 @@ static long resident_bytes(void) {
 }
 
 void srv_metrics_render(srv_repo *r, srv_buf *b) {
-  snap *s = calloc(SRV_MAX_MODELS * 4, sizeof *s);
-  int n = s ? take_snaps(r, s, SRV_MAX_MODELS * 4) : 0;
+  snap *s = calloc(SRV_MAX_MODELS * SRV_MAX_VERSIONS, sizeof *s);
+  int n = s ? take_snaps(r, s, SRV_MAX_MODELS * SRV_MAX_VERSIONS) : 0;
   render_versions(b, s, n);
   free(s);
   render_models(r, b);

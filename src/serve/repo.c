@@ -150,6 +150,13 @@ static void load_one(srv_repo *r, srv_model *m, long version, const char *path, 
   const srv_failure *f = failure_of(m, version);
   if (f && !force && f->size == st.st_size && f->mtime == st.st_mtime) return;
   char msg[512];
+  if (m->n_versions >= SRV_MAX_VERSIONS) {
+    snprintf(msg, sizeof msg, "more than %d versions serving at once", SRV_MAX_VERSIONS);
+    pthread_mutex_lock(&r->mu);
+    record_failure(m, version, &st, msg);
+    pthread_mutex_unlock(&r->mu);
+    return;
+  }
   srv_version *cur = m->n_versions ? m->versions[m->n_versions - 1] : NULL;
   if (cur) srv_version_ref(cur);
   double t0 = srv_now();
@@ -188,10 +195,35 @@ static void read_config(srv_repo *r, srv_model *m) {
   pthread_mutex_unlock(&r->mu);
 }
 
+/* Labels may only name serving versions: a config whose label does not keeps the labels in
+ * force and says why in the index. */
+static void check_labels(srv_repo *r, srv_model *m, const srv_model_config *before) {
+  for (int i = 0; i < m->cfg.n_labels; i++)
+    if (!serving(m, m->cfg.label_version[i])) {
+      pthread_mutex_lock(&r->mu);
+      snprintf(m->cfg_error, sizeof m->cfg_error,
+               "label '%s' points at version %ld, which is not serving: labels unchanged",
+               m->cfg.label_name[i], m->cfg.label_version[i]);
+      memcpy(m->cfg.label_name, before->label_name, sizeof m->cfg.label_name);
+      memcpy(m->cfg.label_version, before->label_version, sizeof m->cfg.label_version);
+      m->cfg.n_labels = before->n_labels;
+      pthread_mutex_unlock(&r->mu);
+      fprintf(stderr, "kiln serve: model '%s': %s\n", m->name, m->cfg_error);
+      return;
+    }
+}
+
 static void scan_dir_model(srv_repo *r, srv_model *m, int force) {
+  srv_model_config before = m->cfg;
   read_config(r, m);
-  long avail[64], want[64];
+  long avail[64], want[64 + SRV_MAX_LABELS];
   int na = list_versions(m, avail, 64), nw = wanted(&m->cfg, avail, na, want);
+  for (int l = 0; l < m->cfg.n_labels; l++) { /* a labelled version stays loaded */
+    int have = 0, exists = 0;
+    for (int i = 0; i < nw; i++) have |= want[i] == m->cfg.label_version[l];
+    for (int i = 0; i < na; i++) exists |= avail[i] == m->cfg.label_version[l];
+    if (!have && exists) want[nw++] = m->cfg.label_version[l];
+  }
   for (int i = 0; i < nw; i++)
     if (!serving(m, want[i])) {
       char path[4300];
@@ -200,12 +232,13 @@ static void scan_dir_model(srv_repo *r, srv_model *m, int force) {
     }
   int any = 0;
   for (int i = 0; i < nw; i++) any |= serving(m, want[i]) != NULL;
-  if (!any) return; /* nothing wanted serves: keep what does */
-  for (int i = m->n_versions - 1; i >= 0; i--) {
+  for (int i = m->n_versions - 1; any && i >= 0; i--) { /* none wanted serves: keep what does */
     int keep = 0;
     for (int k = 0; k < nw; k++) keep |= m->versions[i]->version == want[k];
+    for (int l = 0; l < before.n_labels; l++) keep |= m->versions[i]->version == before.label_version[l];
     if (!keep) remove_version(r, m, m->versions[i]);
   }
+  check_labels(r, m, &before);
 }
 
 /* kiln serve MODEL.onnx: version 1, reloaded when the file changes (a new compiled model checked
@@ -213,6 +246,8 @@ static void scan_dir_model(srv_repo *r, srv_model *m, int force) {
 static void scan_single(srv_repo *r, srv_model *m, int force) {
   struct stat st;
   if (stat(m->single_path, &st)) {
+    const srv_failure *gone = failure_of(m, 1);
+    if (gone && !force && !strcmp(gone->reason, strerror(errno))) return; /* counted once */
     pthread_mutex_lock(&r->mu);
     record_failure(m, 1, NULL, strerror(errno));
     pthread_mutex_unlock(&r->mu);

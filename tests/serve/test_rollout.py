@@ -96,7 +96,7 @@ class Traffic:
 def test_rollback(root):
     os.makedirs(os.path.join(root, "m"))
     add_version(root, 1)
-    write_config(root, {"validate": True, "labels": {"stable": 1}})
+    write_config(root, {"validate": True})
     s = Server(["--model-repository", root, "--admin-token", "tok", "--drain-s", "0", "--log-format", "off"])
     try:
         st, _, r = infer(s)
@@ -135,11 +135,15 @@ def test_rollback(root):
         check(st == 200 and r["model_version"] == "4", "a good version 4 took the traffic")
         check(np.array_equal(np.array(r["outputs"][0]["data"], np.float32).reshape(2, 4), X * 2 + 1), "version 4's values")
         check(infer(s, 1)[0] == 404, "version 1 was retired (latest-1 policy)")
-        st, _, e = infer(s, "stable")
-        check(st == 404 and "not serving" in e["error"], "a label pointing at a version not serving is 404")
+        write_config(root, {"validate": True, "labels": {"stable": 4, "canary": 9}})
+        s.signal(signal.SIGHUP)
+        check(wait_for(lambda: any("label 'canary'" in e.get("reason", "") for e in index(s)), 30),
+              "a label naming a version that is not serving is refused, reason in the index")
+        st, _, e = infer(s, "canary")
+        check(st == 404 and "canary" in e["error"], "an unknown label is 404 naming it")
         write_config(root, {"validate": True, "labels": {"stable": 4}, "latency_budget_ms": 0.000001})
         s.signal(signal.SIGHUP)
-        time.sleep(0.5)
+        check(wait_for(lambda: infer(s, "stable")[0] == 200, 30), "a valid label is applied")
         st, _, r = infer(s, "stable")
         check(st == 200 and r["model_version"] == "4", "label 'stable' resolves to version 4")
         add_version(root, 5)
@@ -158,6 +162,12 @@ def test_rollback(root):
         st, _, e = s.post_json("/v2/repository/models/m/load", {}, headers=TOKEN)
         check(st == 200 and s.get_json("/v2/health/ready")[0] == 200, "load API brings it back, ready again")
         check(infer(s)[2]["model_version"] == "5", "the newest version serves after the reload")
+        check(infer(s, 4)[0] == 404, "version 4 retired by the latest-1 policy")
+        write_config(root, {"labels": {"stable": 4}})
+        s.signal(signal.SIGHUP)
+        check(wait_for(lambda: infer(s, "stable")[0] == 200, 30), "a label loads the version it names")
+        check(infer(s, "stable")[2]["model_version"] == "4" and infer(s)[2]["model_version"] == "5",
+              "label 'stable' serves version 4 while the newest, 5, serves by default")
     finally:
         s.stop()
 
