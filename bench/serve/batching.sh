@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 kiln=${1:-build/kiln}; model=${2:-examples/models/tiny_cnn.onnx}
 conns=${3:-16}; secs=${4:-10}; rounds=${5:-3}
-batch_flags=${KILN_BATCH_FLAGS:---max-batch-size 16 --max-queue-delay-us 2000}
+batch_flags=${KILN_BATCH_FLAGS:---max-batch-size 16}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 name=$(basename "$model" .onnx)
 /usr/bin/python3 - "$model" "$tmp/body.json" "${KILN_BINARY:-0}" > "$tmp/hlen" <<'PY'
@@ -47,13 +47,15 @@ run_one() { # $1 label, $2.. server flags
     [ -n "$port" ] && break; sleep 0.05
   done
   KILN_BODY=$tmp/body.json KILN_PATH=/v2/models/$name/infer KILN_HEADER_LEN=$hlen \
-    wrk -t2 -c"$conns" -d"${secs}s" --latency -s bench/serve/infer.lua "http://127.0.0.1:$port" > "$tmp/wrk"
+    wrk -t"$(( conns < 2 ? conns : 2 ))" -c"$conns" -d"${secs}s" --latency -s bench/serve/infer.lua "http://127.0.0.1:$port" > "$tmp/wrk"
   local rps p50 p99 non2xx
   rps=$(awk '/Requests\/sec/ {print $2}' "$tmp/wrk")
   p50=$(awk '$1=="50%" {print $2}' "$tmp/wrk"); p99=$(awk '$1=="99%" {print $2}' "$tmp/wrk")
   non2xx=$(awk '/Non-2xx/ {print $NF}' "$tmp/wrk"); non2xx=${non2xx:-0}
   local batch
-  batch=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^kiln_batch_size_sum/ {s=$2} /^kiln_batch_size_count/ {c=$2} END {if (c) printf "%.2f", s/c}')
+  curl -s "http://127.0.0.1:$port/metrics" > "$tmp/metrics"
+  batch=$(awk '/^kiln_batch_size_sum/ {s=$2} /^kiln_batch_size_count/ {c=$2} END {if (c) printf "%.2f", s/c}' "$tmp/metrics")
+  grep '^kiln_http_responses_total' "$tmp/metrics" | grep -v 'code="200"' >&2 || true
   kill -TERM $pid; wait $pid || true
   echo "$label $rps $p50 $p99 $non2xx $batch" | tee -a "$tmp/results"
 }
@@ -65,8 +67,11 @@ for r in $(seq "$rounds"); do
 done
 /usr/bin/python3 - "$tmp/results" <<'PY'
 import sys, statistics as st
-def ms(v):
-    return float(v[:-2]) if v.endswith("ms") else float(v[:-1]) * 1e3 if v.endswith("s") else float(v[:-2]) / 1e3
+def ms(v):  # wrk prints 175.00us, 1.44ms or 1.20s
+    for unit, f in (("us", 1e-3), ("ms", 1.0), ("s", 1e3)):
+        if v.endswith(unit):
+            return float(v[:-len(unit)]) * f
+    return float(v)
 rows = [l.split() for l in open(sys.argv[1])]
 med = {}
 for lab in ("off", "on"):

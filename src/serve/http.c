@@ -338,7 +338,8 @@ static enum MHD_Result infer(req_ctx *x, const char *name, const char *version) 
 static int split(const char *url, char *buf, size_t bn, char **seg, int max) {
   snprintf(buf, bn, "%s", url);
   int n = 0;
-  for (char *p = strtok(buf, "/"); p && n < max; p = strtok(NULL, "/")) seg[n++] = p;
+  char *save = NULL;
+  for (char *p = strtok_r(buf, "/", &save); p && n < max; p = strtok_r(NULL, "/", &save)) seg[n++] = p;
   return n;
 }
 

@@ -60,7 +60,8 @@ static const opt opts[] = {
     {"--preferred-batch-sizes", "KILN_PREFERRED_BATCH_SIZES", OPT_SIZES, &cfg.defaults, 0, 0,
      "e.g. 4,8: batch sizes to run as soon as reached"},
     {"--max-queue-delay-us", "KILN_MAX_QUEUE_DELAY_US", OPT_LONG, &cfg.defaults.max_queue_delay_us, 0, 1e7,
-     "how long a request may wait for a batch to fill (default 500)"},
+     "how long a request may wait for a batch to fill (default 0: a free\n"
+     "                               worker takes what is queued)"},
     {"--max-queue-size", "KILN_MAX_QUEUE_SIZE", OPT_INT, &cfg.defaults.max_queue_size, 1, 1e6,
      "requests waiting per model version; more get 503 (default 256)"},
     {"--instances", "KILN_INSTANCES", OPT_INT, &cfg.defaults.instances, 1, 64,
@@ -98,7 +99,8 @@ static int set_sizes(srv_model_config *c, const char *s) {
   char buf[256];
   snprintf(buf, sizeof buf, "%s", s);
   c->n_preferred = 0;
-  for (char *p = strtok(buf, ","); p; p = strtok(NULL, ",")) {
+  char *save = NULL;
+  for (char *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
     long v;
     if (c->n_preferred == SRV_MAX_PREFERRED || srv_parse_long(p, 1, 1024, &v)) return -1;
     c->preferred[c->n_preferred++] = (int)v;
@@ -152,7 +154,6 @@ static void defaults(void) {
   cfg.drain_s = 5;
   cfg.exit_timeout_s = 30;
   srv_model_config_default(&cfg.defaults);
-  cfg.defaults.max_queue_delay_us = 500;
 }
 
 /* 0 ok, 1 --help printed, -1 usage error. */

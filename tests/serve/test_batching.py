@@ -40,7 +40,7 @@ def test_batching(root):
     path = os.path.join(root, "affine.onnx")
     affine_model(path)
     s = Server([path, "--model-name", "affine", "--max-batch-size", "8", "--preferred-batch-sizes", "4,8",
-                "--max-queue-delay-us", "100000", "--drain-s", "0", "--log-format", "off", "--http-threads", "2"])
+                "--max-queue-delay-us", "20000", "--drain-s", "0", "--log-format", "off", "--http-threads", "2"])
     try:
         for rnd in range(3):
             res = in_threads(lambda i: client(s, i + 16 * rnd), 16)
@@ -50,6 +50,15 @@ def test_batching(root):
         reqs = metric(s, 'kiln_inference_requests_total{model="affine",version="1",outcome="success"}')
         check(reqs == 48 and rows == sum(1 + i % 3 for i in range(48)), "every request and row counted once (%d, %d)" % (reqs, rows))
         check(runs < reqs / 2, "requests were coalesced: %d runs for %d requests" % (runs, reqs))
+        def mixed(i):  # routing from many HTTP threads at once (it once shared strtok's state)
+            paths = ["/v2/models/affine", "/v2/health/ready", "/v2/models/affine/versions/1/ready", "/v2"]
+            for k in range(40):
+                st = s.request("GET", paths[(i + k) % 4])[0] if k % 2 else (0 if client(s, i) else 200)
+                if st != 200:
+                    return "request %d of client %d: %s" % (k, i, st)
+            return None
+        bad = [r for r in in_threads(mixed, 16) if r is not None]
+        check(not bad, "16 clients mixing metadata, health and infer requests: all 200 %s" % bad[:3])
         x = np.ones((20, 4), np.float32)
         st, _, r = s.post_json("/v2/models/affine/infer", {"inputs": [json_input("X", x)]})
         check(st == 200 and r["outputs"][0]["shape"] == [20, 4] and r["outputs"][0]["data"] == [3.0] * 80,

@@ -205,6 +205,30 @@ def test_errors(s):
     check(st == 404, "GET on infer is 404")
 
 
+def test_mutations(s, rng):
+    """Valid requests with bytes flipped, cut or inserted: each answered 200 or 4xx, never a crash."""
+    x = np.ones((1, 4), np.float32)
+    seeds = [json.dumps({"id": "m", "inputs": [json_input("X", x)], "outputs": [{"name": "Y"}]}).encode()]
+    body, headers = binary_request([("X", x)])
+    seeds.append(body)
+    bad = []
+    for i in range(300):
+        b = bytearray(seeds[i % 2])
+        for _ in range(1 + i % 4):
+            k = int(rng.integers(0, len(b)))
+            op = i % 3
+            if op == 0:
+                b[k] = int(rng.integers(0, 256))
+            elif op == 1:
+                del b[k:k + int(rng.integers(1, 8))]
+            else:
+                b[k:k] = bytes(rng.choice(list(b'[]{}",:0123456789-e.truefalsenul\\'), 4).tolist())
+        st, _, _ = s.request("POST", "/v2/models/affine/infer", bytes(b), headers if i % 2 else None)
+        if not (st == 200 or 400 <= st < 500):
+            bad.append(st)
+    check(not bad, "300 mutated requests: each 200 or 4xx (%s)" % bad[:5])
+
+
 def test_limits(s):
     st, _, _ = s.request("GET", "/v2/health/live", headers={"X-Big": "a" * 100000})
     check(st in (413, 414, 431), "a header over --max-header-bytes is refused (%d)" % st)
@@ -260,6 +284,7 @@ def main():
             test_infer_json(s)
             test_dtypes(s, rng)
             test_errors(s)
+            test_mutations(s, rng)
             test_limits(s)
             test_repository_api(s, token)
             test_metrics(s)
