@@ -57,8 +57,11 @@ def check_outputs(body):
         data = o.get("data", [])
         if len(data) != math.prod(o.get("shape", [])):
             return f"output '{o.get('name')}': {len(data)} values for shape {o.get('shape')}"
-        if o.get("datatype", "").startswith("FP") and not all(math.isfinite(x) for x in data):
-            return f"output '{o.get('name')}' has non-finite values (NaN or Inf)"
+        # JSON has no NaN or Inf: servers write them as strings ("NaN") or bare words
+        if o.get("datatype", "").startswith("FP") and not all(
+                isinstance(x, (int, float)) and math.isfinite(x) for x in data):
+            bad = next(x for x in data if not (isinstance(x, (int, float)) and math.isfinite(x)))
+            return f"output '{o.get('name')}' has non-finite values ({bad!r})"
     return None
 
 

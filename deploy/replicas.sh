@@ -22,11 +22,11 @@
 # can roll a new version out one replica at a time. nginx runs in the foreground as this
 # script's child with its own prefix (`nginx -p RUN -c RUN/nginx.conf`); the system's nginx
 # configuration is never touched. Every 0.5 s the supervisor asks each replica's
-# /v2/health/ready; a replica that is not ready (starting, draining, dead) is marked `down` in
-# RUN/upstreams.conf and nginx reloads; requests that reach a failing replica anyway are retried
-# on the next one (proxy_next_upstream). A file RUN/rI/hold takes replica I out of nginx the
-# same way (deploy/rollout.sh uses it). RUN/ready appears when nginx and every replica are up;
-# RUN/upstreams.gen counts nginx reloads.
+# /v2/health/ready; while a replica is not ready (starting, draining, dead) RUN/rI/down exists
+# and nginx's gate for it answers 503, so the request goes to the next replica; requests that
+# reach a failing replica anyway are retried on the next one too (proxy_next_upstream). A file
+# RUN/rI/hold takes replica I out of nginx the same way (deploy/rollout.sh uses it); neither
+# needs an nginx reload. RUN/ready appears when nginx and every replica are up.
 # KILN is the kiln binary (default: build/kiln in this checkout).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -128,7 +128,7 @@ echo "$lb_port" > "$run/lb-port"
 # one repository per replica
 for ((i = 0; i < n; i++)); do
   d=$run/r$i
-  rm -rf "$d/repo" "$d/hold"; mkdir -p "$d/repo"
+  rm -rf "$d/repo" "$d/hold" "$d/down" "$d/gate.sock"; mkdir -p "$d/repo"
   if [ -n "$model" ]; then
     nm=${name:-$(basename "$model" .onnx)}
     mkdir -p "$d/repo/$nm/1"; cp "$model" "$d/repo/$nm/1/model.onnx"
@@ -153,24 +153,42 @@ ready_code() {
   curl -s -o /dev/null -m 1 -w '%{http_code}' "http://127.0.0.1:$1/v2/health/ready" 2>/dev/null || true
 }
 
-# upstreams.conf from the replicas' readiness; prints "changed" when it differs from the last one
-write_upstreams() {
-  local i port up="" down="" line
+# the gates (see nginx.conf.template): one per replica, and the upstream of the gates
+write_nginx_replicas() {
+  local i port
+  : > "$run/upstreams.conf"
+  : > "$run/replicas.conf"
   for ((i = 0; i < n; i++)); do
     port=$((base + i))
-    if [ ! -e "$run/r$i/hold" ] && [ "$(ready_code "$port")" = 200 ]; then
-      up+="server 127.0.0.1:$port max_fails=1 fail_timeout=1s;"$'\n'
+    echo "server unix:$run/r$i/gate.sock max_fails=1 fail_timeout=1s;" >> "$run/upstreams.conf"
+    cat >> "$run/replicas.conf" <<CONF
+upstream kiln_r$i {
+    server 127.0.0.1:$port;
+    keepalive 16;
+}
+server {
+    listen unix:$run/r$i/gate.sock;
+    location / {
+        if (-f $run/r$i/hold) { return 503; }
+        if (-f $run/r$i/down) { return 503; }
+        proxy_pass http://kiln_r$i;
+        proxy_next_upstream off;
+    }
+}
+CONF
+  done
+}
+
+# rI/down from each replica's readiness; prints what changed
+mark_readiness() {
+  local i
+  for ((i = 0; i < n; i++)); do
+    if [ "$(ready_code $((base + i)))" = 200 ]; then
+      [ ! -e "$run/r$i/down" ] || { rm -f "$run/r$i/down"; echo "replica $i ready"; }
     else
-      down+="server 127.0.0.1:$port down;"$'\n'
+      [ -e "$run/r$i/down" ] || { touch "$run/r$i/down"; echo "replica $i not ready: out of nginx"; }
     fi
   done
-  # with no replica ready, keep them all in: nginx tries each and answers 502 only if all fail
-  if [ -z "$up" ]; then line=${down// down;/ max_fails=1 fail_timeout=1s;}; else line=$up$down; fi
-  if [ ! -f "$run/upstreams.conf" ] || [ "$line" != "$(cat "$run/upstreams.conf")"$'\n' ]; then
-    printf '%s' "$line" > "$run/upstreams.conf.new"
-    mv "$run/upstreams.conf.new" "$run/upstreams.conf"
-    echo changed
-  fi
 }
 
 nginx_pid=""
@@ -210,7 +228,12 @@ for _ in $(seq 1 1200); do
 done
 [ "$all" = 1 ] || fail_start "replicas not ready after 120 s"
 
-write_upstreams > /dev/null
+write_nginx_replicas
+# as root, nginx's workers run as nobody: they must reach the gates' sockets and hold files
+if [ "$(id -u)" = 0 ] && command -v runuser > /dev/null &&
+   ! runuser -u nobody -- test -x "$run/r0" 2> /dev/null; then
+  fail_start "nginx's workers (user nobody) cannot reach $run: use a run folder they can enter (chmod o+x on it and its parents)"
+fi
 sed -e "s|@RUN@|$run|g" -e "s|@LISTEN@|127.0.0.1:$lb_port|g" "$here/nginx.conf.template" > "$run/nginx.conf"
 nginx -t -q -p "$run" -c "$run/nginx.conf" -e "$run/logs/error.log" || fail_start "nginx rejected $run/nginx.conf"
 nginx -p "$run" -c "$run/nginx.conf" -e "$run/logs/error.log" &
@@ -221,7 +244,6 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 echo "replicas: nginx pid $nginx_pid on 127.0.0.1:$lb_port"
-echo 0 > "$run/upstreams.gen"
 touch "$run/ready"
 
 while [ "$stopping" = 0 ]; do
@@ -235,10 +257,6 @@ while [ "$stopping" = 0 ]; do
       if [ "$restart" = 1 ]; then sleep 1; start_replica "$i"; else pids[$i]=""; fi
     fi
   done
-  if [ "$(write_upstreams)" = changed ]; then
-    echo "replicas: upstreams now: $(grep -c -v down "$run/upstreams.conf") up, $(grep -c down "$run/upstreams.conf" || true) down"
-    kill -HUP "$nginx_pid" 2>/dev/null || true
-    echo $(( $(cat "$run/upstreams.gen") + 1 )) > "$run/upstreams.gen"
-  fi
+  mark_readiness | sed 's/^/replicas: /'
   sleep 0.5 & wait $! || true
 done

@@ -6,7 +6,7 @@
 #                     [--bench-s S]
 #
 # MODEL_DIR holds the new version's model.onnx (and any files next to it). For each replica I:
-#   1. hold: RUN/rI/hold takes it out of nginx (the others keep serving); wait for the reload;
+#   1. hold: RUN/rI/hold takes it out of nginx (the others keep serving);
 #   2. baseline: a short wrk run (S s, default 2; --bench-s 0 skips) of the serving version;
 #   3. deploy: copy MODEL_DIR to rI/repo/NAME/.tmp-V, rename it to V (atomic: the server never
 #      sees half a version), ask the replica's load API (admin token from RUN/admin-token); the
@@ -65,22 +65,15 @@ done
 url() { echo "http://127.0.0.1:${ports[$1]}$2"; }
 served_version() { "$here/probe.py" "$(url "$1" "/v2/models/$name${2:+/versions/$2}/infer")" 2> "$run/probe.err"; }
 
-# wait until nginx's upstreams mark replica $1 down ($2=down) or up ($2=up)
-wait_upstream() {
-  local i=$1 want=$2 line
-  for _ in $(seq 1 200); do
-    line=$(grep -F "127.0.0.1:${ports[$i]} " "$run/upstreams.conf" || true)
-    if { [ "$want" = down ] && [[ $line == *down* ]]; } || { [ "$want" = up ] && [[ $line != *down* ]]; }; then
-      sleep 0.5   # the reload: nginx's old workers finish the requests they hold
-      return 0
-    fi
-    sleep 0.1
-  done
-  return 1
+# hold: nginx's gate for the replica answers 503 from now on and nginx sends its requests to the
+# others; those already at the replica finish. With one replica there is no other to send them
+# to: it keeps serving through the roll-out.
+hold() {
+  [ "$n" -gt 1 ] || return 0
+  touch "$run/r$1/hold"
+  sleep 0.5
 }
-# with one replica, holding it would leave nginx none: it keeps serving through the roll-out
-hold() { touch "$run/r$1/hold"; [ "$n" -gt 1 ] || return 0; wait_upstream "$1" down || say "replica $1: nginx did not mark it down in 20 s"; }
-unhold() { rm -f "$run/r$1/hold"; [ "$n" -gt 1 ] || return 0; wait_upstream "$1" up || say "replica $1: nginx did not mark it up in 20 s"; }
+unhold() { rm -f "$run/r$1/hold"; }
 
 load_api() { # replica -> prints HTTP code, body in $run/load.out
   curl -s -o "$run/load.out" -w '%{http_code}' -m 300 -X POST -H "Authorization: Bearer $token" \

@@ -10,6 +10,7 @@ PKGS+=(libmicrohttpd-dev libjansson-dev) # kiln serve (src/serve)
 if [ "${1:-}" = "--test" ]; then
   PKGS+=(clang libonnx-testdata python3-onnx python3-numpy python3-torch python3-torchvision)
   PKGS+=(prometheus) # promtool checks kiln serve's /metrics (tests/serve)
+  PKGS+=(nginx wrk curl yamllint) # deploy/tests: replicas behind nginx under wrk load, manifests
 fi
 missing=()
 for p in "${PKGS[@]}"; do

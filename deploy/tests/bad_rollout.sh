@@ -7,7 +7,8 @@
 #      server switched replica 0, which is rolled back to version 1;
 #   3. a good version with an impossible latency budget (--max-slowdown 0.001): the benchmark
 #      fails, replica 0 is rolled back;
-#   4. a good version: it serves on every replica, through nginx too.
+#   4. a good version (a loose latency budget, x10: the CPUs are shared): it serves on every
+#      replica, through nginx too.
 # wrk must see 0 non-2xx and 0 socket errors over all of it.
 # usage: deploy/tests/bad_rollout.sh
 source "$(dirname "$0")/lib.sh"
@@ -35,35 +36,35 @@ rollout() { # KIND VERSION [options] -> rollout.sh's status; its output in $work
 }
 
 rc=0; rollout corrupt 2 || rc=$?
-[ "$rc" = 1 ]; expect $? "corrupt version: rollout.sh fails (status $rc)"
-grep -q "replica 0: load failed" "$work/rollout-corrupt.log"; expect $? "corrupt version: refused at replica 0's load"
-every_replica_serves 1; expect $? "corrupt version: version 1 still serves on every replica"
+check "corrupt version: rollout.sh fails (status $rc)" [ "$rc" = 1 ]
+check "corrupt version: refused at replica 0's load" grep -q "replica 0: load failed" "$work/rollout-corrupt.log"
+check "corrupt version: version 1 still serves on every replica" every_replica_serves 1
 fails_total=$(curl -s "http://127.0.0.1:$base_port/metrics" | awk -v m="$NAME" '$1 == "kiln_model_load_failures_total{model=\"" m "\"}" {print $2}')
-[ "${fails_total:-0}" -ge 1 ]; expect $? "corrupt version: kiln_model_load_failures_total is ${fails_total:-absent}"
+check "corrupt version: kiln_model_load_failures_total is ${fails_total:-absent}" [ "${fails_total:-0}" -ge 1 ]
 curl -s -X POST -H "Authorization: Bearer $(cat "$run/admin-token")" "http://127.0.0.1:$base_port/v2/repository/index" > "$work/index.json"
-grep -q '"reason"' "$work/index.json"; expect $? "corrupt version: the repository index gives the reason: $(head -c 300 "$work/index.json")"
+check "corrupt version: the repository index gives the reason: $(head -c 300 "$work/index.json")" grep -q '"reason"' "$work/index.json"
 
 rc=0; rollout nan 3 || rc=$?
-[ "$rc" = 1 ]; expect $? "NaN version: rollout.sh fails (status $rc)"
-grep -Eq "replica 0: (health check|load) failed" "$work/rollout-nan.log"; expect $? "NaN version: caught at replica 0"
-grep -q "rolled back, version 1 serving on all 3 replicas" "$work/rollout-nan.log"; expect $? "NaN version: rolled back"
-every_replica_serves 1; expect $? "NaN version: version 1 serves on every replica"
+check "NaN version: rollout.sh fails (status $rc)" [ "$rc" = 1 ]
+check "NaN version: caught by the health check at replica 0" grep -q "replica 0: health check failed: probe: output .probs. has non-finite values" "$work/rollout-nan.log"
+check "NaN version: rolled back" grep -q "rolled back, version 1 serving on all 3 replicas" "$work/rollout-nan.log"
+check "NaN version: version 1 serves on every replica" every_replica_serves 1
 
 rc=0; rollout good 4 --max-slowdown 0.001 || rc=$?
-[ "$rc" = 1 ]; expect $? "latency budget: rollout.sh fails (status $rc)"
-grep -q "replica 0: benchmark failed" "$work/rollout-good.log"; expect $? "latency budget: the benchmark fails at replica 0"
-every_replica_serves 1; expect $? "latency budget: version 1 serves on every replica"
+check "latency budget: rollout.sh fails (status $rc)" [ "$rc" = 1 ]
+check "latency budget: the benchmark fails at replica 0" grep -q "replica 0: benchmark failed" "$work/rollout-good.log"
+check "latency budget: version 1 serves on every replica" every_replica_serves 1
 
-rc=0; rollout good 5 || rc=$?
-[ "$rc" = 0 ]; expect $? "good version: rollout.sh succeeds (status $rc)"
-every_replica_serves 5; expect $? "good version: version 5 serves on every replica"
-[ "$(infer_version "$lb_port")" = 5 ]; expect $? "good version: nginx answers with version 5"
+rc=0; rollout good 5 --max-slowdown 10 || rc=$?   # a loose budget: the CPUs are shared
+check "good version: rollout.sh succeeds (status $rc)" [ "$rc" = 0 ]
+check "good version: version 5 serves on every replica" every_replica_serves 5
+check "good version: nginx answers with version 5" [ "$(infer_version "$lb_port")" = 5 ]
 
 kill -INT "$wrk_pid" 2>/dev/null || true
-r=$(wrk_wait)
+wrk_wait
 say "wrk: $r"
 sent=$(jfield "$r" requests); lost=$(jfield "$r" lost)
 echo "result bad_rollout: requests $sent non2xx $(jfield "$r" non2xx) socket_errors $((lost - $(jfield "$r" non2xx)))"
-[ "$sent" -gt 100 ]; expect $? "load reached the replicas ($sent requests)"
-[ "$lost" = 0 ]; expect $? "no request lost across four roll-outs (lost $lost)"
+check "load reached the replicas ($sent requests)" [ "$sent" -gt 100 ]
+check "no request lost across four roll-outs (lost $lost)" [ "$lost" = 0 ]
 finish

@@ -10,13 +10,18 @@ MODEL=${MODEL:-$root/examples/models/tiny_cnn.onnx}
 NAME=${NAME:-tiny_cnn}
 fails=0
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiln-deploy-test.XXXXXX")
+chmod 755 "$work"   # nginx workers (nobody, when run as root) reach the run folder
 run=$work/run
 
 say() { echo "[$(date +%T)] $*"; }
 fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 ok() { echo "ok   $*"; }
-expect() { # expect CONDITION-EXIT-STATUS MESSAGE
+expect() { # expect STATUS MESSAGE: ok when STATUS is 0
   if [ "$1" = 0 ]; then ok "$2"; else fail "$2"; fi
+}
+check() { # check MESSAGE COMMAND...: ok when COMMAND succeeds (set -e does not stop the test)
+  local msg=$1; shift
+  if "$@"; then ok "$msg"; else fail "$msg"; fi
 }
 
 # N free loopback TCP ports, one per line
@@ -81,7 +86,13 @@ wrk_bg() {
     > "$work/wrk.out" 2>&1 &
   wrk_pid=$!
 }
-wrk_wait() { wait "$wrk_pid" || true; wrk_pid=""; grep '^wrk-json' "$work/wrk.out" | sed 's/^wrk-json //'; }
+# wrk_wait: wait for it (in this shell, not a subshell), its summary JSON in $r
+wrk_wait() {
+  wait "$wrk_pid" || true
+  wrk_pid=""
+  r=$(sed -n 's/^wrk-json //p' "$work/wrk.out")
+  [ -n "$r" ] || { cat "$work/wrk.out"; r='{"requests":0,"lost":-1,"non2xx":-1}'; fail "wrk printed no summary"; }
+}
 # jfield JSON FIELD
 jfield() { /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 

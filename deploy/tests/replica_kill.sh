@@ -12,18 +12,18 @@ sleep "$(awk -v s="$secs" 'BEGIN { print s / 3 }')"
 victim=$(cat "$run/r1/pid")
 kill -KILL "$victim"
 say "SIGKILL replica 1 (pid $victim)"
-r=$(wrk_wait)
+wrk_wait
 say "wrk: $r"
 sent=$(jfield "$r" requests); lost=$(jfield "$r" lost)
 echo "result replica_kill: requests $sent non2xx $(jfield "$r" non2xx) socket_errors $((lost - $(jfield "$r" non2xx)))"
-[ "$sent" -gt 100 ]; expect $? "load reached the replicas ($sent requests)"
-[ "$lost" = 0 ]; expect $? "no request lost across the kill (lost $lost)"
-grep -q "replica 1 (pid $victim) exited" "$run/supervisor.log"; expect $? "the supervisor saw replica 1 die"
+check "load reached the replicas ($sent requests)" [ "$sent" -gt 100 ]
+check "no request lost across the kill (lost $lost)" [ "$lost" = 0 ]
+check "the supervisor saw replica 1 die" grep -q "replica 1 (pid $victim) exited" "$run/supervisor.log"
 back=1
 for _ in $(seq 1 100); do
   [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$((base_port + 1))/v2/health/ready")" = 200 ] && { back=0; break; }
   sleep 0.1
 done
 expect $back "replica 1 restarted and ready"
-[ "$(infer_version "$lb_port")" = 1 ]; expect $? "nginx still answers after the kill"
+check "nginx still answers after the kill" [ "$(infer_version "$lb_port")" = 1 ]
 finish

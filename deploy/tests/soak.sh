@@ -41,7 +41,7 @@ while kill -0 "$wrk_pid" 2>/dev/null; do
   echo "$(awk -v a="$t0" -v b="$now" 'BEGIN { printf "%.2f", b - a }'),$(rss_kb "$srv"),$cycle" >> "$csv"
   sleep 0.5
 done
-r=$(wrk_wait)
+wrk_wait
 say "wrk: $r"
 served=$(infer_version "$port")
 kill -TERM "$srv"; wait "$srv" || true
@@ -52,9 +52,9 @@ read -r base peak last n < <(awk -F, -v w="$(awk -v s="$secs" 'BEGIN { print s /
 growth=$(awk -v b="$base" -v p="$peak" 'BEGIN { printf "%.1f", (p - b) * 100 / b }')
 sent=$(jfield "$r" requests); lost=$(jfield "$r" lost)
 echo "result soak: seconds $secs cycles $cycle requests $sent lost $lost rss_kib warm $base peak $peak last $last growth ${growth}%"
-[ "$cycle" -ge 5 ]; expect $? "$cycle load/unload cycles"
-[ "$api_fail" = 0 ]; expect $? "every load/unload call answered 200 ($api_fail did not)"
-[ "$served" = "$ver" ]; expect $? "the last version ($ver) serves (answered '$served')"
-[ "$lost" = 0 ]; expect $? "no request lost ($lost of $sent)"
-awk -v g="$growth" 'BEGIN { exit !(g <= 10) }'; expect $? "RSS growth after warm-up ${growth}% <= 10% ($n samples)"
+check "$cycle load/unload cycles" [ "$cycle" -ge 5 ]
+check "every load/unload call answered 200 ($api_fail did not)" [ "$api_fail" = 0 ]
+check "the last version ($ver) serves (answered '$served')" [ "$served" = "$ver" ]
+check "no request lost ($lost of $sent)" [ "$lost" = 0 ]
+check "RSS growth after warm-up ${growth}% <= 10% ($n samples)" awk -v g="$growth" 'BEGIN { exit !(g <= 10) }'
 finish
