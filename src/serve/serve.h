@@ -33,6 +33,7 @@
 #define SRV_MAX_PLUGINS 8
 #define SRV_MAX_FAILURES 8
 #define SRV_NAME_MAX 128
+#define SRV_MAX_IO 256 /* inputs or outputs of a served model */
 
 /* ---- util.c -------------------------------------------------------------------------- */
 
