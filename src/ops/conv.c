@@ -21,6 +21,7 @@
 #include "kernels/gemm_amx.h"
 #include "kernels/gemm.h"
 #include "kernels/winograd_f32.h"
+#include "ops/cost.h"
 #include "ops/fused.h"
 #include "ops/op.h"
 #include "runtime/session.h"
@@ -794,6 +795,11 @@ static kiln_code qlinearconv_run(kiln_kctx *c) {
     rc = kiln_kfail(c, "B must be an int32 tensor of %lld elements", (long long)g.m);
     goto done;
   }
+  const float xs = ((const float *)c->in[1]->data)[0], ys = ((const float *)c->in[6]->data)[0];
+  if (!(fabsf(ys) > 0.0f) || !isfinite(ys)) { /* no defined result: refuse, never divide by 0 */
+    rc = kiln_kfail(c, "y_scale must be finite and non-zero, got %g", (double)ys);
+    goto done;
+  }
   int64_t dims[KILN_MAX_RANK] = {g.n, g.m};
   memcpy(dims + 2, g.y, sizeof(int64_t) * (size_t)g.nsp);
   kiln_tensor *y = kiln_out(c, 0, yt, x->rank, dims);
@@ -801,7 +807,6 @@ static kiln_code qlinearconv_run(kiln_kctx *c) {
     rc = KILN_ERR_NOMEM;
     goto done;
   }
-  const float xs = ((const float *)c->in[1]->data)[0], ys = ((const float *)c->in[6]->data)[0];
   const kiln_tensor *wst = c->in[4];
   double zp = yzp ? (double)kiln_get_i64(yzp, 0) : 0;
   double lo = yt == KILN_UINT8 ? 0 : -128, hi = yt == KILN_UINT8 ? 255 : 127;
@@ -813,6 +818,7 @@ static kiln_code qlinearconv_run(kiln_kctx *c) {
       int64_t base = (n * g.m + m) * g.ysize;
       for (int64_t j = 0; j < g.ysize; j++) {
         double v = rint((double)((float)(acc[base + j] + bias) * scale)) + zp;
+        if (isnan(v)) v = zp; /* 0 times an infinite (overflowed or non-finite) scale */
         kiln_set_i64(y, base + j, (int64_t)(v < lo ? lo : v > hi ? hi : v));
       }
     }
@@ -871,9 +877,14 @@ static kiln_code qlinearconv_infer(kiln_ictx *c) {
 }
 
 const kiln_op_schema kiln_ops_conv[] = {
-    {"", "Conv", 1, 2, 3, 1, 1, conv_infer, conv_run},
-    {"", "ConvTranspose", 1, 2, 3, 1, 1, convt_infer, convt_run},
-    {"", "ConvInteger", 10, 2, 4, 1, 1, convinteger_infer, convinteger_run},
-    {"", "QLinearConv", 10, 8, 9, 1, 1, qlinearconv_infer, qlinearconv_run},
+    {.domain = "", .name = "Conv", .since = 1, .inputs = {2, 3}, .outputs = {1, 1},
+     .infer = conv_infer, .run = conv_run,
+     .flow = KILN_FLOW_BATCH, .prepare = kiln_conv2d_f32_prepare, .cost = kiln_cost_conv},
+    {.domain = "", .name = "ConvTranspose", .since = 1, .inputs = {2, 3}, .outputs = {1, 1},
+     .infer = convt_infer, .run = convt_run, .flow = KILN_FLOW_BATCH},
+    {.domain = "", .name = "ConvInteger", .since = 10, .inputs = {2, 4}, .outputs = {1, 1},
+     .infer = convinteger_infer, .run = convinteger_run, .cost = kiln_cost_conv},
+    {.domain = "", .name = "QLinearConv", .since = 10, .inputs = {8, 9}, .outputs = {1, 1},
+     .infer = qlinearconv_infer, .run = qlinearconv_run},
     {0},
 };

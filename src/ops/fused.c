@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kiln/kiln_op.h"
+#include "ops/cost.h"
 #include "ops/fused.h"
 
 #include <stdint.h>
@@ -486,8 +487,11 @@ static kiln_code fused_conv_pool_run(kiln_kctx *c) {
 }
 
 const kiln_op_schema kiln_ops_fused[] = {
-    {KILN_FUSED_DOMAIN, "FusedConv", 1, 2, 4, 1, 1, fused_conv_infer, fused_conv_run},
-    {KILN_FUSED_DOMAIN, "FusedConvMaxPool", 1, 2, 3, 1, 1, fused_conv_pool_infer, fused_conv_pool_run},
+    {.domain = KILN_FUSED_DOMAIN, .name = "FusedConv", .since = 1, .inputs = {2, 4}, .outputs = {1, 1},
+     .infer = fused_conv_infer, .run = fused_conv_run,
+     .prepare = kiln_conv2d_f32_prepare, .cost = kiln_cost_conv, .flow = KILN_FLOW_BATCH},
+    {.domain = KILN_FUSED_DOMAIN, .name = "FusedConvMaxPool", .since = 1, .inputs = {2, 3}, .outputs = {1, 1},
+     .infer = fused_conv_pool_infer, .run = fused_conv_pool_run, .cost = kiln_cost_conv_pool},
     {0},
 };
 
@@ -581,4 +585,9 @@ static const kiln_op_desc fused_gemm_desc = {
     .n_attrs = 7, .attrs = gemm_attrs, .infer = fused_gemm_infer,
     .compute = fused_gemm_compute, .flags = KILN_OP_FLAG_OPEN_ATTRS};
 
-const kiln_op_desc *const kiln_ops_fused_described[] = {&fused_gemm_desc, &fused_matmul_desc, NULL};
+const kiln_described_op kiln_ops_fused_described[] = {
+    {&fused_gemm_desc, {.prepare = kiln_fused_gemm_prepare, .cost = kiln_cost_gemm, .flow = KILN_FLOW_GEMM}},
+    {&fused_matmul_desc,
+     {.prepare = kiln_fused_matmul_prepare, .cost = kiln_cost_matmul, .flow = KILN_FLOW_MATMUL}},
+    {0},
+};

@@ -53,6 +53,7 @@
 
 #include "kernels/cpu.h"
 #include "kernels/vmath.h"
+#include "ops/cost.h"
 #include "ops/fused.h"
 #include "runtime/threadpool.h"
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -920,6 +921,7 @@ static kiln_code attention_infer(kiln_ictx *c) {
 }
 
 const kiln_op_schema kiln_ops_fused_attention[] = {
-    {KILN_FUSED_DOMAIN, "Attention", 1, 3, 5, 1, 1, attention_infer, attention_run},
+    {.domain = KILN_FUSED_DOMAIN, .name = "Attention", .since = 1, .inputs = {3, 5}, .outputs = {1, 1},
+     .infer = attention_infer, .run = attention_run, .cost = kiln_cost_attention},
     {0},
 };

@@ -294,6 +294,8 @@ static kiln_code fused_ew_run(kiln_kctx *c) {
 static kiln_code fused_ew_infer(kiln_ictx *c) { return kiln_infer_broadcast(c, KILN_FLOAT); }
 
 const kiln_op_schema kiln_ops_fused_ew[] = {
-    {KILN_FUSED_DOMAIN, "FusedElementwise", 1, 1, KILN_VARIADIC, 1, 1, fused_ew_infer, fused_ew_run},
+    {.domain = KILN_FUSED_DOMAIN, .name = "FusedElementwise", .since = 1,
+     .inputs = {1, KILN_VARIADIC}, .outputs = {1, 1},
+     .infer = fused_ew_infer, .run = fused_ew_run, .flow = KILN_FLOW_BROADCAST},
     {0},
 };

@@ -268,8 +268,9 @@ kiln_code kiln_adapt_op(const kiln_op_desc *desc, bool copy, kiln_adapted_op *ou
       return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     }
   }
-  out->schema = (kiln_op_schema){out->d.domain, out->d.name, d.since_version, min_in, max_in,
-                                 min_out, max_out, adapter_infer, adapter_run};
+  out->schema = (kiln_op_schema){.domain = out->d.domain, .name = out->d.name, .since = d.since_version,
+                                 .inputs = {min_in, max_in}, .outputs = {min_out, max_out},
+                                 .infer = adapter_infer, .run = adapter_run};
   return KILN_OK;
 }
 
@@ -812,7 +813,7 @@ static kiln_code adapter_run(kiln_kctx *c) {
     char lbl[300];
     const char *why = c->err && c->err->message[0] ? c->err->message : "(no message)";
     const char *cut = !strncmp(why, "node '", 6) ? strstr(why, "): ") : NULL; /* the node is named already */
-    fprintf(stderr, "kiln: fused node '%s' (%s) %s%s; running the chain it replaced from now on\n", c->node->name,
+    kiln_log(&s->opts, KILN_LOG_WARNING, "fused node '%s' (%s) %s%s; running the chain it replaced from now on", c->node->name,
             kiln_op_label(c->node->domain, c->node->op_type, lbl, sizeof lbl),
             forced ? "is forced to fail by KILN_FUSION_FAIL" : "failed: ", forced ? "" : cut ? cut + 3 : why);
   }

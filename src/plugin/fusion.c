@@ -155,7 +155,7 @@ static bool fused_inputs(const kiln_graph *g, const kiln_plugin_fusion *f, const
     } else {
       in[k] = (size_t)idx < n->n_in ? n->in[idx] : -1;
     }
-    if (in[k] < 0 && (int)k < f->op->schema.min_in) return false; /* a required input is absent */
+    if (in[k] < 0 && (int)k < f->op->schema.inputs.min) return false; /* a required input is absent */
     for (size_t s = 0; in[k] >= 0 && s + 1 < m->n; s++) /* never a value inside the chain */
       if (g->nodes[m->nodes[s]].out[0] == in[k]) return false;
     int32_t dt;
@@ -167,7 +167,7 @@ static bool fused_inputs(const kiln_graph *g, const kiln_plugin_fusion *f, const
   }
   const kiln_node *anchor = &g->nodes[m->nodes[m->n - 1]];
   const kiln_op_schema *s = &f->op->schema;
-  if ((int)anchor->n_out < s->min_out || (s->max_out >= 0 && (int)anchor->n_out > s->max_out)) return false;
+  if ((int)anchor->n_out < s->outputs.min || (s->outputs.max >= 0 && (int)anchor->n_out > s->outputs.max)) return false;
   return true;
 }
 

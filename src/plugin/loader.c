@@ -144,9 +144,9 @@ static kiln_code check_fusion(const kiln_registry *reg, const kiln_fusion_desc *
                        "invalid fusion pattern '%s': input %u is step %u's input %d, which the previous step feeds", nm,
                        k, in->step, in->input);
   }
-  if ((int)d->n_inputs < op->schema.min_in || (op->schema.max_in >= 0 && (int)d->n_inputs > op->schema.max_in))
+  if ((int)d->n_inputs < op->schema.inputs.min || (op->schema.inputs.max >= 0 && (int)d->n_inputs > op->schema.inputs.max))
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "invalid fusion pattern '%s': it gives %u inputs but '%s' takes %d to %d",
-                     nm, d->n_inputs, lbl, op->schema.min_in, op->schema.max_in);
+                     nm, d->n_inputs, lbl, op->schema.inputs.min, op->schema.inputs.max);
   *op_out = op;
   return KILN_OK;
 }

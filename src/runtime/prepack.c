@@ -1,5 +1,5 @@
 /* Packed weights at session creation: every node of the main graph whose op has a prepare
- * hook (kiln_prepare_fn, kiln_op_prepare) makes, from its constant inputs and the static
+ * hook (kiln_op_schema.prepare) makes, from its constant inputs and the static
  * shapes of the others, the caches its first run would make (packed and transformed weights).
  * The first run is then as fast as later ones. */
 #include <string.h>
@@ -28,11 +28,11 @@ static bool shape_only(const kiln_type *t, kiln_tensor *out) {
 
 size_t kiln_prepack(const kiln_session *s) {
   kiln_graph *g = s->model->ir->graph;
-  kiln_frame f = {g, NULL, NULL, NULL, s, NULL};
+  kiln_frame f = {g, NULL, NULL, NULL, s, NULL, NULL};
   size_t done = 0;
   for (size_t i = 0; i < g->n_nodes; i++) {
     kiln_node *n = &g->nodes[i];
-    kiln_prepare_fn prepare = kiln_op_prepare(n->schema);
+    kiln_prepare_fn prepare = n->schema ? n->schema->prepare : NULL;
     if (!prepare || n->n_in > MAX_IO || n->n_out > MAX_IO) continue;
     kiln_tensor shapes[MAX_IO];
     const kiln_tensor *in[MAX_IO];

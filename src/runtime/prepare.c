@@ -39,16 +39,16 @@ static kiln_code resolve_node(kiln_node *n, const kiln_ir_model *m, const kiln_p
                      custom ? " (if a plugin provides it, load it: --plugin PATH.so or KILN_PLUGINS)" : "");
   }
   const kiln_op_schema *s = n->schema;
-  if ((int)n->n_in < s->min_in || (s->max_in >= 0 && (int)n->n_in > s->max_in))
+  if ((int)n->n_in < s->inputs.min || (s->inputs.max >= 0 && (int)n->n_in > s->inputs.max))
     return kiln_fail(err, KILN_ERR_MODEL, "%s has %zu inputs; the op takes %d to %d",
-                     label(n, lbl, sizeof lbl), n->n_in, s->min_in, s->max_in);
-  if ((int)n->n_out < s->min_out || (s->max_out >= 0 && (int)n->n_out > s->max_out))
+                     label(n, lbl, sizeof lbl), n->n_in, s->inputs.min, s->inputs.max);
+  if ((int)n->n_out < s->outputs.min || (s->outputs.max >= 0 && (int)n->n_out > s->outputs.max))
     return kiln_fail(err, KILN_ERR_MODEL, "%s has %zu outputs; the op gives %d to %d",
-                     label(n, lbl, sizeof lbl), n->n_out, s->min_out, s->max_out);
+                     label(n, lbl, sizeof lbl), n->n_out, s->outputs.min, s->outputs.max);
   /* Inputs below the op's minimum arity are required: an empty name there is malformed, and no
    * kernel has to guard against it. (Loop and Scan-8 take optional inputs first.) */
-  bool leading_optional = !*n->domain && (!strcmp(n->op_type, "Loop") || !strcmp(n->op_type, "Scan"));
-  for (int i = 0; i < s->min_in && (size_t)i < n->n_in && !leading_optional; i++)
+  bool leading_optional = s->flags & KILN_OPF_LEADING_OPTIONAL;
+  for (int i = 0; i < s->inputs.min && (size_t)i < n->n_in && !leading_optional; i++)
     if (n->in[i] < 0)
       return kiln_fail(err, KILN_ERR_MODEL, "%s: required input %d is missing (empty name)",
                        label(n, lbl, sizeof lbl), i);

@@ -22,12 +22,12 @@ typedef struct kiln_profile {
 
 kiln_profile *kiln_profile_new(size_t n_nodes);
 void kiln_profile_free(kiln_profile *p);
-/* Record one run of node `idx`, taking `ns` nanoseconds, with its inputs and outputs. */
-void kiln_profile_record(kiln_profile *p, size_t idx, const kiln_node *n,
-                         const kiln_tensor *const *in, kiln_tensor *const *out, uint64_t ns);
-/* Floating-point operations of one run of n on these tensors (multiply-add = 2); 0 for ops
- * that are not counted. */
-double kiln_node_flops(const kiln_node *n, const kiln_tensor *const *in, kiln_tensor *const *out);
+struct kiln_kctx;
+/* Record one run of node `idx` (the kernel context it ran with), taking `ns` nanoseconds. */
+void kiln_profile_record(kiln_profile *p, size_t idx, const struct kiln_kctx *c, uint64_t ns);
+/* Work of one run (the op's cost hook, kiln_cost_fn): floating-point operations (multiply-add
+ * = 2; 0 for ops that count none) and bytes (inputs and outputs unless the op knows better). */
+void kiln_node_cost(const struct kiln_kctx *c, double *flops, double *bytes);
 uint64_t kiln_profile_now_ns(void);
 
 #endif

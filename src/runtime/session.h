@@ -50,7 +50,7 @@ struct kiln_session {
 };
 
 /* At model load, unless opts.lazy_weights: the prepare hook of every main-graph node that has
- * one (kiln_op_prepare), run with the session `s` (a stand-in made for loading); returns how
+ * one (kiln_op_schema.prepare), run with the session `s` (a stand-in made for loading); returns how
  * many made something. */
 size_t kiln_prepack(const kiln_session *s);
 
@@ -62,7 +62,11 @@ typedef struct kiln_frame {
   struct kiln_frame *parent;
   const kiln_session *session;
   kiln_run_mem *mem;        /* arena for planned intermediates (main graph only), or NULL */
+  const int *terminate;     /* the run options' flag (api_run.c), checked before each node */
 } kiln_frame;
+
+/* The terminate flag of the run this thread is starting (kiln_session_run_with), or NULL. */
+const int *kiln_run_terminate_flag(void);
 
 /* Resolve schemas, sort and infer types for a graph and its subgraphs. */
 kiln_code kiln_graph_prepare(kiln_graph *g, const kiln_ir_model *m, kiln_error *err);
