@@ -13,6 +13,7 @@ if [ "${1:-}" = "--test" ]; then
   PKGS+=(chromium) # renders kiln profile's HTML report in tests/graph/test_profile_cli.py
   PKGS+=(prometheus) # promtool checks kiln serve's /metrics (tests/serve)
   PKGS+=(python3-dev python3-pip python3-setuptools) # the Python package (python/) and its pip test
+  PKGS+=(nginx wrk curl yamllint) # deploy/tests: replicas behind nginx under wrk load, manifests
 fi
 missing=()
 for p in "${PKGS[@]}"; do
