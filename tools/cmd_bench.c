@@ -476,8 +476,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
       a->opts.threads = (int)n;
       i++;
     } else if (!strcmp(o, "--level")) {
-      if (cli_parse_long(v, 0, 2, &n)) return cli_usage_error("bench", "--level expects 0, 1 or 2, got '%s'", v);
-      a->opts.opt_level = (int)n;
+      if (cli_parse_level("bench", v, &a->opts.opt_level)) return CLI_USAGE;
       i++;
     } else if (!strcmp(o, "--seed")) {
       if (cli_parse_long(v, 0, 0x7fffffffL, &a->seed)) return cli_usage_error("bench", "--seed expects a number >= 0, got '%s'", v);

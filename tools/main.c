@@ -16,6 +16,7 @@ static const struct {
     {"profile", cmd_profile, "time every node: op-type shares, slowest nodes, bottleneck advice"},
     {"optimize", cmd_optimize, "write the optimised graph and show what each pass changed"},
     {"validate", cmd_validate, "check the optimised graph against the original on the same inputs"},
+    {"serve", cmd_serve, "serve models over HTTP (KServe v2 protocol): batching, versions, metrics"},
 };
 
 static void usage(FILE *f) {

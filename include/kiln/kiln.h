@@ -25,7 +25,8 @@ typedef enum kiln_code {
   KILN_ERR_MODEL = 3,       /* malformed or unsupported model */
   KILN_ERR_RUN = 4,         /* a kernel failed at run time */
   KILN_ERR_NOMEM = 5,       /* allocation failed or size overflow */
-  KILN_ERR_UNSUPPORTED = 6  /* valid ONNX that kiln does not implement */
+  KILN_ERR_UNSUPPORTED = 6, /* valid ONNX that kiln does not implement */
+  KILN_ERR_CANCELLED = 7    /* the run was cancelled (kiln_run_options_set_terminate) */
 } kiln_code;
 
 typedef struct kiln_error {
@@ -117,7 +118,7 @@ typedef struct kiln_options {
   size_t size;         /* sizeof(kiln_options): lets the struct grow without new functions */
   int opt_level;       /* 0 none, 1 basic, 2 fusion (default 2) */
   int threads;         /* 0: one per physical core */
-  int verbose;         /* print load-time diagnostics to stderr */
+  int verbose;         /* 1: log load-time diagnostics (info level; see log_level) */
   const char *disabled_passes; /* comma-separated optimizer pass names to skip, or NULL */
   /* Plugin libraries (custom ops and fusion patterns, see kiln/kiln_op.h) to load into the
    * session: a NULL-terminated list of paths, or NULL. The KILN_PLUGINS environment variable
@@ -148,7 +149,40 @@ typedef struct kiln_options {
    * (faster creation, slower first run). A node whose packing depends on dims unknown before
    * the run (a convolution's spatial size, say) packs on first use either way. */
   int lazy_weights;
+  /* Free-dimension overrides: a NULL-terminated list of "NAME=VALUE" strings, or NULL. Every
+   * graph input dim named NAME (its dim_param) becomes the fixed size VALUE (>= 0) before the
+   * model is checked and optimised, so shapes fold and fed inputs must match it. A NAME no
+   * input uses is an error. Borrowed only during model loading. */
+  const char *const *dim_overrides;
+  /* Logging (fused nodes falling back, load-time diagnostics): messages at log_level or more
+   * severe go to log_fn(log_user, level, message), or to stderr when log_fn is NULL. 0 means
+   * KILN_LOG_WARNING (INFO when verbose is set). log_fn may be called from any thread that
+   * runs the model, at the same time; it must outlive the model. */
+  int log_level;
+  void (*log_fn)(void *log_user, int level, const char *message);
+  void *log_user;
+  /* Limits on what a model may ask for (0: the default named in brackets). A model over one is
+   * refused with an error naming the limit; raise it here for a trusted model. Nesting of
+   * subgraphs (If/Loop/Scan bodies) and of types (sequence of sequence ...) [64]. */
+  int max_subgraph_depth;
+  int64_t max_nodes;           /* nodes of all graphs together [1,000,000] */
+  int64_t max_string_bytes;    /* one name, string attribute or string element [16 MiB] */
+  int64_t max_attribute_bytes; /* one attribute's values (ints, floats, strings) [64 MiB] */
+  /* Memory of a session: a model whose weights and planned intermediates (static shapes) need
+   * more is refused at load, a tensor larger than this at run time fails its node [physical
+   * memory]. */
+  int64_t max_memory_bytes;
 } kiln_options;
+
+/* Log levels of kiln_options.log_level and of the messages given to log_fn; the numbers are
+ * ONNX Runtime's log severities plus one (0 is "the default"). */
+typedef enum kiln_log_level {
+  KILN_LOG_DEBUG = 1,
+  KILN_LOG_INFO = 2,
+  KILN_LOG_WARNING = 3,
+  KILN_LOG_ERROR = 4,
+  KILN_LOG_OFF = 5
+} kiln_log_level;
 
 /* Fill `o` with defaults. */
 void kiln_options_init(kiln_options *o);
@@ -292,6 +326,58 @@ void kiln_session_profile_reset(kiln_session *s);
 /* Op histogram entry i (sorted by count, descending); returns KILN_ERR_INVALID_ARG past the end. */
 kiln_code kiln_session_op_count(const kiln_session *s, size_t i, const char **op_type,
                                 size_t *count);
+
+/* ---- tensors over caller memory -------------------------------------------------------- */
+
+/* Called once when a tensor made by kiln_tensor_create_from_data is freed (from the thread
+ * that frees it), with the `user` and `data` given at creation. */
+typedef void (*kiln_release_fn)(void *user, void *data);
+/* A tensor over `data` (not copied): nbytes must hold the shape (numel * kiln_dtype_size),
+ * data must be aligned to the element size and stay valid until `release` runs (NULL: the
+ * caller keeps it alive past kiln_tensor_free). Not for STRING. On failure nothing is taken
+ * and `release` is not called. Runs only read input tensors, so one buffer may feed many. */
+kiln_code kiln_tensor_create_from_data(kiln_dtype dtype, int rank, const int64_t *dims, void *data,
+                                       size_t nbytes, kiln_release_fn release, void *user,
+                                       kiln_tensor **out, kiln_error *err);
+
+/* ---- model metadata -------------------------------------------------------------------- */
+
+/* What the ModelProto says about itself. Strings are borrowed (never NULL, "" when absent) and
+ * live as long as the model; custom entries are metadata_props in file order. */
+typedef struct kiln_model_meta {
+  const char *producer_name;
+  const char *producer_version;
+  const char *domain;
+  const char *doc_string;       /* the model's */
+  const char *graph_name;
+  const char *graph_doc_string;
+  int64_t model_version;
+  size_t n_custom;
+  const char *const *custom_keys;
+  const char *const *custom_values;
+} kiln_model_meta;
+kiln_code kiln_model_metadata(const kiln_model *m, kiln_model_meta *meta, kiln_error *err);
+
+/* What an input (output = 0) or output (output = 1) holds: for an optional (kiln_io_info.kind
+ * KILN_KIND_NONE), the kind of its value when present (KILN_KIND_TENSOR or
+ * KILN_KIND_SEQUENCE); for others, their own kind. */
+kiln_code kiln_session_io_content(const kiln_session *s, int output, size_t i, kiln_kind *content,
+                                  kiln_error *err);
+
+/* ---- run options: cancellation ------------------------------------------------------------ */
+
+typedef struct kiln_run_options kiln_run_options;
+kiln_code kiln_run_options_create(kiln_run_options **out, kiln_error *err);
+void kiln_run_options_free(kiln_run_options *ro);
+/* Ask runs given `ro` to stop (1) or allow them again (0); safe from any thread at any time.
+ * A run checks the flag before each node and returns KILN_ERR_CANCELLED. */
+void kiln_run_options_set_terminate(kiln_run_options *ro, int terminate);
+int kiln_run_options_terminate(const kiln_run_options *ro);
+/* kiln_session_run with run options (`ro` may be NULL). */
+kiln_code kiln_session_run_with(kiln_session *s, const kiln_run_options *ro, size_t n_inputs,
+                                const char *const *input_names, const kiln_tensor *const *inputs,
+                                size_t n_outputs, const char *const *output_names,
+                                kiln_tensor **outputs, kiln_error *err);
 
 #ifdef __cplusplus
 }

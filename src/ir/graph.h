@@ -115,6 +115,7 @@ typedef struct kiln_ir_model {
   char *base_dir;          /* folder for external data */
   size_t n_maps;           /* mmap'd external data regions */
   struct { void *addr; size_t len; } *maps;
+  struct kiln_meta *meta;  /* what the ModelProto says about itself (ir/meta.h), or NULL */
 } kiln_ir_model;
 
 kiln_graph *kiln_graph_new(kiln_graph *parent);

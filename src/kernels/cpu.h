@@ -49,7 +49,7 @@ void kiln_cpu_describe(char *buf, size_t cap);
  * baseline x86-64 and let the loader pick by CPU (target_clones). The project builds for
  * baseline x86-64, so without this such loops use 128-bit SSE only. The clones run the same
  * operations in the same order per element, so results do not depend on which is picked. */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KILN_NO_TARGET_CLONES)
 #define KILN_VECTORIZE __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define KILN_VECTORIZE

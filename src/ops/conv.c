@@ -773,6 +773,11 @@ static kiln_code qlinearconv_run(kiln_kctx *c) {
     rc = kiln_kfail(c, "B must be an int32 tensor of %lld elements", (long long)g.m);
     goto done;
   }
+  const float xs = ((const float *)c->in[1]->data)[0], ys = ((const float *)c->in[6]->data)[0];
+  if (!(fabsf(ys) > 0.0f) || !isfinite(ys)) { /* no defined result: refuse, never divide by 0 */
+    rc = kiln_kfail(c, "y_scale must be finite and non-zero, got %g", (double)ys);
+    goto done;
+  }
   int64_t dims[KILN_MAX_RANK] = {g.n, g.m};
   memcpy(dims + 2, g.y, sizeof(int64_t) * (size_t)g.nsp);
   kiln_tensor *y = kiln_out(c, 0, yt, x->rank, dims);
@@ -780,7 +785,6 @@ static kiln_code qlinearconv_run(kiln_kctx *c) {
     rc = KILN_ERR_NOMEM;
     goto done;
   }
-  const float xs = ((const float *)c->in[1]->data)[0], ys = ((const float *)c->in[6]->data)[0];
   const kiln_tensor *wst = c->in[4];
   double zp = yzp ? (double)kiln_get_i64(yzp, 0) : 0;
   double lo = yt == KILN_UINT8 ? 0 : -128, hi = yt == KILN_UINT8 ? 255 : 127;
@@ -792,6 +796,7 @@ static kiln_code qlinearconv_run(kiln_kctx *c) {
       int64_t base = (n * g.m + m) * g.ysize;
       for (int64_t j = 0; j < g.ysize; j++) {
         double v = rint((double)((float)(acc[base + j] + bias) * scale)) + zp;
+        if (isnan(v)) v = zp; /* 0 times an infinite (overflowed or non-finite) scale */
         kiln_set_i64(y, base + j, (int64_t)(v < lo ? lo : v > hi ? hi : v));
       }
     }

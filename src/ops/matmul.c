@@ -366,6 +366,12 @@ static kiln_code matmulinteger_run(kiln_kctx *c) {
   return y ? KILN_OK : KILN_ERR_NOMEM;
 }
 
+static bool all_finite(const float *v, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    if (!isfinite(v[i])) return false;
+  return true;
+}
+
 static kiln_code qlinearmatmul_run(kiln_kctx *c) {
   const kiln_tensor *a = kiln_in(c, 0), *as = kiln_in(c, 1), *b = kiln_in(c, 3),
                     *bs = kiln_in(c, 4), *ys = kiln_in(c, 6), *yzp = kiln_in(c, 7);
@@ -382,18 +388,27 @@ static kiln_code qlinearmatmul_run(kiln_kctx *c) {
     return kiln_kfail(c, "scales must be float scalars (or per row / column) and y_zero_point "
                          "a uint8 or int8 scalar");
   }
+  const float *asv = as->data, *bsv = bs->data, ysv = ((const float *)ys->data)[0];
+  /* y = acc * a_scale * b_scale / y_scale: a zero or non-finite y_scale has no defined result
+   * (ONNX Runtime saturates to garbage); refuse it rather than divide by zero. */
+  if (!(fabsf(ysv) > 0.0f) || !isfinite(ysv) || !all_finite(asv, as->numel) ||
+      !all_finite(bsv, bs->numel)) {
+    free(acc);
+    return kiln_kfail(c, "y_scale must be finite and non-zero and a_scale, b_scale finite (y_scale %g)",
+                      (double)ysv);
+  }
   kiln_tensor *y = kiln_out(c, 0, yzp->dtype, p.yrank, p.ydims);
   if (!y) {
     free(acc);
     return KILN_ERR_NOMEM;
   }
-  const float *asv = as->data, *bsv = bs->data, ysv = ((const float *)ys->data)[0];
   double zp = (double)kiln_get_i64(yzp, 0), lo = yzp->dtype == KILN_UINT8 ? 0 : -128,
          hi = yzp->dtype == KILN_UINT8 ? 255 : 127;
   for (int64_t i = 0; i < y->numel; i++) {
     int64_t row = (i / p.n) % p.m, col = i % p.n;
     float scale = asv[as->numel == 1 ? 0 : row] * bsv[bs->numel == 1 ? 0 : col] / ysv;
     double v = rint((double)((float)(int64_t)acc[i] * scale)) + zp;
+    if (isnan(v)) v = zp; /* 0 * an overflowed (infinite) scale */
     kiln_set_i64(y, i, (int64_t)(v < lo ? lo : v > hi ? hi : v));
   }
   free(acc);

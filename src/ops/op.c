@@ -58,6 +58,15 @@ static kiln_tensor *out_alloc(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank
     return NULL;
   }
   kiln_tensor *t = NULL;
+  int64_t cap = c->frame && c->frame->session ? c->frame->session->opts.max_memory_bytes : 0;
+  int64_t need = cap > 0 ? kiln_tensor_bytes(dtype, rank, dims) : 0;
+  if (cap > 0 && need > cap) {
+    kiln_kfail(c, "output %zu (%s%s) needs %lld bytes, over the limit max_memory_bytes = %lld; "
+               "raise it with the session option kiln_options.max_memory_bytes (kiln run --limit "
+               "max_memory_bytes=N)", i, kiln_dtype_name(dtype),
+               kiln_dims_str(rank, dims, (char[256]){0}, 256), (long long)need, (long long)cap);
+    return NULL;
+  }
   /* Intermediates of the main graph come from the run's arena when the plan has a slot. */
   kiln_run_mem *mem = c->frame ? c->frame->mem : NULL;
   int64_t bytes = mem && i < c->node->n_out ? kiln_tensor_bytes(dtype, rank, dims) : -1;

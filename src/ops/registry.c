@@ -90,7 +90,7 @@ static void adapt_described(void) {
         a->schema.flow = d->facts.flow;
         n_described++;
       } else /* a bug in kiln's own description; the unit tests catch it */
-        fprintf(stderr, "kiln: built-in op description rejected: %s\n", e.message);
+        kiln_log(NULL, KILN_LOG_ERROR, "built-in op description rejected: %s", e.message);
     }
 }
 

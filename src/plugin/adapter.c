@@ -815,7 +815,7 @@ static kiln_code adapter_run(kiln_kctx *c) {
     char lbl[300];
     const char *why = c->err && c->err->message[0] ? c->err->message : "(no message)";
     const char *cut = !strncmp(why, "node '", 6) ? strstr(why, "): ") : NULL; /* the node is named already */
-    fprintf(stderr, "kiln: fused node '%s' (%s) %s%s; running the chain it replaced from now on\n", c->node->name,
+    kiln_log(&s->opts, KILN_LOG_WARNING, "fused node '%s' (%s) %s%s; running the chain it replaced from now on", c->node->name,
             kiln_op_label(c->node->domain, c->node->op_type, lbl, sizeof lbl),
             forced ? "is forced to fail by KILN_FUSION_FAIL" : "failed: ", forced ? "" : cut ? cut + 3 : why);
   }

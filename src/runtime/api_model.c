@@ -8,6 +8,8 @@
 #include "onnx/reader.h"
 #include "opt/opt.h"
 #include "plugin/plugin.h"
+#include "runtime/dims.h"
+#include "runtime/mem_check.h"
 #include "runtime/pool_shared.h"
 #include "runtime/session.h"
 
@@ -83,10 +85,16 @@ static void copy_options(kiln_options *dst, const kiln_options *opts) {
   dst->size = sizeof *dst;
   dst->disabled_passes = NULL; /* borrowed only during loading */
   dst->plugins = NULL;
+  dst->dim_overrides = NULL;
 }
 
 static const char *const *opt_plugins(const kiln_options *opts) {
   return opts && opts->size >= offsetof(kiln_options, plugins) + sizeof opts->plugins ? opts->plugins : NULL;
+}
+
+static const char *const *opt_dims(const kiln_options *opts) {
+  return opts && opts->size >= offsetof(kiln_options, dim_overrides) + sizeof opts->dim_overrides
+             ? opts->dim_overrides : NULL;
 }
 
 static const char *opt_disabled(const kiln_options *opts) {
@@ -101,12 +109,14 @@ static kiln_code compile(kiln_model *m, const kiln_options *opts, kiln_error *er
   if (m->opts.threads < 0) return kiln_fail(err, KILN_ERR_INVALID_ARG, "threads must be >= 0 (0: one per core)");
   kiln_code rc = kiln_plugins_load(opt_plugins(opts), getenv("KILN_PLUGINS"), &m->plugins, err);
   if (!rc) rc = check_opsets(m->ir, err);
+  if (!rc) rc = kiln_dims_override(m->ir, opt_dims(opts), err);
   if (!rc) rc = kiln_graph_prepare_ops(m->ir->graph, m->ir, m->plugins, err);
   if (!rc && m->opts.opt_level > 0) {
     kiln_opt_config cfg = {.level = m->opts.opt_level, .disabled = opt_disabled(opts)};
     rc = kiln_optimize_plugins(m->ir, &cfg, m->plugins, &m->opt_log, err);
   }
   if (!rc) rc = kiln_plugins_instantiate(m->plugins, m->ir->graph, err);
+  if (!rc) rc = kiln_check_memory(m->ir->graph, m->opts.max_memory_bytes, err);
   if (!rc) rc = kiln_states_build(&m->states, m->ir->graph, err);
   if (!rc) rc = find_feeds(m, err);
   if (!rc) rc = build_hist(m, err);
@@ -116,6 +126,12 @@ static kiln_code compile(kiln_model *m, const kiln_options *opts, kiln_error *er
     m->n_prepacked = kiln_prepack(&packer);
     kiln_pool_release(packer.pool);
   }
+  for (size_t i = 0; !rc && i < m->opt_log.n; i++)
+    if (m->opt_log.stats[i].rewrites)
+      kiln_log(&m->opts, KILN_LOG_INFO, "pass %s: %zu rewrites", m->opt_log.stats[i].pass, m->opt_log.stats[i].rewrites);
+  if (!rc)
+    kiln_log(&m->opts, KILN_LOG_INFO, "model compiled: %zu nodes at level %d, %zu nodes packed their weights",
+             m->ir->graph->n_nodes, m->opts.opt_level, m->n_prepacked);
   return rc;
 }
 
@@ -129,6 +145,9 @@ static kiln_code finish_load(kiln_ir_model *ir, const kiln_options *opts, kiln_m
   m->refs = 1;
   m->ir = ir;
   copy_options(&m->opts, opts);
+  kiln_limits lim;
+  kiln_limits_from_options(opts, &lim);
+  m->opts.max_memory_bytes = kiln_limits_memory(&lim); /* the default resolved, for every run */
   kiln_code rc = compile(m, opts, err);
   if (rc) {
     kiln_model_free(m);
@@ -143,7 +162,9 @@ kiln_code kiln_model_load(const char *model_path, const kiln_options *opts, kiln
   if (!model_path || !out) return kiln_fail(err, KILN_ERR_INVALID_ARG, "model path and out are required");
   *out = NULL;
   kiln_ir_model *ir;
-  kiln_code rc = kiln_model_read_file(model_path, &ir, err);
+  kiln_limits lim;
+  kiln_limits_from_options(opts, &lim);
+  kiln_code rc = kiln_model_read_file(model_path, &lim, &ir, err);
   if (rc) return rc;
   rc = finish_load(ir, opts, out, err);
   if (rc) kiln_error_prefix(err, "%s", model_path);
@@ -156,7 +177,9 @@ kiln_code kiln_model_load_from_memory(const void *bytes, size_t len, const char 
   if (!bytes || !out) return kiln_fail(err, KILN_ERR_INVALID_ARG, "bytes and out are required");
   *out = NULL;
   kiln_ir_model *ir;
-  kiln_code rc = kiln_model_read_memory(bytes, len, base_dir, &ir, err);
+  kiln_limits lim;
+  kiln_limits_from_options(opts, &lim);
+  kiln_code rc = kiln_model_read_memory(bytes, len, base_dir, &lim, &ir, err);
   if (rc) return rc;
   return finish_load(ir, opts, out, err);
 }

@@ -160,8 +160,16 @@ kiln_code kiln_session_output_info(const kiln_session *s, size_t i, kiln_io_info
   return KILN_OK;
 }
 
-/* A fed value must match the declared input: kind, element type, rank and fixed dims. */
-static kiln_code check_feed(const kiln_value_info *v, const kiln_tensor *t, kiln_error *err) {
+/* One element in a tensor of rank >= 1 (every dim 1): what callers pass for a scalar. */
+static bool one_element(const kiln_tensor *t) {
+  return t->kind == KILN_KIND_TENSOR && t->rank > 0 && t->numel == 1;
+}
+
+/* A fed value must match the declared input: kind, element type, rank and fixed dims. A
+ * declared scalar (rank 0) also takes a one-element tensor of any rank, as ONNX Runtime does;
+ * *as_scalar is then set and the caller passes it on as rank 0. */
+static kiln_code check_feed(const kiln_value_info *v, const kiln_tensor *t, bool *as_scalar,
+                            kiln_error *err) {
   const kiln_type *ty = &v->type;
   char a[256], b[256];
   if (ty->kind == KILN_T_UNKNOWN) return KILN_OK;
@@ -173,6 +181,7 @@ static kiln_code check_feed(const kiln_value_info *v, const kiln_tensor *t, kiln
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "input '%s' expects element type %s, got %s", v->name,
                      kiln_dtype_name(ty->dtype), kiln_dtype_name(t->dtype));
   if (t->kind != KILN_KIND_TENSOR || ty->rank < 0) return KILN_OK;
+  if ((*as_scalar = ty->rank == 0 && one_element(t))) return KILN_OK;
   if (ty->rank != t->rank)
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "input '%s' expects shape %s, got %s", v->name,
                      kiln_type_str(ty, a, sizeof a), kiln_shape_str(t, b, sizeof b));
@@ -181,6 +190,15 @@ static kiln_code check_feed(const kiln_value_info *v, const kiln_tensor *t, kiln
       return kiln_fail(err, KILN_ERR_INVALID_ARG, "input '%s' expects shape %s, got %s (dim %d)",
                        v->name, kiln_type_str(ty, a, sizeof a), kiln_shape_str(t, b, sizeof b), d);
   return KILN_OK;
+}
+
+/* A rank-0 view of a one-element tensor: the same data, borrowed, never freed. */
+static const kiln_tensor *scalar_view(const kiln_tensor *t, kiln_tensor *view) {
+  *view = *t;
+  view->rank = 0;
+  view->borrowed = true;
+  view->pool_cap = 0;
+  return view;
 }
 
 kiln_code kiln_session_run(kiln_session *s, size_t n_inputs, const char *const *input_names,
@@ -192,8 +210,9 @@ kiln_code kiln_session_run(kiln_session *s, size_t n_inputs, const char *const *
   const kiln_graph *g = s->model->ir->graph;
   const kiln_tensor **bound = kiln_calloc(g->n_inputs, sizeof *bound);
   kiln_tensor **all = kiln_calloc(g->n_outputs, sizeof *all);
+  kiln_tensor *scalars = kiln_calloc(g->n_inputs, sizeof *scalars); /* rank-0 views of feeds */
   kiln_code rc = KILN_OK;
-  if (!bound || !all) {
+  if (!bound || !all || !scalars) {
     rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     goto done;
   }
@@ -202,7 +221,11 @@ kiln_code kiln_session_run(kiln_session *s, size_t n_inputs, const char *const *
     while (k < g->n_inputs && strcmp(g->values[g->inputs[k]].name, input_names[i] ? input_names[i] : "")) k++;
     if (k == g->n_inputs) rc = kiln_fail(err, KILN_ERR_INVALID_ARG, "the model has no input named '%s'", input_names[i]);
     else if (!inputs[i]) rc = kiln_fail(err, KILN_ERR_INVALID_ARG, "input '%s' is NULL", input_names[i]);
-    else if (!(rc = check_feed(&g->values[g->inputs[k]], inputs[i], err))) bound[k] = inputs[i];
+    else {
+      bool as_scalar = false;
+      if (!(rc = check_feed(&g->values[g->inputs[k]], inputs[i], &as_scalar, err))) bound[k] = inputs[i];
+      if (!rc && as_scalar) bound[k] = scalar_view(inputs[i], &scalars[k]);
+    }
   }
   for (size_t k = 0; k < g->n_inputs && !rc; k++)
     if (!bound[k] && !g->values[g->inputs[k]].init && g->values[g->inputs[k]].type.kind != KILN_T_OPTIONAL)
@@ -240,6 +263,7 @@ done:
     for (size_t i = 0; i < g->n_outputs; i++) kiln_tensor_free(all[i]);
   free(all);
   free(bound);
+  free(scalars);
   return rc;
 }
 

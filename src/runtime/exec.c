@@ -115,7 +115,7 @@ static kiln_code verify_fused(kiln_frame *f, const kiln_node *n, const kiln_grap
   __atomic_store_n(&st->verified, 1, __ATOMIC_RELEASE);
   if (!agree && __atomic_exchange_n(&st->fallback, 1, __ATOMIC_ACQ_REL) == 0) {
     if (s) __atomic_add_fetch(&s->model->n_fallbacks, 1, __ATOMIC_RELAXED);
-    fprintf(stderr, "kiln: fused node '%s' (%s) %s its original chain (max abs %.3g); running the chain from now on\n",
+    kiln_log(s ? &s->opts : NULL, KILN_LOG_WARNING, "fused node '%s' (%s) %s its original chain (max abs %.3g); running the chain from now on",
             n->name, n->op_type, rc ? "failed where" : "disagrees with", ma);
   }
   for (size_t i = 0; i < n->n_out; i++) {
@@ -149,7 +149,7 @@ static kiln_code run_fused(kiln_frame *f, const kiln_node *n, const kiln_graph *
   }
   if (__atomic_exchange_n(&st->fallback, 1, __ATOMIC_ACQ_REL) == 0) {
     if (s) __atomic_add_fetch(&s->model->n_fallbacks, 1, __ATOMIC_RELAXED);
-    fprintf(stderr, "kiln: fused node '%s' (%s) %s; running the chain it replaced from now on\n",
+    kiln_log(s ? &s->opts : NULL, KILN_LOG_WARNING, "fused node '%s' (%s) %s; running the chain it replaced from now on",
             n->name, n->op_type, forced ? "is forced to fail by KILN_FUSION_FAIL" : err->message);
   }
   kiln_error_clear(err);
@@ -157,6 +157,8 @@ static kiln_code run_fused(kiln_frame *f, const kiln_node *n, const kiln_graph *
 }
 
 static kiln_code run_node(kiln_frame *f, const kiln_node *n, kiln_error *err) {
+  if (f->terminate && __atomic_load_n(f->terminate, __ATOMIC_RELAXED))
+    return kiln_fail(err, KILN_ERR_CANCELLED, "the run was cancelled: its run options' terminate flag is set");
   char lbl[300];
   enum { CAP = 64 };
   const kiln_tensor *inbuf[CAP];
@@ -316,6 +318,7 @@ kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_g
                          kiln_error *err) {
   kiln_frame f = {.g = g, .vals = kiln_calloc(g->n_values, sizeof(kiln_tensor *)),
                   .own = kiln_calloc(g->n_values, sizeof(kiln_tensor *)), .parent = parent, .session = s,
+                  .terminate = parent ? parent->terminate : kiln_run_terminate_flag(),
                   .states = s ? kiln_states_of(&s->model->states, g) : NULL};
   kiln_code rc = KILN_OK;
   kiln_run_mem mem;

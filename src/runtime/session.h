@@ -65,8 +65,12 @@ typedef struct kiln_frame {
   struct kiln_frame *parent;
   const kiln_session *session;
   kiln_run_mem *mem;        /* arena for planned intermediates (main graph only), or NULL */
+  const int *terminate;     /* the run options' flag (api_run.c), checked before each node */
   kiln_node_state *states;  /* the compiled model's states of g's nodes, or NULL */
 } kiln_frame;
+
+/* The terminate flag of the run this thread is starting (kiln_session_run_with), or NULL. */
+const int *kiln_run_terminate_flag(void);
 
 /* Resolve schemas, sort and infer types for a graph and its subgraphs. */
 kiln_code kiln_graph_prepare(kiln_graph *g, const kiln_ir_model *m, kiln_error *err);

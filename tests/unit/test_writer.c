@@ -148,7 +148,7 @@ static kiln_ir_model *load(const char *rel) {
   snprintf(path, sizeof path, DATA "/%s/model.onnx", rel);
   kiln_ir_model *m = NULL;
   kiln_error err = {0};
-  kiln_code rc = kiln_model_read_file(path, &m, &err);
+  kiln_code rc = kiln_model_read_file(path, NULL, &m, &err);
   CHECK_MSG(rc == KILN_OK, "read %s: %s", rel, err.message);
   return m;
 }
@@ -162,7 +162,7 @@ static kiln_ir_model *roundtrip(const kiln_ir_model *a, const char *where) {
   CHECK_MSG(rc == KILN_OK && bytes && len > 0, "%s: write: %s", where, err.message);
   kiln_ir_model *b = NULL;
   if (!rc) {
-    rc = kiln_model_read_memory(bytes, len, NULL, &b, &err);
+    rc = kiln_model_read_memory(bytes, len, NULL, NULL, &b, &err);
     CHECK_MSG(rc == KILN_OK, "%s: read back: %s", where, err.message);
   }
   if (b) cmp_model(a, b, where);
@@ -226,7 +226,7 @@ static void test_testdata(const char *rel) {
   free(m2);
 
   kiln_ir_model *c = NULL;
-  CHECK_MSG(kiln_model_read_file(tmp, &c, &err) == KILN_OK, "%s: read file: %s", rel, err.message);
+  CHECK_MSG(kiln_model_read_file(tmp, NULL, &c, &err) == KILN_OK, "%s: read file: %s", rel, err.message);
   if (c) cmp_model(a, c, rel);
   char orig[512];
   snprintf(orig, sizeof orig, DATA "/%s/model.onnx", rel);
