@@ -55,4 +55,10 @@ void kiln_cpu_describe(char *buf, size_t cap);
 #define KILN_VECTORIZE
 #endif
 
+/* The dispatch rule: a kernel's ISA variants live in files of their own under src/kernels/,
+ * compiled with that ISA's flags (src/kernels/isa_flags.cmake), and are entered only from
+ * plain-C code that chose them from kiln_cpu_isa() (the older kernels use target attributes on
+ * static functions behind plain entry points the same way). scripts/check-isa.sh runs the
+ * tests on emulated CPUs without AVX-512 and without AVX2. */
+
 #endif
