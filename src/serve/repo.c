@@ -314,7 +314,9 @@ static int scan_repo_dir(srv_repo *r, const char *only, int force, char *msg, si
     srv_msg(msg, n, "cannot read model repository '%s': %s", r->cfg->repo_dir, strerror(errno));
     return 500;
   }
+  pthread_mutex_lock(&r->mu);
   for (int i = 0; i < r->n_models; i++) r->models[i]->present = 0;
+  pthread_mutex_unlock(&r->mu);
   int found = 0;
   struct dirent *e;
   while ((e = readdir(d))) {
@@ -325,10 +327,12 @@ static int scan_repo_dir(srv_repo *r, const char *only, int force, char *msg, si
     srv_model *m = srv_repo_find(r, e->d_name);
     if (!m && !(m = add_model(r, e->d_name, msg, n))) continue;
     snprintf(m->dir, sizeof m->dir, "%s", path);
+    pthread_mutex_lock(&r->mu);
     m->present = 1;
+    if (only && !strcmp(only, m->name)) m->unloaded = 0;
+    pthread_mutex_unlock(&r->mu);
     if (only && strcmp(only, m->name)) continue;
     found = 1;
-    if (only) m->unloaded = 0;
     if (!m->unloaded) scan_model(r, m, force);
   }
   closedir(d);
@@ -353,7 +357,9 @@ int srv_repo_scan(srv_repo *r, const char *name, int force, char *msg, size_t n)
       srv_msg(msg, n, "no model '%s'", name);
       rc = 404;
     } else {
+      pthread_mutex_lock(&r->mu);
       m->unloaded = name ? 0 : m->unloaded;
+      pthread_mutex_unlock(&r->mu);
       if (!m->unloaded) scan_model(r, m, force);
     }
   } else {
@@ -388,7 +394,9 @@ int srv_repo_unload(srv_repo *r, const char *name, char *msg, size_t n) {
     pthread_mutex_unlock(&r->load_mu);
     return 404;
   }
+  pthread_mutex_lock(&r->mu);
   m->unloaded = 1;
+  pthread_mutex_unlock(&r->mu);
   while (m->n_versions) remove_version(r, m, m->versions[m->n_versions - 1]);
   pthread_mutex_unlock(&r->load_mu);
   return 0;
