@@ -72,9 +72,11 @@ typedef struct scan {
   kiln_error *err;
 } scan;
 
+/* A varint that ends within the current message. */
 static bool varint(scan *s, uint64_t *v) {
   *v = 0;
-  for (int shift = 0; shift < 64 && s->pos < s->len; shift += 7) {
+  size_t end = s->st[s->depth - 1].end;
+  for (int shift = 0; shift < 64 && s->pos < end; shift += 7) {
     uint8_t b = s->p[s->pos++];
     *v |= (uint64_t)(b & 0x7f) << shift;
     if (!(b & 0x80)) return true;
