@@ -56,6 +56,13 @@ class Gen:
         hw = [int(r.integers(max(1, (k[i] - 1) * d[i] + 1 - p[i] - p[i + 2]), 41 if big else 9)) for i in range(2)]
         n = int(r.integers(1, 3))
         attrs = dict(group=g, kernel_shape=k, dilations=d, strides=s, pads=p)
+        if r.integers(5) == 0:  # padding from auto_pad instead of pads (dilations 1: ORT's rule)
+            del attrs["pads"]
+            attrs["dilations"] = [1, 1]
+            attrs["auto_pad"] = str(r.choice(["SAME_UPPER", "SAME_LOWER", "VALID"]))
+            hw = [max(h, kk) for h, kk in zip(hw, k)]
+        elif r.integers(4) == 0:  # kernel_shape left to W's shape
+            del attrs["kernel_shape"]
         return n, cin, m, hw, k, attrs
 
     def convinteger(self):
@@ -85,7 +92,8 @@ class Gen:
 
     def qlinearconv(self):
         n, cin, m, hw, k, attrs = self.conv_geom()
-        xd, wd, yd = self.dt(), self.dt(), self.dt()
+        xd, wd = self.dt(), self.dt()
+        yd = xd if self.r.integers(4) else self.dt()  # ONNX Runtime has kernels for y of x's type
         x, w = self.q(xd, (n, cin) + tuple(hw)), self.q(wd, (m, cin // attrs["group"]) + tuple(k))
         per = self.r.integers(2) == 1
         inits = [("xs", self.scale()), ("xz", self.zp(xd)), ("w", w), ("ws", self.scale(m if per else None)),
@@ -102,7 +110,8 @@ class Gen:
     def qlinearmatmul(self):
         r = self.r
         mdim, kdim, ndim = (int(v) for v in r.integers(1, 9, size=3))
-        ad, bd, yd = self.dt(), self.dt(), self.dt()
+        ad, bd = self.dt(), self.dt()
+        yd = ad if r.integers(4) else self.dt()
         a, b = self.q(ad, (mdim, kdim)), self.q(bd, (kdim, ndim))
         inits = [("as", self.scale()), ("az", self.zp(ad)), ("b", b), ("bs", self.scale()), ("bz", self.zp(bd)),
                  ("ys", np.array(r.uniform(0.001, 0.05), np.float32)), ("yz", self.zp(yd))]
