@@ -3,6 +3,7 @@
 #   1. gcc release build: unit tests + ONNX conformance (CTest)
 #   2. clang build with warnings as errors
 #   3. AddressSanitizer + UBSan build: unit tests
+#   4. scripts/check-isa.sh: tests on emulated CPUs without AVX-512 and without AVX2 (QEMU)
 # The last lines printed are CTest's summary of the full run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,10 @@ scripts/build.sh build-asan -DKILN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 echo "== gcc release build: unit tests and ONNX conformance"
 scripts/build.sh build
+
+echo "== emulated CPUs: no AVX-512 instruction on an AVX2 CPU, none beyond x86-64 on a baseline one"
+scripts/check-isa.sh build build-asan
+
 cd build
 ctest --output-on-failure -j"$jobs" 2>&1 | tee ctest.log | grep -v "^\s*$" | grep -vE "^\s+(Start|[0-9]+/[0-9]+ Test)" || true
 echo

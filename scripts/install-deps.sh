@@ -8,6 +8,7 @@ set -euo pipefail
 PKGS=(build-essential cmake pkg-config protobuf-c-compiler libprotobuf-c-dev libonnx-dev)
 if [ "${1:-}" = "--test" ]; then
   PKGS+=(clang libonnx-testdata python3-onnx python3-numpy python3-torch python3-torchvision)
+  PKGS+=(qemu-user) # scripts/check-isa.sh: the tests on emulated CPUs without AVX-512 / AVX2
 fi
 missing=()
 for p in "${PKGS[@]}"; do
