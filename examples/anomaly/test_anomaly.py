@@ -3,7 +3,8 @@
 data (known anomalies found), every malformed-input case, stdin, the KServe v2 client against
 a stub server, and the Prometheus endpoint.
 
-Usage: test_anomaly.py PATH/TO/kiln-anomaly EXAMPLES_ANOMALY_DIR
+Usage: test_anomaly.py PATH/TO/kiln-anomaly EXAMPLES_ANOMALY_DIR [PATH/TO/kiln]
+With the kiln command given, --serve also runs end to end against `kiln serve`.
 """
 import http.server
 import json
@@ -17,6 +18,7 @@ import time
 import urllib.request
 
 BIN, HERE = sys.argv[1], sys.argv[2]
+KILN = sys.argv[3] if len(sys.argv) > 3 else None
 MODEL = os.path.join(HERE, "model")
 DATA = os.path.join(HERE, "data")
 CFG = json.load(open(os.path.join(MODEL, "config.json")))
@@ -228,6 +230,38 @@ def test_serve():
     check(rc == 1 and "http://" in err, "--serve: https refused with a clear error")
 
 
+def test_kiln_serve():
+    """kiln-anomaly --serve against a real `kiln serve` of the same model: the same events as
+    in-process."""
+    if not KILN:
+        print("skip --serve against kiln serve: no kiln command given")
+        return
+    p = subprocess.Popen([KILN, "serve", os.path.join(MODEL, "model.onnx"), "--http-port", "0",
+                          "--model-name", "anomaly"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    port = None
+    try:
+        for line in p.stderr:
+            if "listening on http://" in line:
+                port = int(line.rsplit(":", 1)[1])
+                break
+        check(port is not None, "kiln serve started")
+        if port is None:
+            return
+        threading.Thread(target=p.stderr.read, daemon=True).start()
+        header, rows = head_rows(1500)
+        path = os.path.join(TMP, "kserve.csv")
+        open(path, "w").write(header + "\n" + "\n".join(rows) + "\n")
+        rc1, local, _ = run([MODEL, "--input", path])
+        rc2, served, err = run([MODEL, "--input", path, "--serve", f"http://127.0.0.1:{port}"])
+        check(rc1 == 0 and rc2 == 0 and served == local and len(events_of(local)) > 0,
+              f"--serve against kiln serve: the same {len(events_of(local))} events as in-process"
+              + ("" if rc2 == 0 else ": " + err[-300:]))
+    finally:
+        p.terminate()
+        p.wait(timeout=60)
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -270,6 +304,7 @@ def main():
     test_malformed()
     test_headers()
     test_serve()
+    test_kiln_serve()
     test_metrics()
     print(f"{len(failures)} failures")
     sys.exit(1 if failures else 0)
