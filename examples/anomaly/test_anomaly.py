@@ -182,10 +182,21 @@ class Stub(http.server.BaseHTTPRequestHandler):
     requests = []
 
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        jl = self.headers.get("Inference-Header-Content-Length")
+        body = json.loads(raw[:int(jl)] if jl else raw)
         Stub.requests.append((self.path, body))
         inp = body["inputs"][0]
-        if Stub.mode == "fail":
+        if jl is not None:  # binary tensor data extension: echo the input's bytes
+            size = inp["parameters"]["binary_data_size"]
+            ok = (len(raw) == int(jl) + size and
+                  body["outputs"][0]["parameters"]["binary_data"] is True)
+            head = json.dumps({"outputs": [{"name": "reconstruction", "shape": inp["shape"],
+                               "datatype": "FP32", "parameters": {"binary_data_size": size}}]}).encode()
+            payload = head + raw[int(jl):] if ok else b'{"error":"bad binary request"}'
+            self.send_response(200 if ok else 400)
+            self.send_header("Inference-Header-Content-Length", str(len(head)))
+        elif Stub.mode == "fail":
             self.send_response(500)
             payload = b'{"error":"model exploded"}'
         else:
@@ -219,6 +230,12 @@ def test_serve():
           f"--serve: {len(reqs)} v2 requests, well formed, batches of 32, every window sent")
     check(events_of(out) == [] and "served" in err,
           "--serve: a perfect reconstruction from the server gives no events")
+    Stub.requests = []
+    rc, out, err = run([MODEL, "--input", path, "--serve", url, "--binary"])
+    total = sum(b["inputs"][0]["shape"][0] for _, b in Stub.requests)
+    check(rc == 0 and events_of(out) == [] and total == 400 - W + 1 and "binary tensors" in err,
+          f"--serve --binary: {len(Stub.requests)} binary-extension requests, every window, no events"
+          + ("" if rc == 0 else ": " + err[-200:]))
     Stub.mode = "fail"
     rc, _, err = run([MODEL, "--input", path, "--serve", url])
     check(rc == 1 and "HTTP 500" in err and "model exploded" in err, "--serve: a server error is reported")
@@ -253,10 +270,11 @@ def test_kiln_serve():
         path = os.path.join(TMP, "kserve.csv")
         open(path, "w").write(header + "\n" + "\n".join(rows) + "\n")
         rc1, local, _ = run([MODEL, "--input", path])
-        rc2, served, err = run([MODEL, "--input", path, "--serve", f"http://127.0.0.1:{port}"])
-        check(rc1 == 0 and rc2 == 0 and served == local and len(events_of(local)) > 0,
-              f"--serve against kiln serve: the same {len(events_of(local))} events as in-process"
-              + ("" if rc2 == 0 else ": " + err[-300:]))
+        for extra in ([], ["--binary"]):
+            rc2, served, err = run([MODEL, "--input", path, "--serve", f"http://127.0.0.1:{port}"] + extra)
+            check(rc1 == 0 and rc2 == 0 and served == local and len(events_of(local)) > 0,
+                  f"--serve {' '.join(extra)} against kiln serve: the same {len(events_of(local))} events "
+                  "as in-process" + ("" if rc2 == 0 else ": " + err[-300:]))
     finally:
         p.terminate()
         p.wait(timeout=60)
