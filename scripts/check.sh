@@ -15,10 +15,10 @@ jobs=$(nproc)
 echo "== clang build (warnings are errors)"
 CC=clang scripts/build.sh build-clang
 
-echo "== sanitizer build (ASan + UBSan): unit tests, conformance and kiln serve"
+echo "== sanitizer build (ASan + UBSan): unit tests, conformance, kiln serve and kiln-anomaly"
 scripts/build.sh build-asan -DKILN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-   ctest -L "unit|conformance|serve" --output-on-failure -j"$jobs")
+   ctest -L "unit|conformance|serve|anomaly" --output-on-failure -j"$jobs")
 
 echo "== ThreadSanitizer build: concurrency tests"
 scripts/check-tsan.sh build-tsan
