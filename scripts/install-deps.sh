@@ -7,12 +7,13 @@
 #             onnx/numpy/torch (model export) and npm
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config protobuf-c-compiler libprotobuf-c-dev libonnx-dev)
-PKGS+=(libmicrohttpd-dev libjansson-dev) # kiln serve (src/serve)
+PKGS+=(libmicrohttpd-dev libjansson-dev) # kiln serve (src/serve), kiln-anomaly (examples/anomaly)
 if [ "${1:-}" = "--test" ]; then
   PKGS+=(clang libonnx-testdata python3-onnx python3-numpy python3-torch python3-torchvision)
   PKGS+=(chromium) # renders kiln profile's HTML report in tests/graph/test_profile_cli.py
   PKGS+=(prometheus) # promtool checks kiln serve's /metrics (tests/serve)
   PKGS+=(python3-dev python3-pip python3-setuptools) # the Python package (python/) and its pip test
+  PKGS+=(nginx wrk curl yamllint) # deploy/tests: replicas behind nginx under wrk load, manifests
 fi
 missing=()
 for p in "${PKGS[@]}"; do

@@ -88,7 +88,9 @@ int main(int argc, char **argv) {
     return CLI_OK;
   }
   if (!strcmp(argv[1], "--version")) {
-    printf("kiln %s\n", KILN_VERSION_STRING);
+    char cpu[256];
+    kiln_cpu_describe_line(cpu, sizeof cpu);
+    printf("kiln %s\ncpu: %s; amx %s\n", KILN_VERSION_STRING, cpu, kiln_cpu_amx() ? "on" : "off");
     return CLI_OK;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -396,6 +396,14 @@ kiln_code kiln_session_run_with(kiln_session *s, const kiln_run_options *ro, siz
                                 const char *const *input_names, const kiln_tensor *const *inputs,
                                 size_t n_outputs, const char *const *output_names,
                                 kiln_tensor **outputs, kiln_error *err);
+/* The instruction-set level kiln's kernels run at in this process: "scalar", "avx2" or
+ * "avx512" (the CPU's best, lowered by KILN_ISA=scalar|avx2|avx512). */
+const char *kiln_cpu_isa_level(void);
+/* 1 when float GEMMs may use AMX (bf16x3) in this process (the CPU has it, the level is avx512
+ * and KILN_AMX is not 0), else 0. */
+int kiln_cpu_amx(void);
+/* One line describing the CPU and the level, e.g. "avx512 (max avx512; AuthenticAMD avx2 ...)". */
+void kiln_cpu_describe_line(char *buf, size_t cap);
 
 #ifdef __cplusplus
 }
