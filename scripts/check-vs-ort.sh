@@ -6,17 +6,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 level=${2:-2}
-need=()
-for p in python3-onnx python3-numpy python3-torch python3-torchvision; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+# Nothing is installed here: scripts/install-deps.sh --test provides the peer and the exporters.
+missing=()
+for m in onnx numpy torch torchvision; do
+  /usr/bin/python3 -c "import $m" 2>/dev/null || missing+=("python3 module $m")
 done
-command -v npm >/dev/null || need+=(npm)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "check-vs-ort: installing ${need[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
-if [ ! -d bench/peer/node_modules/onnxruntime-node ]; then
-  (cd bench/peer && ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund --silent)
+command -v node >/dev/null || missing+=("node")
+[ -d bench/peer/node_modules/onnxruntime-node ] || missing+=("bench/peer/node_modules/onnxruntime-node")
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "check-vs-ort: missing ${missing[*]}; run scripts/install-deps.sh --test (as root)" >&2
+  exit 1
 fi
 models=$build/real-models
 [ -f "$models/resnet18/model.onnx" ] || /usr/bin/python3 tests/real/make_models.py "$models" >/dev/null 2>&1

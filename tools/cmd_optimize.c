@@ -58,7 +58,7 @@ int cmd_optimize(int argc, char **argv) {
       help(stdout);
       return CLI_OK;
     } else if (next && !strcmp(a, "--level")) {
-      level = atoi(argv[++i]);
+      if (cli_parse_level("optimize", argv[++i], &level)) return CLI_USAGE;
     } else if (next && !strcmp(a, "--disable")) {
       disable = argv[++i];
     } else if (a[0] != '-' && !in) {

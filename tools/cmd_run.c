@@ -11,7 +11,7 @@ static void help(FILE *f) {
   fprintf(f,
           "usage: kiln run MODEL [--inputs DIR] [--input NAME=FILE.pb|.npy ...] [--output-dir DIR]\n"
           "                [--dim NAME=VALUE ...] [--seed N] [--level N] [--threads N] [--runs N]\n"
-          "                [--inter-op] [--strict-fp32] [--lazy-weights] [--quiet]\n"
+          "                [--inter-op] [--strict-fp32] [--lazy-weights] [--limit NAME=N] [--quiet]\n"
           "Runs MODEL and prints each output's shape and a summary of its values.\n"
           "  --inputs DIR      read DIR/input_0.pb, input_1.pb, ... in graph-input order\n"
           "                    (initializers skipped), as the ONNX test data lays them out\n"
@@ -22,6 +22,7 @@ static void help(FILE *f) {
           "  --level N         optimisation level 0, 1 or 2 (default 2)\n"
           "  --threads N       worker threads (default: one per core)\n"
           CLI_SESSION_FLAGS_HELP
+          CLI_LIMIT_HELP
           "  --runs N          run N times (default 1) and fail unless every run's tensor outputs\n"
           "                    are bytewise those of the first: the first run measures the memory\n"
           "                    plan, later runs use it; the last run's outputs are reported\n"
@@ -69,8 +70,10 @@ int cmd_run(int argc, char **argv) {
       }
     } else if (next && !strcmp(a, "--seed")) {
       seed = (unsigned)strtoul(argv[++i], NULL, 10);
+    } else if (next && !strcmp(a, "--limit")) {
+      if (cli_parse_limit("run", argv[++i], &o)) return CLI_USAGE;
     } else if (next && !strcmp(a, "--level")) {
-      o.opt_level = atoi(argv[++i]);
+      if (cli_parse_level("run", argv[++i], &o.opt_level)) return CLI_USAGE;
     } else if (next && !strcmp(a, "--runs")) {
       char *end;
       runs = strtol(argv[++i], &end, 10);
@@ -79,7 +82,9 @@ int cmd_run(int argc, char **argv) {
         return CLI_USAGE;
       }
     } else if (next && !strcmp(a, "--threads")) {
-      o.threads = atoi(argv[++i]);
+      long n;
+      if (cli_parse_long(argv[++i], 0, 4096, &n)) return cli_usage_error("run", "--threads expects a count >= 0, got '%s'", argv[i]);
+      o.threads = (int)n;
     } else if (a[0] != '-' && !model) {
       model = a;
     } else {

@@ -114,9 +114,11 @@ int cmd_validate(int argc, char **argv) {
         return CLI_USAGE;
       }
     } else if (next && !strcmp(a, "--seeds")) {
-      seeds = atoi(argv[++i]);
+      long n;
+      if (cli_parse_long(argv[++i], 1, 1000000, &n)) return cli_usage_error("validate", "--seeds expects a count >= 1, got '%s'", argv[i]);
+      seeds = (int)n;
     } else if (next && !strcmp(a, "--level")) {
-      level = atoi(argv[++i]);
+      if (cli_parse_level("validate", argv[++i], &level)) return CLI_USAGE;
     } else if (next && !strcmp(a, "--atol")) {
       atol = atof(argv[++i]);
     } else if (next && !strcmp(a, "--rtol")) {

@@ -25,7 +25,8 @@ typedef enum kiln_code {
   KILN_ERR_MODEL = 3,       /* malformed or unsupported model */
   KILN_ERR_RUN = 4,         /* a kernel failed at run time */
   KILN_ERR_NOMEM = 5,       /* allocation failed or size overflow */
-  KILN_ERR_UNSUPPORTED = 6  /* valid ONNX that kiln does not implement */
+  KILN_ERR_UNSUPPORTED = 6, /* valid ONNX that kiln does not implement */
+  KILN_ERR_CANCELLED = 7    /* the run was cancelled (kiln_run_options_set_terminate) */
 } kiln_code;
 
 typedef struct kiln_error {
@@ -58,6 +59,7 @@ typedef enum kiln_dtype {
 typedef enum kiln_kind { KILN_KIND_TENSOR = 0, KILN_KIND_SEQUENCE = 1, KILN_KIND_NONE = 2 } kiln_kind;
 
 typedef struct kiln_tensor kiln_tensor;
+typedef struct kiln_model kiln_model;
 typedef struct kiln_session kiln_session;
 
 const char *kiln_dtype_name(kiln_dtype t);
@@ -116,7 +118,7 @@ typedef struct kiln_options {
   size_t size;         /* sizeof(kiln_options): lets the struct grow without new functions */
   int opt_level;       /* 0 none, 1 basic, 2 fusion (default 2) */
   int threads;         /* 0: one per physical core */
-  int verbose;         /* print load-time diagnostics to stderr */
+  int verbose;         /* 1: log load-time diagnostics (info level; see log_level) */
   const char *disabled_passes; /* comma-separated optimizer pass names to skip, or NULL */
   /* Plugin libraries (custom ops and fusion patterns, see kiln/kiln_op.h) to load into the
    * session: a NULL-terminated list of paths, or NULL. The KILN_PLUGINS environment variable
@@ -147,12 +149,75 @@ typedef struct kiln_options {
    * (faster creation, slower first run). A node whose packing depends on dims unknown before
    * the run (a convolution's spatial size, say) packs on first use either way. */
   int lazy_weights;
+  /* Free-dimension overrides: a NULL-terminated list of "NAME=VALUE" strings, or NULL. Every
+   * graph input dim named NAME (its dim_param) becomes the fixed size VALUE (>= 0) before the
+   * model is checked and optimised, so shapes fold and fed inputs must match it. A NAME no
+   * input uses is an error. Borrowed only during model loading. */
+  const char *const *dim_overrides;
+  /* Logging (fused nodes falling back, load-time diagnostics): messages at log_level or more
+   * severe go to log_fn(log_user, level, message), or to stderr when log_fn is NULL. 0 means
+   * KILN_LOG_WARNING (INFO when verbose is set). log_fn may be called from any thread that
+   * runs the model, at the same time; it must outlive the model. */
+  int log_level;
+  void (*log_fn)(void *log_user, int level, const char *message);
+  void *log_user;
+  /* Limits on what a model may ask for (0: the default named in brackets). A model over one is
+   * refused with an error naming the limit; raise it here for a trusted model. Nesting of
+   * subgraphs (If/Loop/Scan bodies) and of types (sequence of sequence ...) [64]. */
+  int max_subgraph_depth;
+  int64_t max_nodes;           /* nodes of all graphs together [1,000,000] */
+  int64_t max_string_bytes;    /* one name, string attribute or string element [16 MiB] */
+  int64_t max_attribute_bytes; /* one attribute's values (ints, floats, strings) [64 MiB] */
+  /* Memory of a session: a model whose weights and planned intermediates (static shapes) need
+   * more is refused at load, a tensor larger than this at run time fails its node [physical
+   * memory]. */
+  int64_t max_memory_bytes;
 } kiln_options;
+
+/* Log levels of kiln_options.log_level and of the messages given to log_fn; the numbers are
+ * ONNX Runtime's log severities plus one (0 is "the default"). */
+typedef enum kiln_log_level {
+  KILN_LOG_DEBUG = 1,
+  KILN_LOG_INFO = 2,
+  KILN_LOG_WARNING = 3,
+  KILN_LOG_ERROR = 4,
+  KILN_LOG_OFF = 5
+} kiln_log_level;
 
 /* Fill `o` with defaults. */
 void kiln_options_init(kiln_options *o);
 
-/* Load, check and prepare a model. `opts` may be NULL for defaults. */
+/* ---- compiled models ----------------------------------------------------------------
+ *
+ * A compiled model is a model loaded, checked, optimised, with its plugins loaded and its
+ * constant weights packed, once. Any number of sessions created from it share its graph, its
+ * weights and their packs (one copy in memory), and may run at the same time from any threads.
+ * Of kiln_options, the compiled model takes opt_level, disabled_passes, plugins, verify_fusions,
+ * strict_fp32 and lazy_weights (and `threads` for packing at load); each session takes its own
+ * threads, profile and inter_op. A fused node that falls back to its original chain, or that
+ * verify_fusions disables, does so for every session of the model. */
+
+/* Load, check, optimise and pack a model. `opts` may be NULL for defaults. */
+kiln_code kiln_model_load(const char *model_path, const kiln_options *opts, kiln_model **out,
+                          kiln_error *err);
+/* The same from serialised ModelProto bytes (borrowed only during the call); external data
+ * files are resolved in `base_dir` (may be NULL). */
+kiln_code kiln_model_load_from_memory(const void *bytes, size_t len, const char *base_dir,
+                                      const kiln_options *opts, kiln_model **out,
+                                      kiln_error *err);
+/* Drop the caller's reference: the model is freed once no session created from it remains. */
+void kiln_model_free(kiln_model *m);
+/* A new session on a compiled model (which it keeps alive until kiln_session_free). Only the
+ * session fields of `opts` are read (threads, profile, inter_op); NULL for defaults. */
+kiln_code kiln_session_create_from_model(kiln_model *m, const kiln_options *opts,
+                                         kiln_session **out, kiln_error *err);
+/* The compiled model a session runs (borrowed; lives as long as the session). */
+kiln_model *kiln_session_model(const kiln_session *s);
+
+/* ---- sessions ------------------------------------------------------------------------- */
+
+/* Load, check and prepare a model for one session: kiln_model_load then
+ * kiln_session_create_from_model with the same options. `opts` may be NULL for defaults. */
 kiln_code kiln_session_create(const char *model_path, const kiln_options *opts,
                               kiln_session **out, kiln_error *err);
 kiln_code kiln_session_create_from_memory(const void *bytes, size_t len, const char *base_dir,
@@ -250,18 +315,87 @@ typedef struct kiln_node_profile {
   double flops;         /* per run */
   double bytes;         /* per run */
   const char *shape;    /* "float[1,64,56,56]": the first output's type */
+  double last_start_ms; /* the latest run: when the node started (CLOCK_MONOTONIC, ms) */
+  double last_ms;       /* the latest run: its wall time */
+  int threads;          /* threads with kiln_session_profile_thread entries (0: none, e.g. when
+                           inter_op lets nodes overlap or the session runs on one thread) */
 } kiln_node_profile;
 /* Entry i; returns KILN_ERR_INVALID_ARG past the end or when profiling is off. */
 kiln_code kiln_session_profile(const kiln_session *s, size_t i, kiln_node_profile *out);
+/* Thread t's share of profiled node i (t = 0: the thread calling kiln_session_run, busy for the
+ * node's whole wall time; 1 .. threads-1: the pool's workers, busy in the node's parallel
+ * tasks). Per-thread figures assume one run of the session at a time. */
+typedef struct kiln_thread_profile {
+  double busy_ms;        /* summed over runs */
+  double last_start_ms;  /* the latest run: start of its first task (CLOCK_MONOTONIC, ms; 0: idle) */
+  double last_busy_ms;   /* the latest run: its busy time */
+} kiln_thread_profile;
+kiln_code kiln_session_profile_thread(const kiln_session *s, size_t i, int t, kiln_thread_profile *out);
 /* Number of profiled nodes (0 when profiling is off). */
 size_t kiln_session_profile_count(const kiln_session *s);
 /* Forget the times so far (e.g. after warm-up runs). Not safe concurrently with runs. */
 void kiln_session_profile_reset(kiln_session *s);
 
+/* The thread pool's dispatch latency: the time (10th percentile), in ns, of one parallel loop of
+ * empty tasks (one per thread) on the pool of `threads` threads that sessions of that thread
+ * count share (threads <= 0: the default count). 0 for one thread (loops run inline). */
+kiln_code kiln_pool_dispatch_ns(int threads, double *ns, kiln_error *err);
+
 /* Op histogram entry i (sorted by count, descending); returns KILN_ERR_INVALID_ARG past the end. */
 kiln_code kiln_session_op_count(const kiln_session *s, size_t i, const char **op_type,
                                 size_t *count);
 
+/* ---- tensors over caller memory -------------------------------------------------------- */
+
+/* Called once when a tensor made by kiln_tensor_create_from_data is freed (from the thread
+ * that frees it), with the `user` and `data` given at creation. */
+typedef void (*kiln_release_fn)(void *user, void *data);
+/* A tensor over `data` (not copied): nbytes must hold the shape (numel * kiln_dtype_size),
+ * data must be aligned to the element size and stay valid until `release` runs (NULL: the
+ * caller keeps it alive past kiln_tensor_free). Not for STRING. On failure nothing is taken
+ * and `release` is not called. Runs only read input tensors, so one buffer may feed many. */
+kiln_code kiln_tensor_create_from_data(kiln_dtype dtype, int rank, const int64_t *dims, void *data,
+                                       size_t nbytes, kiln_release_fn release, void *user,
+                                       kiln_tensor **out, kiln_error *err);
+
+/* ---- model metadata -------------------------------------------------------------------- */
+
+/* What the ModelProto says about itself. Strings are borrowed (never NULL, "" when absent) and
+ * live as long as the model; custom entries are metadata_props in file order. */
+typedef struct kiln_model_meta {
+  const char *producer_name;
+  const char *producer_version;
+  const char *domain;
+  const char *doc_string;       /* the model's */
+  const char *graph_name;
+  const char *graph_doc_string;
+  int64_t model_version;
+  size_t n_custom;
+  const char *const *custom_keys;
+  const char *const *custom_values;
+} kiln_model_meta;
+kiln_code kiln_model_metadata(const kiln_model *m, kiln_model_meta *meta, kiln_error *err);
+
+/* What an input (output = 0) or output (output = 1) holds: for an optional (kiln_io_info.kind
+ * KILN_KIND_NONE), the kind of its value when present (KILN_KIND_TENSOR or
+ * KILN_KIND_SEQUENCE); for others, their own kind. */
+kiln_code kiln_session_io_content(const kiln_session *s, int output, size_t i, kiln_kind *content,
+                                  kiln_error *err);
+
+/* ---- run options: cancellation ------------------------------------------------------------ */
+
+typedef struct kiln_run_options kiln_run_options;
+kiln_code kiln_run_options_create(kiln_run_options **out, kiln_error *err);
+void kiln_run_options_free(kiln_run_options *ro);
+/* Ask runs given `ro` to stop (1) or allow them again (0); safe from any thread at any time.
+ * A run checks the flag before each node and returns KILN_ERR_CANCELLED. */
+void kiln_run_options_set_terminate(kiln_run_options *ro, int terminate);
+int kiln_run_options_terminate(const kiln_run_options *ro);
+/* kiln_session_run with run options (`ro` may be NULL). */
+kiln_code kiln_session_run_with(kiln_session *s, const kiln_run_options *ro, size_t n_inputs,
+                                const char *const *input_names, const kiln_tensor *const *inputs,
+                                size_t n_outputs, const char *const *output_names,
+                                kiln_tensor **outputs, kiln_error *err);
 /* The instruction-set level kiln's kernels run at in this process: "scalar", "avx2" or
  * "avx512" (the CPU's best, lowered by KILN_ISA=scalar|avx2|avx512). */
 const char *kiln_cpu_isa_level(void);

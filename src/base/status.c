@@ -82,6 +82,7 @@ const char *kiln_code_name(kiln_code c) {
     case KILN_ERR_RUN: return "run error";
     case KILN_ERR_NOMEM: return "out of memory";
     case KILN_ERR_UNSUPPORTED: return "unsupported";
+    case KILN_ERR_CANCELLED: return "cancelled";
   }
   return "unknown";
 }

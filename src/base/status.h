@@ -33,4 +33,8 @@ char *kiln_strdup(const char *s);
  * took 100-200 ms longer (first touch of fresh 2 MiB pages), so they are not used. */
 void *kiln_malloc_big(size_t n);
 
+/* Log a message (log.c): to opts->log_fn when set, else stderr, if `level` (kiln_log_level)
+ * is at opts->log_level or more severe. opts may be NULL: stderr at warning level. */
+void kiln_log(const kiln_options *opts, int level, const char *fmt, ...) KILN_PRINTF(3, 4);
+
 #endif

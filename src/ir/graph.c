@@ -8,6 +8,7 @@
 #include "base/status.h"
 #include "base/strmap.h"
 #include "ir/edit.h"
+#include "ir/meta.h"
 
 kiln_graph *kiln_graph_new(kiln_graph *parent) {
   kiln_graph *g = calloc(1, sizeof *g);
@@ -71,7 +72,7 @@ void kiln_graph_free(kiln_graph *g) {
   free(g);
 }
 
-void kiln_model_free(kiln_model *m) {
+void kiln_ir_model_free(kiln_ir_model *m) {
   if (!m) return;
   kiln_graph_free(m->graph);
   for (size_t i = 0; i < m->n_opsets; i++) free(m->opsets[i].domain);
@@ -79,6 +80,7 @@ void kiln_model_free(kiln_model *m) {
   for (size_t i = 0; i < m->n_maps; i++) munmap(m->maps[i].addr, m->maps[i].len);
   free(m->maps);
   free(m->base_dir);
+  kiln_meta_free(m->meta);
   free(m);
 }
 

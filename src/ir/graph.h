@@ -77,12 +77,6 @@ typedef struct kiln_node {
   size_t n_attrs;
   kiln_attr *attrs;
   const struct kiln_op_schema *schema; /* resolved at load */
-  int fallback;            /* runtime: a fused node whose kernel failed runs "original" (atomic) */
-  void *state;             /* runtime: kernel cache (prepacked weights: set once; reusable work
-                              buffers: taken and put back), changed only atomically */
-  int verified;            /* runtime: verify_fusions compared it with "original" (atomic) */
-  double verify_abs, verify_rel;
-  void (*state_free)(void *state);
 } kiln_node;
 
 typedef struct kiln_value_info {
@@ -113,7 +107,7 @@ typedef struct kiln_opset {
   int64_t version;
 } kiln_opset;
 
-typedef struct kiln_model {
+typedef struct kiln_ir_model {
   int64_t ir_version;
   size_t n_opsets;
   kiln_opset *opsets;
@@ -121,11 +115,12 @@ typedef struct kiln_model {
   char *base_dir;          /* folder for external data */
   size_t n_maps;           /* mmap'd external data regions */
   struct { void *addr; size_t len; } *maps;
-} kiln_model;
+  struct kiln_meta *meta;  /* what the ModelProto says about itself (ir/meta.h), or NULL */
+} kiln_ir_model;
 
 kiln_graph *kiln_graph_new(kiln_graph *parent);
 void kiln_graph_free(kiln_graph *g);
-void kiln_model_free(kiln_model *m);
+void kiln_ir_model_free(kiln_ir_model *m);
 
 /* Value id for `name`, creating it if missing; -1 on allocation failure. */
 int kiln_graph_value(kiln_graph *g, const char *name);

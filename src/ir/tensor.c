@@ -215,6 +215,7 @@ void kiln_tensor_free(kiln_tensor *t) {
     else
       free(t->data);
   }
+  if (t->release) t->release(t->release_user, t->data);
   free(t);
 }
 

@@ -21,6 +21,8 @@ struct kiln_tensor {
                                     cache, returned there when the tensor is freed */
   size_t n_items, cap_items;     /* SEQUENCE */
   kiln_tensor **items;
+  kiln_release_fn release;       /* kiln_tensor_create_from_data: called on data when freed */
+  void *release_user;
 };
 
 /* Allocate a tensor, zero-filled; returns NULL with err set on overflow or allocation failure.

@@ -10,7 +10,7 @@
 /* Where external data lives: files are resolved under base_dir, and may not leave it. */
 typedef struct kiln_ext_ctx {
   const char *base_dir; /* NULL: external data refused */
-  kiln_model *model;    /* receives mmap'd regions; NULL: data is copied */
+  kiln_ir_model *model;    /* receives mmap'd regions; NULL: data is copied */
 } kiln_ext_ctx;
 
 kiln_tensor *kiln_tensor_from_proto(const Onnx__TensorProto *p, const kiln_ext_ctx *ext,

@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "ir/edit.h"
+#include "onnx/meta_read.h"
 #include "onnx/proto.h"
 
 static kiln_code convert_graph(const Onnx__GraphProto *gp, kiln_graph *g, const kiln_ext_ctx *ext,
@@ -236,15 +237,18 @@ static kiln_code convert_graph(const Onnx__GraphProto *gp, kiln_graph *g, const 
   return KILN_OK;
 }
 
-int64_t kiln_model_opset(const kiln_model *m, const char *domain) {
+int64_t kiln_model_opset(const kiln_ir_model *m, const char *domain) {
   if (!strcmp(domain, "ai.onnx")) domain = "";
   for (size_t i = 0; i < m->n_opsets; i++)
     if (!strcmp(m->opsets[i].domain, domain)) return m->opsets[i].version;
   return -1;
 }
 
-static kiln_code unpack_model(const void *bytes, size_t len, Onnx__ModelProto **mp, kiln_error *err) {
+static kiln_code unpack_model(const void *bytes, size_t len, const kiln_limits *lim,
+                              Onnx__ModelProto **mp, kiln_error *err) {
   if (len == 0) return kiln_fail(err, KILN_ERR_MODEL, "not an ONNX model: the file is empty");
+  kiln_code rc = kiln_wire_check(bytes, len, lim, err);
+  if (rc) return rc;
   *mp = onnx__model_proto__unpack(NULL, len, bytes);
   if (!*mp) return kiln_fail(err, KILN_ERR_MODEL, "not an ONNX model: protobuf decoding failed (truncated or corrupt file?)");
   return KILN_OK;
@@ -252,10 +256,10 @@ static kiln_code unpack_model(const void *bytes, size_t len, Onnx__ModelProto **
 
 /* Convert and free the decoded message. Initializer bytes move from the message into kiln's
  * tensors rather than being copied, so a model's weights are in memory once, not twice. */
-static kiln_code convert_model(Onnx__ModelProto *mp, const char *base_dir, kiln_model **out,
+static kiln_code convert_model(Onnx__ModelProto *mp, const char *base_dir, kiln_ir_model **out,
                                kiln_error *err) {
   kiln_code rc = KILN_OK;
-  kiln_model *m = calloc(1, sizeof *m);
+  kiln_ir_model *m = calloc(1, sizeof *m);
   if (!m) {
     rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     goto done;
@@ -296,22 +300,24 @@ static kiln_code convert_model(Onnx__ModelProto *mp, const char *base_dir, kiln_
   }
   kiln_ext_ctx ext = {base_dir, m};
   rc = convert_graph(mp->graph, m->graph, &ext, err);
+  if (!rc) rc = kiln_meta_from_proto(mp, &m->meta, err);
 done:
   onnx__model_proto__free_unpacked(mp, NULL);
-  if (rc) kiln_model_free(m);
+  if (rc) kiln_ir_model_free(m);
   else *out = m;
   return rc;
 }
 
 kiln_code kiln_model_read_memory(const void *bytes, size_t len, const char *base_dir,
-                                 kiln_model **out, kiln_error *err) {
+                                 const kiln_limits *lim, kiln_ir_model **out, kiln_error *err) {
   *out = NULL;
   Onnx__ModelProto *mp;
-  kiln_code rc = unpack_model(bytes, len, &mp, err);
+  kiln_code rc = unpack_model(bytes, len, lim, &mp, err);
   return rc ? rc : convert_model(mp, base_dir, out, err);
 }
 
-kiln_code kiln_model_read_file(const char *path, kiln_model **out, kiln_error *err) {
+kiln_code kiln_model_read_file(const char *path, const kiln_limits *lim, kiln_ir_model **out,
+                               kiln_error *err) {
   *out = NULL;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return kiln_fail(err, KILN_ERR_IO, "cannot open model '%s': %s", path, strerror(errno));
@@ -332,7 +338,7 @@ kiln_code kiln_model_read_file(const char *path, kiln_model **out, kiln_error *e
   /* The file is unmapped as soon as it is decoded, before conversion: peak memory is the
    * decoded message plus kiln's IR, and the IR takes the weights over from the message. */
   Onnx__ModelProto *mp = NULL;
-  kiln_code rc = unpack_model(bytes, len, &mp, err);
+  kiln_code rc = unpack_model(bytes, len, lim, &mp, err);
   if (len) munmap(bytes, len);
   if (!rc) rc = convert_model(mp, dirname(dirbuf), out, err);
   if (rc && err) kiln_error_prefix(err, "%s", path);

@@ -391,7 +391,7 @@ static Onnx__GraphProto *graph_proto(wctx *c, const kiln_graph *g) {
 
 /* ---- model ---------------------------------------------------------------------------- */
 
-static kiln_code model_proto(wctx *c, const kiln_model *m, Onnx__ModelProto *mp) {
+static kiln_code model_proto(wctx *c, const kiln_ir_model *m, Onnx__ModelProto *mp) {
   onnx__model_proto__init(mp);
   if (!m->graph) return kiln_fail(c->err, KILN_ERR_INVALID_ARG, "the model has no graph to write");
   mp->has_ir_version = 1;
@@ -412,7 +412,7 @@ static kiln_code model_proto(wctx *c, const kiln_model *m, Onnx__ModelProto *mp)
   return KILN_OK;
 }
 
-kiln_code kiln_model_write_memory(const kiln_model *m, uint8_t **bytes, size_t *len,
+kiln_code kiln_model_write_memory(const kiln_ir_model *m, uint8_t **bytes, size_t *len,
                                   kiln_error *err) {
   if (!m || !bytes || !len) return kiln_fail(err, KILN_ERR_INVALID_ARG, "model, bytes and len are required");
   *bytes = NULL;
@@ -446,7 +446,7 @@ static void sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data) {
   if (!s->failed && len && fwrite(data, 1, len, s->f) != len) s->failed = true;
 }
 
-kiln_code kiln_model_write_file(const kiln_model *m, const char *path, kiln_error *err) {
+kiln_code kiln_model_write_file(const kiln_ir_model *m, const char *path, kiln_error *err) {
   if (!m || !path) return kiln_fail(err, KILN_ERR_INVALID_ARG, "model and path are required");
   wctx c = {.err = err};
   Onnx__ModelProto mp;

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/cost.h"
 #include "ops/op.h"
 
 typedef enum binop {
@@ -599,14 +600,24 @@ static kiln_code infer_where(kiln_ictx *c) {
   return KILN_OK;
 }
 
-#define OP2(name, since, fn, inf) {"", name, since, 2, 2, 1, 1, inf, fn##_run}
-#define OPN(name, since, fn) {"", name, since, 1, KILN_VARIADIC, 1, 1, infer_arith_new, fn##_run}
+#define OP2(op, ver, fn, inf)                                                                   \
+  {.domain = "", .name = op, .since = ver, .inputs = {2, 2}, .outputs = {1, 1}, .infer = inf,   \
+   .run = fn##_run, .flow = KILN_FLOW_BROADCAST, .cost = kiln_cost_elementwise}
+/* binary_run's row loops read a[i * s], b[i * s] before writing y[i]: safe in place */
+#define OP2_IN_PLACE(op, ver, fn, flw)                                                          \
+  {.domain = "", .name = op, .since = ver, .inputs = {2, 2}, .outputs = {1, 1},               \
+   .infer = infer_arith, .run = fn##_run, .flags = KILN_OPF_IN_PLACE, .flow = flw,           \
+   .cost = kiln_cost_elementwise}
+#define OPN(op, ver, fn)                                                                        \
+  {.domain = "", .name = op, .since = ver, .inputs = {1, KILN_VARIADIC}, .outputs = {1, 1},   \
+   .infer = infer_arith_new, .run = fn##_run, .flow = KILN_FLOW_BROADCAST,    \
+   .cost = kiln_cost_elementwise}
 
 const kiln_op_schema kiln_ops_binary[] = {
-    OP2("Add", 1, add, infer_arith),
-    OP2("Sub", 1, sub, infer_arith),
-    OP2("Mul", 1, mul, infer_arith),
-    OP2("Div", 1, div, infer_arith),
+    OP2_IN_PLACE("Add", 1, add, KILN_FLOW_ADD),
+    OP2_IN_PLACE("Sub", 1, sub, KILN_FLOW_SUB),
+    OP2_IN_PLACE("Mul", 1, mul, KILN_FLOW_MUL),
+    OP2_IN_PLACE("Div", 1, div, KILN_FLOW_DIV),
     OP2("Pow", 1, pow, infer_arith),
     OP2("Mod", 10, mod, infer_arith_new),
     OP2("BitShift", 11, bitshift, infer_arith_new),
@@ -622,6 +633,7 @@ const kiln_op_schema kiln_ops_binary[] = {
     OPN("Min", 1, min),
     OPN("Sum", 1, sum),
     OPN("Mean", 1, mean),
-    {"", "Where", 9, 3, 3, 1, 1, infer_where, where_run},
+    {.domain = "", .name = "Where", .since = 9, .inputs = {3, 3}, .outputs = {1, 1},
+     .infer = infer_where, .run = where_run, .flow = KILN_FLOW_BROADCAST},
     {0},
 };

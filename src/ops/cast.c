@@ -360,7 +360,9 @@ static kiln_code infer_castlike(kiln_ictx *c) {
 }
 
 const kiln_op_schema kiln_ops_cast[] = {
-    {"", "Cast", 1, 1, 1, 1, 1, infer_cast, cast_run},
-    {"", "CastLike", 15, 2, 2, 1, 1, infer_castlike, castlike_run},
+    {.domain = "", .name = "Cast", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = infer_cast, .run = cast_run, .flow = KILN_FLOW_COPY},
+    {.domain = "", .name = "CastLike", .since = 15, .inputs = {2, 2}, .outputs = {1, 1},
+     .infer = infer_castlike, .run = castlike_run, .flow = KILN_FLOW_SAME},
     {0},
 };

@@ -570,8 +570,11 @@ static kiln_code scan_infer(kiln_ictx *c) {
 }
 
 const kiln_op_schema kiln_ops_control[] = {
-    {"", "If", 1, 1, 1, 0, KILN_VARIADIC, if_infer, if_run},
-    {"", "Loop", 1, 2, KILN_VARIADIC, 0, KILN_VARIADIC, loop_infer, loop_run},
-    {"", "Scan", 8, 1, KILN_VARIADIC, 1, KILN_VARIADIC, scan_infer, scan_run},
+    {.domain = "", .name = "If", .since = 1, .inputs = {1, 1}, .outputs = {0, KILN_VARIADIC},
+     .infer = if_infer, .run = if_run},
+    {.domain = "", .name = "Loop", .since = 1, .inputs = {2, KILN_VARIADIC}, .outputs = {0, KILN_VARIADIC},
+     .infer = loop_infer, .run = loop_run, .flags = KILN_OPF_LEADING_OPTIONAL},
+    {.domain = "", .name = "Scan", .since = 8, .inputs = {1, KILN_VARIADIC}, .outputs = {1, KILN_VARIADIC},
+     .infer = scan_infer, .run = scan_run, .flags = KILN_OPF_LEADING_OPTIONAL},
     {0},
 };

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/cost.h"
 #include "ops/op.h"
 
 /* Element classes an op accepts. */
@@ -354,7 +355,11 @@ static kiln_code prelu_run(kiln_kctx *c) {
   return KILN_OK;
 }
 
-#define U(name, since, fn) {"", name, since, 1, 1, 1, 1, kiln_infer_unary, fn##_run}
+/* ys[i] = f(xs[i]): safe in place */
+#define U(op, ver, fn)                                                                          \
+  {.domain = "", .name = op, .since = ver, .inputs = {1, 1}, .outputs = {1, 1},               \
+   .infer = kiln_infer_unary, .run = fn##_run, .flags = KILN_OPF_IN_PLACE, .flow = KILN_FLOW_SAME,      \
+   .cost = kiln_cost_elementwise}
 
 const kiln_op_schema kiln_ops_elementwise[] = {
     U("Abs", 1, abs),
@@ -379,9 +384,12 @@ const kiln_op_schema kiln_ops_elementwise[] = {
     U("Acosh", 9, acosh),
     U("Atanh", 9, atanh),
     U("Erf", 9, erf),
-    U("Not", 1, not),
-    {"", "IsNaN", 9, 1, 1, 1, 1, infer_bool, isnan_run},
-    {"", "IsInf", 10, 1, 1, 1, 1, infer_bool, isinf_run},
+    {.domain = "", .name = "Not", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = kiln_infer_unary, .run = not_run, .flow = KILN_FLOW_SAME},
+    {.domain = "", .name = "IsNaN", .since = 9, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = infer_bool, .run = isnan_run, .flow = KILN_FLOW_SAME},
+    {.domain = "", .name = "IsInf", .since = 10, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = infer_bool, .run = isinf_run, .flow = KILN_FLOW_SAME},
     U("Relu", 1, relu),
     U("LeakyRelu", 1, leakyrelu),
     U("ThresholdedRelu", 10, thresholdedrelu),
@@ -396,7 +404,9 @@ const kiln_op_schema kiln_ops_elementwise[] = {
     U("Tanh", 1, tanh),
     U("Mish", 18, mish),
     U("Shrink", 9, shrink),
-    {"", "PRelu", 1, 2, 2, 1, 1, kiln_infer_unary, prelu_run},
-    {"", "Clip", 1, 1, 3, 1, 1, kiln_infer_unary, clip_run},
+    {.domain = "", .name = "PRelu", .since = 1, .inputs = {2, 2}, .outputs = {1, 1},
+     .infer = kiln_infer_unary, .run = prelu_run, .flow = KILN_FLOW_BROADCAST},
+    {.domain = "", .name = "Clip", .since = 1, .inputs = {1, 3}, .outputs = {1, 1},
+     .infer = kiln_infer_unary, .run = clip_run, .flow = KILN_FLOW_SAME},
     {0},
 };

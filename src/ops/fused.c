@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kiln/kiln_op.h"
+#include "ops/cost.h"
 #include "ops/fused.h"
 
 #include <stdint.h>
@@ -200,8 +201,8 @@ static size_t b_cols(const kiln_tensor *b, int trans) { return (size_t)b->dims[t
 /* The packs of B for this node: made on first use and published with a compare-and-swap (a
  * losing thread frees its own); NULL when B is not the tensor they were made from. */
 static packed_weights *node_weights(kiln_kctx *c, const kiln_tensor *b, int trans) {
-  kiln_node *n = (kiln_node *)(uintptr_t)c->node; /* node state is runtime cache */
-  packed_weights *w = __atomic_load_n((packed_weights **)&n->state, __ATOMIC_ACQUIRE);
+  if (!c->state) return NULL;
+  packed_weights *w = kiln_cache_get(c);
   if (!w) {
     packed_weights *mine = calloc(1, sizeof *mine);
     if (!mine) return NULL;
@@ -210,16 +211,9 @@ static packed_weights *node_weights(kiln_kctx *c, const kiln_tensor *b, int tran
     size_t kk = b_rows(b, trans), nn = b_cols(b, trans);
     if (kk >= AMX_MIN_K && nn >= AMX_MIN_N && kiln_amx_available())
       mine->amx = kiln_amx_pack_b(b->data, kk, nn, (size_t)b->dims[1], trans); /* NULL: float32 */
-    void *expected = NULL;
-    n->state_free = packed_weights_free;
-    if (__atomic_compare_exchange_n(&n->state, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-      w = mine;
-    } else {
-      packed_weights_free(mine);
-      w = expected;
-    }
+    w = kiln_cache_publish(c, mine, packed_weights_free);
   }
-  return w->source == b->data && w->trans == trans ? w : NULL;
+  return w && w->source == b->data && w->trans == trans ? w : NULL;
 }
 
 /* The float32 pack of B, made on first use; NULL when B is not the node's weights or out of
@@ -417,8 +411,11 @@ static kiln_code fused_conv_pool_run(kiln_kctx *c) {
 }
 
 const kiln_op_schema kiln_ops_fused[] = {
-    {KILN_FUSED_DOMAIN, "FusedConv", 1, 2, 4, 1, 1, fused_conv_infer, fused_conv_run},
-    {KILN_FUSED_DOMAIN, "FusedConvMaxPool", 1, 2, 3, 1, 1, fused_conv_pool_infer, fused_conv_pool_run},
+    {.domain = KILN_FUSED_DOMAIN, .name = "FusedConv", .since = 1, .inputs = {2, 4}, .outputs = {1, 1},
+     .infer = fused_conv_infer, .run = fused_conv_run,
+     .prepare = kiln_conv2d_f32_prepare, .cost = kiln_cost_conv, .flow = KILN_FLOW_BATCH},
+    {.domain = KILN_FUSED_DOMAIN, .name = "FusedConvMaxPool", .since = 1, .inputs = {2, 3}, .outputs = {1, 1},
+     .infer = fused_conv_pool_infer, .run = fused_conv_pool_run, .cost = kiln_cost_conv_pool},
     {0},
 };
 
@@ -512,4 +509,9 @@ static const kiln_op_desc fused_gemm_desc = {
     .n_attrs = 7, .attrs = gemm_attrs, .infer = fused_gemm_infer,
     .compute = fused_gemm_compute, .flags = KILN_OP_FLAG_OPEN_ATTRS};
 
-const kiln_op_desc *const kiln_ops_fused_described[] = {&fused_gemm_desc, &fused_matmul_desc, NULL};
+const kiln_described_op kiln_ops_fused_described[] = {
+    {&fused_gemm_desc, {.prepare = kiln_fused_gemm_prepare, .cost = kiln_cost_gemm, .flow = KILN_FLOW_GEMM}},
+    {&fused_matmul_desc,
+     {.prepare = kiln_fused_matmul_prepare, .cost = kiln_cost_matmul, .flow = KILN_FLOW_MATMUL}},
+    {0},
+};

@@ -7,6 +7,7 @@
  * sigmoid, tanh, softplus, elu) uses a vectorisable polynomial with about 1 ulp of error
  * instead of a libm call per element. Results differ from the chain (which rounds every
  * intermediate to float and computes in double) by a few ulp. */
+#include "ops/cost.h"
 #include "ops/fused_ew.h"
 
 #include <math.h>
@@ -193,6 +194,8 @@ static kiln_code fused_ew_run(kiln_kctx *c) {
 static kiln_code fused_ew_infer(kiln_ictx *c) { return kiln_infer_broadcast(c, KILN_FLOAT); }
 
 const kiln_op_schema kiln_ops_fused_ew[] = {
-    {KILN_FUSED_DOMAIN, "FusedElementwise", 1, 1, KILN_VARIADIC, 1, 1, fused_ew_infer, fused_ew_run},
+    {.domain = KILN_FUSED_DOMAIN, .name = "FusedElementwise", .since = 1,
+     .inputs = {1, KILN_VARIADIC}, .outputs = {1, 1},
+     .infer = fused_ew_infer, .run = fused_ew_run, .flow = KILN_FLOW_BROADCAST, .cost = kiln_cost_fused_elementwise},
     {0},
 };

@@ -152,7 +152,9 @@ static kiln_code loss_infer(kiln_ictx *c) {
 }
 
 const kiln_op_schema kiln_ops_loss[] = {
-    {"", "NegativeLogLikelihoodLoss", 12, 2, 3, 1, 1, loss_infer, nllloss_run},
-    {"", "SoftmaxCrossEntropyLoss", 12, 2, 3, 1, 2, loss_infer, sce_run},
+    {.domain = "", .name = "NegativeLogLikelihoodLoss", .since = 12, .inputs = {2, 3}, .outputs = {1, 1},
+     .infer = loss_infer, .run = nllloss_run},
+    {.domain = "", .name = "SoftmaxCrossEntropyLoss", .since = 12, .inputs = {2, 3}, .outputs = {1, 2},
+     .infer = loss_infer, .run = sce_run},
     {0},
 };

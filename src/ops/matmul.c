@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kernels/gemm.h"
+#include "ops/cost.h"
 #include "ops/op.h"
 
 /* ---- GEMM --------------------------------------------------------------------------------- */
@@ -365,6 +366,12 @@ static kiln_code matmulinteger_run(kiln_kctx *c) {
   return y ? KILN_OK : KILN_ERR_NOMEM;
 }
 
+static bool all_finite(const float *v, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    if (!isfinite(v[i])) return false;
+  return true;
+}
+
 static kiln_code qlinearmatmul_run(kiln_kctx *c) {
   const kiln_tensor *a = kiln_in(c, 0), *as = kiln_in(c, 1), *b = kiln_in(c, 3),
                     *bs = kiln_in(c, 4), *ys = kiln_in(c, 6), *yzp = kiln_in(c, 7);
@@ -381,18 +388,27 @@ static kiln_code qlinearmatmul_run(kiln_kctx *c) {
     return kiln_kfail(c, "scales must be float scalars (or per row / column) and y_zero_point "
                          "a uint8 or int8 scalar");
   }
+  const float *asv = as->data, *bsv = bs->data, ysv = ((const float *)ys->data)[0];
+  /* y = acc * a_scale * b_scale / y_scale: a zero or non-finite y_scale has no defined result
+   * (ONNX Runtime saturates to garbage); refuse it rather than divide by zero. */
+  if (!(fabsf(ysv) > 0.0f) || !isfinite(ysv) || !all_finite(asv, as->numel) ||
+      !all_finite(bsv, bs->numel)) {
+    free(acc);
+    return kiln_kfail(c, "y_scale must be finite and non-zero and a_scale, b_scale finite (y_scale %g)",
+                      (double)ysv);
+  }
   kiln_tensor *y = kiln_out(c, 0, yzp->dtype, p.yrank, p.ydims);
   if (!y) {
     free(acc);
     return KILN_ERR_NOMEM;
   }
-  const float *asv = as->data, *bsv = bs->data, ysv = ((const float *)ys->data)[0];
   double zp = (double)kiln_get_i64(yzp, 0), lo = yzp->dtype == KILN_UINT8 ? 0 : -128,
          hi = yzp->dtype == KILN_UINT8 ? 255 : 127;
   for (int64_t i = 0; i < y->numel; i++) {
     int64_t row = (i / p.n) % p.m, col = i % p.n;
     float scale = asv[as->numel == 1 ? 0 : row] * bsv[bs->numel == 1 ? 0 : col] / ysv;
     double v = rint((double)((float)(int64_t)acc[i] * scale)) + zp;
+    if (isnan(v)) v = zp; /* 0 * an overflowed (infinite) scale */
     kiln_set_i64(y, i, (int64_t)(v < lo ? lo : v > hi ? hi : v));
   }
   free(acc);
@@ -805,10 +821,15 @@ static kiln_code einsum_infer(kiln_ictx *c) {
 }
 
 const kiln_op_schema kiln_ops_matmul[] = {
-    {"", "MatMul", 1, 2, 2, 1, 1, matmul_infer, matmul_run},
-    {"", "Gemm", 1, 2, 3, 1, 1, gemm_infer, gemm_run},
-    {"", "MatMulInteger", 10, 2, 4, 1, 1, matmulinteger_infer, matmulinteger_run},
-    {"", "QLinearMatMul", 10, 8, 8, 1, 1, qlinearmatmul_infer, qlinearmatmul_run},
-    {"", "Einsum", 12, 1, KILN_VARIADIC, 1, 1, einsum_infer, einsum_run},
+    {.domain = "", .name = "MatMul", .since = 1, .inputs = {2, 2}, .outputs = {1, 1},
+     .infer = matmul_infer, .run = matmul_run, .flow = KILN_FLOW_MATMUL, .cost = kiln_cost_matmul},
+    {.domain = "", .name = "Gemm", .since = 1, .inputs = {2, 3}, .outputs = {1, 1},
+     .infer = gemm_infer, .run = gemm_run, .flow = KILN_FLOW_GEMM, .cost = kiln_cost_gemm},
+    {.domain = "", .name = "MatMulInteger", .since = 10, .inputs = {2, 4}, .outputs = {1, 1},
+     .infer = matmulinteger_infer, .run = matmulinteger_run, .cost = kiln_cost_matmul},
+    {.domain = "", .name = "QLinearMatMul", .since = 10, .inputs = {8, 8}, .outputs = {1, 1},
+     .infer = qlinearmatmul_infer, .run = qlinearmatmul_run},
+    {.domain = "", .name = "Einsum", .since = 12, .inputs = {1, KILN_VARIADIC}, .outputs = {1, 1},
+     .infer = einsum_infer, .run = einsum_run},
     {0},
 };

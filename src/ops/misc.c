@@ -509,10 +509,15 @@ static kiln_code det_run(kiln_kctx *c) {
 }
 
 const kiln_op_schema kiln_ops_misc[] = {
-    {"", "TopK", 1, 1, 1, 2, 2, topk_infer, topk_run},
-    {"", "TopK", 10, 2, 2, 2, 2, topk_infer, topk_run},
-    {"", "Unique", 11, 1, 1, 1, 4, unique_infer, unique_run},
-    {"", "NonMaxSuppression", 10, 2, 5, 1, 1, nms_infer, nms_run},
-    {"", "Det", 11, 1, 1, 1, 1, det_infer, det_run},
+    {.domain = "", .name = "TopK", .since = 1, .inputs = {1, 1}, .outputs = {2, 2},
+     .infer = topk_infer, .run = topk_run},
+    {.domain = "", .name = "TopK", .since = 10, .inputs = {2, 2}, .outputs = {2, 2},
+     .infer = topk_infer, .run = topk_run},
+    {.domain = "", .name = "Unique", .since = 11, .inputs = {1, 1}, .outputs = {1, 4},
+     .infer = unique_infer, .run = unique_run},
+    {.domain = "", .name = "NonMaxSuppression", .since = 10, .inputs = {2, 5}, .outputs = {1, 1},
+     .infer = nms_infer, .run = nms_run},
+    {.domain = "", .name = "Det", .since = 11, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = det_infer, .run = det_run},
     {0},
 };

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "ops/cost.h"
 #include "ops/op.h"
 
 static bool is_float_tensor(const kiln_tensor *t) {
@@ -388,11 +389,17 @@ static kiln_code mvn_run(kiln_kctx *c) {
 }
 
 const kiln_op_schema kiln_ops_norm[] = {
-    {"", "BatchNormalization", 1, 5, 5, 1, 5, batchnorm_infer, batchnorm_run},
-    {"", "BatchNormalization", 14, 5, 5, 1, 3, batchnorm_infer, batchnorm_run},
-    {"", "InstanceNormalization", 1, 3, 3, 1, 1, kiln_infer_unary, instancenorm_run},
-    {"", "LayerNormalization", 17, 2, 3, 1, 3, layernorm_infer, layernorm_run},
-    {"", "LRN", 1, 1, 1, 1, 1, kiln_infer_unary, lrn_run},
-    {"", "MeanVarianceNormalization", 9, 1, 1, 1, 1, kiln_infer_unary, mvn_run},
+    {.domain = "", .name = "BatchNormalization", .since = 1, .inputs = {5, 5}, .outputs = {1, 5},
+     .infer = batchnorm_infer, .run = batchnorm_run, .flow = KILN_FLOW_SAME, .cost = kiln_cost_batchnorm},
+    {.domain = "", .name = "BatchNormalization", .since = 14, .inputs = {5, 5}, .outputs = {1, 3},
+     .infer = batchnorm_infer, .run = batchnorm_run, .flow = KILN_FLOW_SAME, .cost = kiln_cost_batchnorm},
+    {.domain = "", .name = "InstanceNormalization", .since = 1, .inputs = {3, 3}, .outputs = {1, 1},
+     .infer = kiln_infer_unary, .run = instancenorm_run, .flow = KILN_FLOW_SAME, .cost = kiln_cost_norm},
+    {.domain = "", .name = "LayerNormalization", .since = 17, .inputs = {2, 3}, .outputs = {1, 3},
+     .infer = layernorm_infer, .run = layernorm_run, .flow = KILN_FLOW_SAME, .cost = kiln_cost_norm},
+    {.domain = "", .name = "LRN", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = kiln_infer_unary, .run = lrn_run, .flow = KILN_FLOW_SAME},
+    {.domain = "", .name = "MeanVarianceNormalization", .since = 9, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = kiln_infer_unary, .run = mvn_run, .flow = KILN_FLOW_SAME},
     {0},
 };

@@ -40,19 +40,9 @@ kiln_code kiln_ifail(kiln_ictx *c, const char *fmt, ...) {
   return rc;
 }
 
-bool kiln_op_in_place_ok(const kiln_node *n) {
-  /* elementwise.c's UNARY_OP kernels (ys[i] = f(xs[i])) and binary.c's binary_run (row loops
-   * reading a[i * s], b[i * s] before writing y[i]) */
-  static const char *const ops[] = {
-      "Abs", "Neg", "Sign", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Sin",
-      "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Erf",
-      "Relu", "LeakyRelu", "ThresholdedRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish",
-      "Softplus", "Softsign", "Sigmoid", "Tanh", "Mish", "Shrink", "Add", "Sub", "Mul", "Div"};
-  if (*n->domain || n->n_out != 1) return false;
-  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-    if (!strcmp(n->op_type, ops[i])) return true;
-  return false;
-}
+bool kiln_node_has(const kiln_node *n, unsigned f) { return n->schema && (n->schema->flags & f); }
+
+bool kiln_op_in_place_ok(const kiln_node *n) { return n->n_out == 1 && kiln_node_has(n, KILN_OPF_IN_PLACE); }
 
 /* Whether p is the data of one of the node's inputs (an output the plan put in place). */
 static bool is_input_data(const kiln_kctx *c, const void *p) {
@@ -68,6 +58,15 @@ static kiln_tensor *out_alloc(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank
     return NULL;
   }
   kiln_tensor *t = NULL;
+  int64_t cap = c->frame && c->frame->session ? c->frame->session->opts.max_memory_bytes : 0;
+  int64_t need = cap > 0 ? kiln_tensor_bytes(dtype, rank, dims) : 0;
+  if (cap > 0 && need > cap) {
+    kiln_kfail(c, "output %zu (%s%s) needs %lld bytes, over the limit max_memory_bytes = %lld; "
+               "raise it with the session option kiln_options.max_memory_bytes (kiln run --limit "
+               "max_memory_bytes=N)", i, kiln_dtype_name(dtype),
+               kiln_dims_str(rank, dims, (char[256]){0}, 256), (long long)need, (long long)cap);
+    return NULL;
+  }
   /* Intermediates of the main graph come from the run's arena when the plan has a slot. */
   kiln_run_mem *mem = c->frame ? c->frame->mem : NULL;
   int64_t bytes = mem && i < c->node->n_out ? kiln_tensor_bytes(dtype, rank, dims) : -1;
@@ -117,6 +116,37 @@ bool kiln_in_const(const kiln_kctx *c, size_t i, const kiln_tensor *t) {
 bool kiln_kamx(const kiln_kctx *c) {
   if (c->frame && c->frame->session && c->frame->session->opts.strict_fp32) return false;
   return kiln_amx_available() != 0;
+}
+
+void *kiln_cache_get(const kiln_kctx *c) {
+  return c->state ? __atomic_load_n(&c->state->cache, __ATOMIC_ACQUIRE) : NULL;
+}
+
+void *kiln_cache_publish(kiln_kctx *c, void *mine, void (*free_fn)(void *)) {
+  void *expected = NULL;
+  if (!c->state) {
+    free_fn(mine);
+    return NULL;
+  }
+  if (__atomic_compare_exchange_n(&c->state->cache, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    __atomic_store_n(&c->state->cache_free, free_fn, __ATOMIC_RELEASE); /* only the winner */
+    return mine;
+  }
+  free_fn(mine);
+  return expected;
+}
+
+void *kiln_cache_take(kiln_kctx *c) {
+  return c->state ? __atomic_exchange_n(&c->state->cache, NULL, __ATOMIC_ACQ_REL) : NULL;
+}
+
+void kiln_cache_put(kiln_kctx *c, void *v, void (*free_fn)(void *)) {
+  void *expected = NULL;
+  if (!v) return;
+  if (c->state) __atomic_store_n(&c->state->cache_free, free_fn, __ATOMIC_RELEASE);
+  if (!c->state ||
+      !__atomic_compare_exchange_n(&c->state->cache, &expected, v, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    free_fn(v);
 }
 
 const kiln_tensor *kiln_in(const kiln_kctx *c, size_t i) { return i < c->n_in ? c->in[i] : NULL; }

@@ -19,6 +19,20 @@
 
 struct kiln_frame;
 
+/* What the compiled model keeps for one node (at any depth of the graph) beside the immutable
+ * IR: made from the model, shared by every session and concurrent run of it, and so changed
+ * only atomically. Kernels reach it through their context (kiln_cache_* below); the executor
+ * keeps a fused node's verdicts here. */
+typedef struct kiln_node_state {
+  void *cache;                 /* the kernel's cache: packed or transformed constant weights
+                                  (published once), or reusable work buffers (taken and put
+                                  back); freed with the model by cache_free */
+  void (*cache_free)(void *cache);
+  int fallback;                /* a fused node whose kernel failed runs "original" from now on */
+  int verified;                /* verify_fusions: 0 not yet, 2 claimed by a run, 1 compared */
+  double verify_abs, verify_rel; /* the largest differences found (verified == 1) */
+} kiln_node_state;
+
 /* What a kernel sees for one node execution. */
 typedef struct kiln_kctx {
   const kiln_node *node;
@@ -28,6 +42,8 @@ typedef struct kiln_kctx {
   kiln_tensor **out;            /* the kernel stores new values here (kiln_out or its own) */
   struct kiln_frame *frame;     /* executor state, for control-flow ops */
   kiln_error *err;
+  kiln_node_state *state;       /* the compiled model's state of this node; NULL where there is
+                                   none (constant folding): kernels then cache nothing */
 } kiln_kctx;
 
 /* What a shape function sees at load time. */
@@ -44,7 +60,7 @@ typedef struct kiln_ictx {
 typedef kiln_code (*kiln_kernel_fn)(kiln_kctx *c);
 typedef kiln_code (*kiln_infer_fn)(kiln_ictx *c);
 /* Optional, for kernels that keep caches made from constant inputs (packed weights), listed
- * in src/ops/registry.c (kiln_op_prepare): called once at session creation (unless
+ * as the schema's `prepare`: called once at session creation (unless
  * kiln_options.lazy_weights) with the inputs known then: constant ones (initializers, folded
  * constants) with their data, the others as shape-only tensors (data NULL; the static dims,
  * -1 where unknown, which numel counts as 1). c->out is not to be touched. It makes what the
@@ -53,14 +69,78 @@ typedef kiln_code (*kiln_infer_fn)(kiln_ictx *c);
  * leaves the caches to the first run. */
 typedef kiln_code (*kiln_prepare_fn)(kiln_kctx *c);
 
+/* Work of one node execution for the profiler, read after the kernel ran (c->in and c->out
+ * hold the run's tensors; c->out is not to be touched): *flops counts floating-point
+ * operations (a multiply-add is 2), *bytes the memory traffic. Both arrive preset, *flops to 0
+ * and *bytes to the sum of the inputs' and outputs' sizes; a hook changes what it knows
+ * better. Ops without a hook keep the presets. */
+typedef void (*kiln_cost_fn)(const kiln_kctx *c, double *flops, double *bytes);
+
+/* Facts about an op that the runtime and the optimizer act on (kiln_op_schema.flags). */
+enum {
+  /* Output 0 may be written over input 0 or 1 (same type and shape; the planner then gives
+   * both one slot): element i of the output depends only on element i of that input (and on
+   * broadcast operands), and the kernel reads it before writing there. */
+  KILN_OPF_IN_PLACE = 1u << 0,
+  /* Outputs may differ between runs with the same inputs: never constant-folded, never
+   * merged with a twin by common-subexpression elimination. */
+  KILN_OPF_RANDOM = 1u << 1,
+  /* The inputs may be produced straight into the slices of the output along its `axis`
+   * (the planner's in-place Concat). */
+  KILN_OPF_CONCAT = 1u << 2,
+  /* Optional inputs may come before required ones (Loop, Scan-8): an omitted input below the
+   * minimum arity is no error. */
+  KILN_OPF_LEADING_OPTIONAL = 1u << 3,
+};
+
+/* How an op's output shape (and, for small integer vectors, its values) follows from its
+ * inputs, for the symbolic dim-flow analysis of the optimizer (src/opt/dimflow.c applies the
+ * rule; attributes are read as the op defines them). KILN_FLOW_NONE: nothing is known. */
+typedef enum kiln_flow {
+  KILN_FLOW_NONE = 0,
+  KILN_FLOW_SAME,        /* output 0 has input 0's shape */
+  KILN_FLOW_COPY,        /* SAME, and output 0 holds input 0's values (Identity, Cast) */
+  KILN_FLOW_BROADCAST,   /* numpy broadcast of all inputs */
+  KILN_FLOW_ADD,         /* BROADCAST, and integer vectors add (and so on) element by element */
+  KILN_FLOW_SUB,
+  KILN_FLOW_MUL,
+  KILN_FLOW_DIV,
+  KILN_FLOW_TRANSPOSE,   /* perm */
+  KILN_FLOW_MATMUL,      /* numpy matmul of inputs 0 and 1 */
+  KILN_FLOW_GEMM,        /* transA, transB */
+  KILN_FLOW_GATHER,      /* axis, indices input 1 */
+  KILN_FLOW_SLICE,       /* starts, ends, axes, steps inputs (opset 10) or attributes */
+  KILN_FLOW_RESHAPE,     /* shape input 1, allowzero */
+  KILN_FLOW_UNSQUEEZE,   /* axes attribute or input 1 */
+  KILN_FLOW_SQUEEZE,
+  KILN_FLOW_CONCAT,      /* axis */
+  KILN_FLOW_FLATTEN,     /* axis */
+  KILN_FLOW_SPLIT,       /* axis: every output has input 0's shape but along it */
+  KILN_FLOW_REDUCE,      /* axes, keepdims, noop_with_empty_axes */
+  KILN_FLOW_ARG_REDUCE,  /* axis, keepdims */
+  KILN_FLOW_EXPAND,      /* shape input 1 */
+  KILN_FLOW_CONSTANT_OF_SHAPE,
+  KILN_FLOW_BATCH,       /* output 0 keeps input 0's rank and batch dim (Conv, pooling, ...) */
+  KILN_FLOW_SHAPE,       /* output 0 is input 0's shape (start, end) */
+  KILN_FLOW_SIZE,        /* output 0 is input 0's element count */
+} kiln_flow;
+
+typedef struct kiln_arity {
+  int min, max;         /* max KILN_VARIADIC: any number */
+} kiln_arity;
+
+/* One op (or one version range of it): everything kiln knows about it is here. */
 typedef struct kiln_op_schema {
   const char *domain;   /* "" for ai.onnx */
   const char *name;
   int since;            /* first opset version this entry covers */
-  int min_in, max_in;   /* arity; max -1 for variadic */
-  int min_out, max_out;
+  kiln_arity inputs, outputs;
   kiln_infer_fn infer;  /* may be NULL: outputs stay unknown until run time */
   kiln_kernel_fn run;
+  unsigned flags;       /* KILN_OPF_* */
+  kiln_prepare_fn prepare; /* may be NULL: nothing to pack ahead of the first run */
+  kiln_cost_fn cost;    /* may be NULL: the profiler counts no flops, and bytes in + out */
+  kiln_flow flow;       /* dim-flow rule */
 } kiln_op_schema;
 
 #define KILN_VARIADIC (-1)
@@ -83,20 +163,32 @@ kiln_code kiln_kunsup(kiln_kctx *c, const char *fmt, ...) KILN_PRINTF(2, 3);
 const kiln_tensor *kiln_in(const kiln_kctx *c, size_t i);
 /* Whether output i is wanted by the graph (not omitted). */
 bool kiln_out_used(const kiln_kctx *c, size_t i);
-/* Whether n's kernel may write its output over an input of the same type and shape (the memory
- * planner then gives both one slot): element i of the output depends only on element i of that
- * input (and on broadcast operands), and the kernel reads it before writing there. True for the
- * standard unary math/activation ops and Add/Sub/Mul/Div; their kernels must stay that way. */
+/* Whether n's op (its resolved schema) has flag f (KILN_OPF_*). */
+bool kiln_node_has(const kiln_node *n, unsigned f);
+/* Whether n's kernel may write its single output over an input (KILN_OPF_IN_PLACE). */
 bool kiln_op_in_place_ok(const kiln_node *n);
 
 /* The session's thread pool for data-parallel loops (NULL: run on the calling thread). */
 struct kiln_threadpool *kiln_kpool(const kiln_kctx *c);
 /* Whether input i is the graph's constant value (an initializer or folded constant), given as
- * t: what a kernel makes from such an input it may keep on the node (kiln_node.state). */
+ * t: what a kernel makes from such an input it may keep in the node's cache. */
 bool kiln_in_const(const kiln_kctx *c, size_t i, const kiln_tensor *t);
 /* Whether the AMX bf16x3 GEMM may be used for this node (the session did not ask for
  * strict_fp32, and the CPU has it). */
 bool kiln_kamx(const kiln_kctx *c);
+
+/* ---- the node's cache (kiln_node_state.cache), shared by every run of the model ----
+ * One cache per node; a kernel that keeps several kinds in it tells them apart itself. */
+/* The cache in place, or NULL (none yet, or no state). */
+void *kiln_cache_get(const kiln_kctx *c);
+/* Publish `mine` (freed by free_fn) as the cache unless one is there (compare-and-swap):
+ * returns the cache now in place, mine or the one another run published first (mine is then
+ * freed); NULL (mine freed) when the node has no state. */
+void *kiln_cache_publish(kiln_kctx *c, void *mine, void (*free_fn)(void *));
+/* For reusable work buffers: take the cache out (NULL when empty), so no concurrent run uses
+ * it, and put one back after the run (freed by free_fn if another run put one back first). */
+void *kiln_cache_take(kiln_kctx *c);
+void kiln_cache_put(kiln_kctx *c, void *v, void (*free_fn)(void *));
 
 /* Normalise an axis in [-rank, rank) to [0, rank); -1 (and c->err set) when out of range. */
 int kiln_axis(kiln_kctx *c, int64_t axis, int rank);

@@ -12,6 +12,8 @@
 
 #include "kernels/cpu.h"
 #include "kernels/pool_f32.h"
+#include "kernels/gemm_internal.h"
+#include "ops/cost.h"
 #include "ops/op.h"
 #include "runtime/threadpool.h"
 
@@ -721,14 +723,23 @@ static kiln_code maxunpool_infer(kiln_ictx *c) {
 }
 
 const kiln_op_schema kiln_ops_pool[] = {
-    {"", "MaxPool", 1, 1, 1, 1, 2, pool_infer, maxpool_run},
-    {"", "AveragePool", 1, 1, 1, 1, 1, pool_infer, avgpool_run},
-    {"", "LpPool", 1, 1, 1, 1, 1, pool_infer, lppool_run},
-    {"", "GlobalMaxPool", 1, 1, 1, 1, 1, global_infer, gmaxpool_run},
-    {"", "GlobalAveragePool", 1, 1, 1, 1, 1, global_infer, gavgpool_run},
-    {"", "GlobalLpPool", 1, 1, 1, 1, 1, global_infer, glppool_run},
-    {"", "MaxUnpool", 9, 2, 3, 1, 1, maxunpool_infer, maxunpool_run},
-    {"", "MaxRoiPool", 1, 2, 2, 1, 1, roi_infer, maxroipool_run},
-    {"", "RoiAlign", 10, 3, 3, 1, 1, roi_infer, roialign_run},
+    {.domain = "", .name = "MaxPool", .since = 1, .inputs = {1, 1}, .outputs = {1, 2},
+     .infer = pool_infer, .run = maxpool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_pool},
+    {.domain = "", .name = "AveragePool", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = pool_infer, .run = avgpool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_pool},
+    {.domain = "", .name = "LpPool", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = pool_infer, .run = lppool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_pool},
+    {.domain = "", .name = "GlobalMaxPool", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = global_infer, .run = gmaxpool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_global_pool},
+    {.domain = "", .name = "GlobalAveragePool", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = global_infer, .run = gavgpool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_global_pool},
+    {.domain = "", .name = "GlobalLpPool", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = global_infer, .run = glppool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_global_pool},
+    {.domain = "", .name = "MaxUnpool", .since = 9, .inputs = {2, 3}, .outputs = {1, 1},
+     .infer = maxunpool_infer, .run = maxunpool_run},
+    {.domain = "", .name = "MaxRoiPool", .since = 1, .inputs = {2, 2}, .outputs = {1, 1},
+     .infer = roi_infer, .run = maxroipool_run},
+    {.domain = "", .name = "RoiAlign", .since = 10, .inputs = {3, 3}, .outputs = {1, 1},
+     .infer = roi_infer, .run = roialign_run},
     {0},
 };

@@ -155,8 +155,11 @@ static kiln_code dynquant_infer(kiln_ictx *c) {
 }
 
 const kiln_op_schema kiln_ops_quant[] = {
-    {"", "QuantizeLinear", 10, 2, 3, 1, 1, quantize_infer, quantize_run},
-    {"", "DequantizeLinear", 10, 2, 3, 1, 1, dequantize_infer, dequantize_run},
-    {"", "DynamicQuantizeLinear", 11, 1, 1, 3, 3, dynquant_infer, dynquant_run},
+    {.domain = "", .name = "QuantizeLinear", .since = 10, .inputs = {2, 3}, .outputs = {1, 1},
+     .infer = quantize_infer, .run = quantize_run, .flow = KILN_FLOW_SAME},
+    {.domain = "", .name = "DequantizeLinear", .since = 10, .inputs = {2, 3}, .outputs = {1, 1},
+     .infer = dequantize_infer, .run = dequantize_run, .flow = KILN_FLOW_SAME},
+    {.domain = "", .name = "DynamicQuantizeLinear", .since = 11, .inputs = {1, 1}, .outputs = {3, 3},
+     .infer = dynquant_infer, .run = dynquant_run},
     {0},
 };

@@ -66,10 +66,10 @@ static const kiln_op_schema *const families[] = {
 };
 
 /* kiln's own ops described through the plugin ABI (kiln_op.h), adapted once per process:
- * NULL-terminated lists of descriptions. */
-extern const kiln_op_desc *const kiln_ops_fused_described[];
+ * lists ended by an entry without a description. */
+extern const kiln_described_op kiln_ops_fused_described[];
 
-static const kiln_op_desc *const *const described_lists[] = {
+static const kiln_described_op *const described_lists[] = {
     kiln_ops_fused_described,
 };
 
@@ -80,12 +80,17 @@ static pthread_once_t described_once = PTHREAD_ONCE_INIT;
 
 static void adapt_described(void) {
   for (size_t l = 0; l < sizeof described_lists / sizeof described_lists[0]; l++)
-    for (const kiln_op_desc *const *d = described_lists[l]; *d && n_described < MAX_DESCRIBED; d++) {
+    for (const kiln_described_op *d = described_lists[l]; d->desc && n_described < MAX_DESCRIBED; d++) {
       kiln_error e;
-      if (kiln_adapt_op(*d, false, &described[n_described], &e) == KILN_OK)
+      kiln_adapted_op *a = &described[n_described];
+      if (kiln_adapt_op(d->desc, false, a, &e) == KILN_OK) {
+        a->schema.flags = d->facts.flags;
+        a->schema.prepare = d->facts.prepare;
+        a->schema.cost = d->facts.cost;
+        a->schema.flow = d->facts.flow;
         n_described++;
-      else /* a bug in kiln's own description; the unit tests catch it */
-        fprintf(stderr, "kiln: built-in op description rejected: %s\n", e.message);
+      } else /* a bug in kiln's own description; the unit tests catch it */
+        kiln_log(NULL, KILN_LOG_ERROR, "built-in op description rejected: %s", e.message);
     }
 }
 
@@ -126,23 +131,4 @@ const kiln_op_schema *kiln_op_find_in(const struct kiln_plugin_set *ps, const ch
                                       const char *name, int opset) {
   const kiln_op_schema *s = kiln_op_find(domain, name, opset);
   return s ? s : kiln_plugins_find(ps, domain, name, opset);
-}
-
-/* The ops whose kernels pack constant weights, and their prepare hooks (kiln_prepare_fn). */
-static const struct {
-  const char *domain, *name;
-  kiln_prepare_fn prepare;
-} prepare_hooks[] = {
-    {"", "Conv", kiln_conv2d_f32_prepare},
-    {KILN_FUSED_DOMAIN, "FusedConv", kiln_conv2d_f32_prepare},
-    {KILN_FUSED_DOMAIN, "FusedMatMul", kiln_fused_matmul_prepare},
-    {KILN_FUSED_DOMAIN, "FusedGemm", kiln_fused_gemm_prepare},
-};
-
-kiln_prepare_fn kiln_op_prepare(const kiln_op_schema *s) {
-  if (!s || kiln_op_find(s->domain, s->name, s->since) != s) return NULL; /* not kiln's own */
-  for (size_t i = 0; i < sizeof prepare_hooks / sizeof prepare_hooks[0]; i++)
-    if (domain_eq(prepare_hooks[i].domain, s->domain) && !strcmp(prepare_hooks[i].name, s->name))
-      return prepare_hooks[i].prepare;
-  return NULL;
 }

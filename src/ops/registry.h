@@ -15,7 +15,13 @@ bool kiln_op_known(const char *domain, const char *name);
 struct kiln_plugin_set;
 const kiln_op_schema *kiln_op_find_in(const struct kiln_plugin_set *ps, const char *domain,
                                       const char *name, int opset);
-/* The prepare hook of one of kiln's own ops (see kiln_prepare_fn), or NULL. */
-kiln_prepare_fn kiln_op_prepare(const kiln_op_schema *s);
+
+/* One of kiln's own ops described through the plugin ABI (kiln_op.h), with the facts the ABI
+ * does not carry: `facts` gives flags, prepare, cost and flow (its other members are unused). */
+struct kiln_op_desc;
+typedef struct kiln_described_op {
+  const struct kiln_op_desc *desc;
+  kiln_op_schema facts;
+} kiln_described_op;
 
 #endif

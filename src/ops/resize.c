@@ -476,8 +476,11 @@ static kiln_code run_gridsample(kiln_kctx *c) {
 }
 
 const kiln_op_schema kiln_ops_resize[] = {
-    {"", "Resize", 10, 1, 4, 1, 1, infer_resize, run_resize},
-    {"", "Upsample", 7, 1, 2, 1, 1, infer_resize, run_resize},
-    {"", "GridSample", 16, 2, 2, 1, 1, infer_gridsample, run_gridsample},
+    {.domain = "", .name = "Resize", .since = 10, .inputs = {1, 4}, .outputs = {1, 1},
+     .infer = infer_resize, .run = run_resize, .flow = KILN_FLOW_BATCH},
+    {.domain = "", .name = "Upsample", .since = 7, .inputs = {1, 2}, .outputs = {1, 1},
+     .infer = infer_resize, .run = run_resize, .flow = KILN_FLOW_BATCH},
+    {.domain = "", .name = "GridSample", .since = 16, .inputs = {2, 2}, .outputs = {1, 1},
+     .infer = infer_gridsample, .run = run_gridsample},
     {0},
 };

@@ -364,8 +364,11 @@ static kiln_code rnn_infer(kiln_ictx *c) {
 }
 
 const kiln_op_schema kiln_ops_rnn[] = {
-    {"", "RNN", 1, 3, 6, 0, 2, rnn_infer, rnn_cell_run},
-    {"", "GRU", 1, 3, 6, 0, 2, rnn_infer, gru_run},
-    {"", "LSTM", 1, 3, 8, 0, 3, rnn_infer, lstm_run},
+    {.domain = "", .name = "RNN", .since = 1, .inputs = {3, 6}, .outputs = {0, 2},
+     .infer = rnn_infer, .run = rnn_cell_run},
+    {.domain = "", .name = "GRU", .since = 1, .inputs = {3, 6}, .outputs = {0, 2},
+     .infer = rnn_infer, .run = gru_run},
+    {.domain = "", .name = "LSTM", .since = 1, .inputs = {3, 8}, .outputs = {0, 3},
+     .infer = rnn_infer, .run = lstm_run},
     {0},
 };

@@ -444,12 +444,19 @@ static kiln_code mel_run(kiln_kctx *c) {
 }
 
 const kiln_op_schema kiln_ops_signal[] = {
-    {"", "DFT", 17, 1, 2, 1, 1, dft_infer, dft_run},
-    {"", "DFT", 20, 1, 3, 1, 1, dft_infer, dft_run},
-    {"", "STFT", 17, 2, 4, 1, 1, stft_infer, stft_run},
-    {"", "HannWindow", 17, 1, 1, 1, 1, window_infer, window_run},
-    {"", "HammingWindow", 17, 1, 1, 1, 1, window_infer, window_run},
-    {"", "BlackmanWindow", 17, 1, 1, 1, 1, window_infer, window_run},
-    {"", "MelWeightMatrix", 17, 5, 5, 1, 1, mel_infer, mel_run},
+    {.domain = "", .name = "DFT", .since = 17, .inputs = {1, 2}, .outputs = {1, 1},
+     .infer = dft_infer, .run = dft_run},
+    {.domain = "", .name = "DFT", .since = 20, .inputs = {1, 3}, .outputs = {1, 1},
+     .infer = dft_infer, .run = dft_run},
+    {.domain = "", .name = "STFT", .since = 17, .inputs = {2, 4}, .outputs = {1, 1},
+     .infer = stft_infer, .run = stft_run},
+    {.domain = "", .name = "HannWindow", .since = 17, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = window_infer, .run = window_run},
+    {.domain = "", .name = "HammingWindow", .since = 17, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = window_infer, .run = window_run},
+    {.domain = "", .name = "BlackmanWindow", .since = 17, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = window_infer, .run = window_run},
+    {.domain = "", .name = "MelWeightMatrix", .since = 17, .inputs = {5, 5}, .outputs = {1, 1},
+     .infer = mel_infer, .run = mel_run},
     {0},
 };

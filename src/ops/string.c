@@ -378,7 +378,9 @@ done:
 }
 
 const kiln_op_schema kiln_ops_string[] = {
-    {"", "StringNormalizer", 10, 1, 1, 1, 1, strnorm_infer, strnorm_run},
-    {"", "TfIdfVectorizer", 9, 1, 1, 1, 1, tfidf_infer, tfidf_run},
+    {.domain = "", .name = "StringNormalizer", .since = 10, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = strnorm_infer, .run = strnorm_run},
+    {.domain = "", .name = "TfIdfVectorizer", .since = 9, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = tfidf_infer, .run = tfidf_run},
     {0},
 };

@@ -157,9 +157,14 @@ static kiln_code adam_infer(kiln_ictx *c) { return optimizer_infer(c, OPT_ADAM);
 static kiln_code momentum_infer(kiln_ictx *c) { return optimizer_infer(c, OPT_MOMENTUM); }
 
 const kiln_op_schema kiln_ops_training[] = {
-    {TRAINING_DOMAIN, "Adagrad", 1, 5, KILN_VARIADIC, 2, KILN_VARIADIC, adagrad_infer, adagrad_run},
-    {TRAINING_DOMAIN, "Adam", 1, 6, KILN_VARIADIC, 3, KILN_VARIADIC, adam_infer, adam_run},
-    {TRAINING_DOMAIN, "Momentum", 1, 5, KILN_VARIADIC, 2, KILN_VARIADIC, momentum_infer,
-     momentum_run},
+    {.domain = TRAINING_DOMAIN, .name = "Adagrad", .since = 1,
+     .inputs = {5, KILN_VARIADIC}, .outputs = {2, KILN_VARIADIC},
+     .infer = adagrad_infer, .run = adagrad_run},
+    {.domain = TRAINING_DOMAIN, .name = "Adam", .since = 1,
+     .inputs = {6, KILN_VARIADIC}, .outputs = {3, KILN_VARIADIC},
+     .infer = adam_infer, .run = adam_run},
+    {.domain = TRAINING_DOMAIN, .name = "Momentum", .since = 1,
+     .inputs = {5, KILN_VARIADIC}, .outputs = {2, KILN_VARIADIC},
+     .infer = momentum_infer, .run = momentum_run},
     {0},
 };

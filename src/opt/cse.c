@@ -14,6 +14,7 @@
 
 #include "base/status.h"
 #include "ir/edit.h"
+#include "ops/op.h"
 #include "opt/opt.h"
 
 static uint64_t mix(uint64_t h, uint64_t v) {
@@ -111,16 +112,11 @@ static kiln_code merge_initializers(kiln_pass_ctx *ctx, kiln_graph *g, const siz
 /* ---- common subexpressions ---- */
 
 static bool never_merge(const kiln_node *n) {
-  static const char *const random[] = {"RandomNormal", "RandomUniform", "RandomNormalLike",
-                                       "RandomUniformLike", "Bernoulli", "Multinomial", "Dropout"};
   for (size_t a = 0; a < n->n_attrs; a++)
     if (n->attrs[a].g || n->attrs[a].graphs || n->attrs[a].kind == KILN_ATTR_GRAPH ||
         n->attrs[a].kind == KILN_ATTR_GRAPHS)
       return true;
-  if (*n->domain) return false;
-  for (size_t i = 0; i < sizeof random / sizeof random[0]; i++)
-    if (!strcmp(n->op_type, random[i])) return true;
-  return false;
+  return kiln_node_has(n, KILN_OPF_RANDOM);
 }
 
 static bool same_attr(const kiln_attr *a, const kiln_attr *b) {

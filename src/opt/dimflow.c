@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "base/strmap.h"
+#include "ops/op.h"
 
 #define MAXR KILN_MAX_RANK
 
@@ -131,32 +132,6 @@ static bool norm_axis(int64_t *a, int rank) {
   return *a >= 0 && *a < rank;
 }
 
-static bool is_one_of(const char *op, const char *const *list) {
-  for (; *list; list++)
-    if (!strcmp(op, *list)) return true;
-  return false;
-}
-
-/* Ops whose output 0 has input 0's shape. */
-static const char *const same_shape_ops[] = {
-    "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Abs", "Neg", "Sqrt", "Erf", "Reciprocal", "Floor",
-    "Ceil", "Round", "Sign", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh",
-    "Acosh", "Atanh", "Cast", "CastLike", "Identity", "Dropout", "Softmax", "LogSoftmax", "Hardmax",
-    "LeakyRelu", "ThresholdedRelu", "Elu", "Selu", "Celu", "Gelu", "HardSigmoid", "HardSwish", "Clip",
-    "Not", "IsNaN", "IsInf", "Softplus", "Softsign", "Mish", "Shrink", "LayerNormalization",
-    "BatchNormalization", "InstanceNormalization", "LpNormalization", "MeanVarianceNormalization",
-    "LRN", "CumSum", "Trilu", "QuantizeLinear", "DequantizeLinear", NULL};
-static const char *const broadcast_ops[] = {
-    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mean", "Sum", "Mod", "PRelu", "Equal", "Less",
-    "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "BitShift", "Where",
-    "BitwiseAnd", "BitwiseOr", "BitwiseXor", NULL};
-static const char *const reduce_ops[] = {
-    "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", NULL};
-static const char *const batch_ops[] = {
-    "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-    "LpPool", "GlobalLpPool", "Resize", "Upsample", "Pad", NULL};
-
 /* Numpy broadcast of token lists; false when a rank is unknown. */
 static bool bcast(kiln_dimflow *df, const dval *const *ins, size_t n, int *rank, int64_t *out) {
   int r = 0;
@@ -275,33 +250,24 @@ static bool elem_value(const kiln_dimflow *df, kiln_dimelem e, int64_t *v) {
 /* ---- dims of node outputs ---- */
 
 /* Candidate dims of output 0 (and, for Split, the others); rank -1 when nothing is known. */
+static kiln_flow flow_of(const kiln_node *n) { return n->schema ? n->schema->flow : KILN_FLOW_NONE; }
+
 static void node_dims(kiln_dimflow *df, const kiln_node *n, int *rank, int64_t *d) {
   const kiln_graph *g = df->g;
   const dval *x = in_val(df, n, 0);
-  const char *op = n->op_type;
+  kiln_flow fl = flow_of(n);
   *rank = -1;
-  bool std = !*n->domain, kiln = !strcmp(n->domain, "ai.kiln");
-  if (kiln && !strcmp(op, "FusedElementwise")) {
-    const dval *ins[64];
-    size_t k = 0;
-    for (; k < n->n_in && k < 64; k++) ins[k] = in_val(df, n, k);
-    if (k == n->n_in) bcast(df, ins, k, rank, d);
-    return;
-  }
-  if (kiln && (!strcmp(op, "FusedMatMul"))) op = "MatMul";
-  else if (kiln && !strcmp(op, "FusedGemm")) op = "Gemm";
-  else if (kiln && !strcmp(op, "FusedConv")) op = "Conv";
-  else if (!std) return;
-  if (!x) return;
-  if (is_one_of(op, same_shape_ops)) {
+  if (!x || fl == KILN_FLOW_NONE) return;
+  if (fl == KILN_FLOW_SAME || fl == KILN_FLOW_COPY) {
     *rank = x->rank;
     memcpy(d, x->d, sizeof x->d);
-  } else if (is_one_of(op, broadcast_ops)) {
-    const dval *ins[8];
-    if (n->n_in > 8) return;
+  } else if (fl == KILN_FLOW_BROADCAST || fl == KILN_FLOW_ADD || fl == KILN_FLOW_SUB ||
+             fl == KILN_FLOW_MUL || fl == KILN_FLOW_DIV) {
+    const dval *ins[64];
+    if (n->n_in > 64) return;
     for (size_t k = 0; k < n->n_in; k++) ins[k] = in_val(df, n, k);
     bcast(df, ins, n->n_in, rank, d);
-  } else if (!strcmp(op, "Transpose")) {
+  } else if (fl == KILN_FLOW_TRANSPOSE) {
     size_t np;
     const int64_t *perm = kiln_attr_ints(n, "perm", &np);
     if (x->rank < 0 || (perm && np != (size_t)x->rank)) return;
@@ -311,7 +277,7 @@ static void node_dims(kiln_dimflow *df, const kiln_node *n, int *rank, int64_t *
       d[i] = x->d[p];
     }
     *rank = x->rank;
-  } else if (!strcmp(op, "MatMul")) {
+  } else if (fl == KILN_FLOW_MATMUL) {
     const dval *b = in_val(df, n, 1);
     if (!b || x->rank < 1 || b->rank < 1) return;
     unite(df, x->d[x->rank - 1], b->d[b->rank >= 2 ? b->rank - 2 : 0]);
@@ -334,7 +300,7 @@ static void node_dims(kiln_dimflow *df, const kiln_node *n, int *rank, int64_t *
     } else {
       *rank = 0;
     }
-  } else if (!strcmp(op, "Gemm")) {
+  } else if (fl == KILN_FLOW_GEMM) {
     const dval *b = in_val(df, n, 1);
     if (!b || x->rank != 2 || b->rank != 2) return;
     int ta = kiln_attr_int(n, "transA", 0) != 0, tb = kiln_attr_int(n, "transB", 0) != 0;
@@ -342,7 +308,7 @@ static void node_dims(kiln_dimflow *df, const kiln_node *n, int *rank, int64_t *
     d[0] = x->d[ta];
     d[1] = b->d[1 - tb];
     *rank = 2;
-  } else if (!strcmp(op, "Gather")) {
+  } else if (fl == KILN_FLOW_GATHER) {
     const dval *ix = in_val(df, n, 1);
     int64_t axis = kiln_attr_int(n, "axis", 0);
     if (!ix || x->rank < 0 || ix->rank < 0 || !norm_axis(&axis, x->rank) ||
@@ -353,7 +319,7 @@ static void node_dims(kiln_dimflow *df, const kiln_node *n, int *rank, int64_t *
     for (int i = 0; i < ix->rank; i++) d[r++] = ix->d[i];
     for (int i = (int)axis + 1; i < x->rank; i++) d[r++] = x->d[i];
     *rank = r;
-  } else if (!strcmp(op, "Slice")) {
+  } else if (fl == KILN_FLOW_SLICE) {
     slice_p p;
     if (x->rank < 0 || !slice_params(g, n, x->rank, &p)) return;
     for (int i = 0; i < x->rank; i++) {
@@ -363,7 +329,7 @@ static void node_dims(kiln_dimflow *df, const kiln_node *n, int *rank, int64_t *
       else d[i] = KILN_DIM_UNKNOWN;
     }
     *rank = x->rank;
-  } else if (!strcmp(op, "Reshape")) {
+  } else if (fl == KILN_FLOW_RESHAPE) {
     const dval *s = in_val(df, n, 1);
     bool allowzero = n->opset >= 14 && kiln_attr_int(n, "allowzero", 0);
     if (!s || s->vn < 0 || s->scalar) return;
@@ -373,10 +339,10 @@ static void node_dims(kiln_dimflow *df, const kiln_node *n, int *rank, int64_t *
       d[i] = t;
     }
     *rank = s->vn;
-  } else if (!strcmp(op, "Unsqueeze") || !strcmp(op, "Squeeze")) {
+  } else if (fl == KILN_FLOW_UNSQUEEZE || fl == KILN_FLOW_SQUEEZE) {
     int64_t ax[MAXR];
     size_t na;
-    bool given, unsq = op[0] == 'U';
+    bool given, unsq = fl == KILN_FLOW_UNSQUEEZE;
     if (x->rank < 0 || !axes_of(g, n, "axes", 1, ax, &na, &given)) return;
     if (!unsq && na == 0) given = false; /* Squeeze with empty axes: all size-1 dims */
     int r = unsq ? x->rank + (int)na : x->rank;
@@ -398,7 +364,7 @@ static void node_dims(kiln_dimflow *df, const kiln_node *n, int *rank, int64_t *
       }
     }
     *rank = o;
-  } else if (!strcmp(op, "Concat")) {
+  } else if (fl == KILN_FLOW_CONCAT) {
     int64_t axis = kiln_attr_int(n, "axis", 0), sum = 0;
     if (x->rank < 0 || !norm_axis(&axis, x->rank)) return;
     for (size_t k = 0; k < n->n_in; k++) {
@@ -412,7 +378,7 @@ static void node_dims(kiln_dimflow *df, const kiln_node *n, int *rank, int64_t *
     *rank = x->rank;
     memcpy(d, x->d, sizeof x->d);
     d[axis] = sum >= 0 ? sum : KILN_DIM_UNKNOWN;
-  } else if (!strcmp(op, "Flatten")) {
+  } else if (fl == KILN_FLOW_FLATTEN) {
     int64_t axis = kiln_attr_int(n, "axis", 1), p[2] = {1, 1};
     if (x->rank < 0 || (axis < 0 && (axis += x->rank) < 0) || axis > x->rank) return;
     for (int i = 0; i < x->rank; i++) {
@@ -423,16 +389,16 @@ static void node_dims(kiln_dimflow *df, const kiln_node *n, int *rank, int64_t *
     d[0] = axis == 1 ? x->d[0] : p[0] >= 0 ? p[0] : KILN_DIM_UNKNOWN;
     d[1] = axis == x->rank - 1 ? x->d[axis] : p[1] >= 0 ? p[1] : KILN_DIM_UNKNOWN;
     *rank = 2;
-  } else if (!strcmp(op, "Split")) {
+  } else if (fl == KILN_FLOW_SPLIT) {
     int64_t axis = kiln_attr_int(n, "axis", 0);
     if (x->rank < 0 || !norm_axis(&axis, x->rank)) return;
     *rank = x->rank;
     memcpy(d, x->d, sizeof x->d);
     d[axis] = KILN_DIM_UNKNOWN;
-  } else if (is_one_of(op, reduce_ops) || !strcmp(op, "ArgMax") || !strcmp(op, "ArgMin")) {
+  } else if (fl == KILN_FLOW_REDUCE || fl == KILN_FLOW_ARG_REDUCE) {
     int64_t ax[MAXR];
     size_t na = 0;
-    bool given = true, keep = kiln_attr_int(n, "keepdims", 1) != 0, arg = op[0] == 'A';
+    bool given = true, keep = kiln_attr_int(n, "keepdims", 1) != 0, arg = fl == KILN_FLOW_ARG_REDUCE;
     if (x->rank < 0) return;
     if (arg) ax[0] = kiln_attr_int(n, "axis", 0), na = 1;
     else if (!axes_of(g, n, "axes", 1, ax, &na, &given)) return;
@@ -449,18 +415,18 @@ static void node_dims(kiln_dimflow *df, const kiln_node *n, int *rank, int64_t *
       else if (keep) d[o++] = 1;
     }
     *rank = o;
-  } else if (!strcmp(op, "Expand")) {
+  } else if (fl == KILN_FLOW_EXPAND) {
     const dval *s = in_val(df, n, 1);
     if (!s || s->vn < 0 || s->scalar) return;
     dval sv = {.rank = s->vn};
     for (int i = 0; i < s->vn; i++) sv.d[i] = elem_tok(df, s->v[i]);
     const dval *ins[2] = {x, &sv};
     bcast(df, ins, 2, rank, d);
-  } else if (!strcmp(op, "ConstantOfShape")) {
+  } else if (fl == KILN_FLOW_CONSTANT_OF_SHAPE) {
     if (x->vn < 0 || x->scalar) return;
     for (int i = 0; i < x->vn; i++) d[i] = elem_tok(df, x->v[i]);
     *rank = x->vn;
-  } else if (is_one_of(op, batch_ops)) {
+  } else if (fl == KILN_FLOW_BATCH) {
     if (x->rank < 1) return;
     *rank = x->rank;
     d[0] = x->d[0];
@@ -478,10 +444,10 @@ static bool int_value(const kiln_graph *g, int v) {
 static void node_vec(kiln_dimflow *df, const kiln_node *n, dval *o) {
   const kiln_graph *g = df->g;
   const dval *x = in_val(df, n, 0);
-  const char *op = n->op_type;
+  kiln_flow fl = flow_of(n);
   o->vn = -1;
-  if (*n->domain || !x || n->n_out < 1 || n->out[0] < 0 || !int_value(g, n->out[0])) return;
-  if (!strcmp(op, "Shape")) {
+  if (!x || n->n_out < 1 || n->out[0] < 0 || !int_value(g, n->out[0])) return;
+  if (fl == KILN_FLOW_SHAPE) {
     if (x->rank < 0) return;
     int64_t s = 0, e = x->rank;
     if (n->opset >= 15) s = kiln_attr_int(n, "start", 0), e = kiln_attr_int(n, "end", x->rank);
@@ -493,7 +459,7 @@ static void node_vec(kiln_dimflow *df, const kiln_node *n, dval *o) {
     for (int64_t i = s; i < e; i++) o->v[o->vn++] = elem_dim(df, x->d[i], n->in[0], (int)i);
     return;
   }
-  if (!strcmp(op, "Size")) {
+  if (fl == KILN_FLOW_SIZE) {
     int64_t p = 1;
     for (int i = 0; x->rank >= 0 && i < x->rank && p >= 0; i++) {
       int64_t t = canon(df, x->d[i]);
@@ -505,11 +471,11 @@ static void node_vec(kiln_dimflow *df, const kiln_node *n, dval *o) {
     return;
   }
   if (x->vn < 0) return;
-  if (!strcmp(op, "Identity") || !strcmp(op, "Cast")) {
+  if (fl == KILN_FLOW_COPY) {
     o->vn = x->vn;
     o->scalar = x->scalar;
     memcpy(o->v, x->v, sizeof x->v);
-  } else if (!strcmp(op, "Gather")) {
+  } else if (fl == KILN_FLOW_GATHER) {
     int64_t idx[MAXR], axis = kiln_attr_int(n, "axis", 0);
     size_t ni;
     const kiln_tensor *it = n->n_in > 1 && n->in[1] >= 0 ? g->values[n->in[1]].init : NULL;
@@ -523,10 +489,10 @@ static void node_vec(kiln_dimflow *df, const kiln_node *n, dval *o) {
     }
     o->vn = (int)ni;
     o->scalar = it->rank == 0;
-  } else if (!strcmp(op, "Unsqueeze") || !strcmp(op, "Squeeze")) {
+  } else if (fl == KILN_FLOW_UNSQUEEZE || fl == KILN_FLOW_SQUEEZE) {
     int64_t ax[MAXR];
     size_t na;
-    bool given, unsq = op[0] == 'U';
+    bool given, unsq = fl == KILN_FLOW_UNSQUEEZE;
     if (!axes_of(g, n, "axes", 1, ax, &na, &given)) return;
     if (unsq ? !(x->scalar && na == 1 && (ax[0] == 0 || ax[0] == -1))
              : !(!x->scalar && x->vn == 1 && (!given || (na == 1 && (ax[0] == 0 || ax[0] == -1)))))
@@ -534,7 +500,7 @@ static void node_vec(kiln_dimflow *df, const kiln_node *n, dval *o) {
     o->vn = 1;
     o->scalar = !unsq;
     o->v[0] = x->v[0];
-  } else if (!strcmp(op, "Concat")) {
+  } else if (fl == KILN_FLOW_CONCAT) {
     int64_t axis = kiln_attr_int(n, "axis", 0);
     if (axis != 0 && axis != -1) return;
     int k = 0;
@@ -546,7 +512,7 @@ static void node_vec(kiln_dimflow *df, const kiln_node *n, dval *o) {
     }
     o->vn = k;
     o->scalar = false;
-  } else if (!strcmp(op, "Slice")) {
+  } else if (fl == KILN_FLOW_SLICE) {
     slice_p p;
     if (x->scalar || !slice_params(g, n, 1, &p)) return;
     int64_t first, count;
@@ -555,7 +521,7 @@ static void node_vec(kiln_dimflow *df, const kiln_node *n, dval *o) {
     for (int64_t k = 0; k < count; k++) o->v[k] = x->v[first + k * p.step[0]];
     o->vn = (int)count;
     o->scalar = false;
-  } else if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div")) {
+  } else if (fl == KILN_FLOW_ADD || fl == KILN_FLOW_SUB || fl == KILN_FLOW_MUL || fl == KILN_FLOW_DIV) {
     const dval *y = in_val(df, n, 1);
     if (!y || y->vn < 0 || (x->vn != y->vn && x->vn != 1 && y->vn != 1)) return;
     int m = x->vn > y->vn ? x->vn : y->vn;
@@ -563,7 +529,7 @@ static void node_vec(kiln_dimflow *df, const kiln_node *n, dval *o) {
       kiln_dimelem a = x->v[x->vn == 1 ? 0 : k], b = y->v[y->vn == 1 ? 0 : k], r = elem_unknown();
       int64_t ta = 0, tb = 0;
       bool ka = elem_value(df, a, &ta), kb = elem_value(df, b, &tb);
-      char c = op[0] == 'D' ? '/' : op[0] == 'M' ? '*' : op[0] == 'A' ? '+' : '-';
+      char c = fl == KILN_FLOW_DIV ? '/' : fl == KILN_FLOW_MUL ? '*' : fl == KILN_FLOW_ADD ? '+' : '-';
       const int64_t big = (int64_t)1 << 40; /* shape arithmetic stays far from overflow */
       if (ka && kb && ta > -big && ta < big && tb > -big && tb < big) {
         /* integer Div truncates toward zero in kiln, like C */
@@ -653,7 +619,7 @@ kiln_dimflow *kiln_dimflow_new(const kiln_graph *g) {
     for (size_t k = 0; k < n->n_out; k++) {
       int v = n->out[k];
       if (v < 0 || (size_t)v >= df->n_values) continue;
-      bool split_like = k > 0 && !strcmp(n->op_type, "Split");
+      bool split_like = k > 0 && flow_of(n) == KILN_FLOW_SPLIT;
       settle(df, v, k == 0 || split_like ? rank : -1, d);
       if (g->values[v].init) continue; /* a folded constant keeps its elements */
       dval *o = &df->vals[v];

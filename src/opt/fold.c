@@ -13,11 +13,7 @@
 enum { DEFAULT_CAP = 1 << 20 };
 
 static bool foldable_op(const kiln_node *n) {
-  static const char *const never[] = {"RandomNormal", "RandomUniform", "RandomNormalLike",
-                                      "RandomUniformLike", "Bernoulli", "Multinomial"};
-  if (n->n_in == 0 || !n->schema) return false;
-  for (size_t i = 0; i < sizeof never / sizeof never[0]; i++)
-    if (!strcmp(n->op_type, never[i])) return false;
+  if (n->n_in == 0 || !n->schema || kiln_node_has(n, KILN_OPF_RANDOM)) return false;
   for (size_t a = 0; a < n->n_attrs; a++)
     if (n->attrs[a].g || n->attrs[a].graphs) return false;
   return true;

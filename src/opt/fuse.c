@@ -104,7 +104,7 @@ kiln_code kiln_node_copy_attrs(kiln_node *dst, const kiln_node *src) {
   return KILN_OK;
 }
 
-kiln_code kiln_model_import_kiln(kiln_model *m, kiln_error *err) {
+kiln_code kiln_model_import_kiln(kiln_ir_model *m, kiln_error *err) {
   for (size_t i = 0; i < m->n_opsets; i++)
     if (!strcmp(m->opsets[i].domain, KILN_DOMAIN)) return KILN_OK;
   kiln_opset *o = realloc(m->opsets, (m->n_opsets + 1) * sizeof *o);

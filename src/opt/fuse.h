@@ -54,6 +54,6 @@ kiln_code kiln_fuse_patterns(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_patte
 kiln_code kiln_fuse_set_activation(kiln_node *f, const kiln_graph *g, const kiln_node *act);
 
 /* Make sure the model imports ai.kiln version 1. */
-kiln_code kiln_model_import_kiln(kiln_model *m, kiln_error *err);
+kiln_code kiln_model_import_kiln(kiln_ir_model *m, kiln_error *err);
 
 #endif

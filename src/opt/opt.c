@@ -41,7 +41,7 @@ static bool disabled(const char *list, const char *name) {
   return false;
 }
 
-kiln_code kiln_optimize(kiln_model *m, const kiln_opt_config *cfg, kiln_opt_log *log,
+kiln_code kiln_optimize(kiln_ir_model *m, const kiln_opt_config *cfg, kiln_opt_log *log,
                         kiln_error *err) {
   return kiln_optimize_plugins(m, cfg, NULL, log, err);
 }
@@ -65,7 +65,7 @@ static kiln_code run_plugin_pass(kiln_pass_ctx *ctx, const kiln_plugin_set *ps, 
   return rc;
 }
 
-kiln_code kiln_optimize_plugins(kiln_model *m, const kiln_opt_config *cfg,
+kiln_code kiln_optimize_plugins(kiln_ir_model *m, const kiln_opt_config *cfg,
                                 const kiln_plugin_set *ps, kiln_opt_log *log, kiln_error *err) {
   kiln_opt_log local;
   if (!log) log = &local;

@@ -24,7 +24,7 @@ typedef struct kiln_opt_log {
 } kiln_opt_log;
 
 typedef struct kiln_pass_ctx {
-  kiln_model *model;
+  kiln_ir_model *model;
   const kiln_opt_config *cfg;
   kiln_error *err;
 } kiln_pass_ctx;
@@ -40,7 +40,7 @@ typedef struct kiln_pass {
 
 /* Optimise the model's main graph in place. The graph must be prepared (schemas resolved,
  * sorted, typed); it is prepared again after every round. `log` may be NULL. */
-kiln_code kiln_optimize(kiln_model *m, const kiln_opt_config *cfg, kiln_opt_log *log,
+kiln_code kiln_optimize(kiln_ir_model *m, const kiln_opt_config *cfg, kiln_opt_log *log,
                         kiln_error *err);
 /* Names of all passes, for --help and validation of --disable. */
 size_t kiln_pass_count(void);

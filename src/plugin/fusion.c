@@ -155,7 +155,7 @@ static bool fused_inputs(const kiln_graph *g, const kiln_plugin_fusion *f, const
     } else {
       in[k] = (size_t)idx < n->n_in ? n->in[idx] : -1;
     }
-    if (in[k] < 0 && (int)k < f->op->schema.min_in) return false; /* a required input is absent */
+    if (in[k] < 0 && (int)k < f->op->schema.inputs.min) return false; /* a required input is absent */
     for (size_t s = 0; in[k] >= 0 && s + 1 < m->n; s++) /* never a value inside the chain */
       if (g->nodes[m->nodes[s]].out[0] == in[k]) return false;
     int32_t dt;
@@ -167,12 +167,12 @@ static bool fused_inputs(const kiln_graph *g, const kiln_plugin_fusion *f, const
   }
   const kiln_node *anchor = &g->nodes[m->nodes[m->n - 1]];
   const kiln_op_schema *s = &f->op->schema;
-  if ((int)anchor->n_out < s->min_out || (s->max_out >= 0 && (int)anchor->n_out > s->max_out)) return false;
+  if ((int)anchor->n_out < s->outputs.min || (s->outputs.max >= 0 && (int)anchor->n_out > s->outputs.max)) return false;
   return true;
 }
 
 /* The model imports the op's domain at a version the op covers (importing it if needed). */
-static bool domain_ready(kiln_model *m, const kiln_adapted_op *op, kiln_error *err, kiln_code *rc) {
+static bool domain_ready(kiln_ir_model *m, const kiln_adapted_op *op, kiln_error *err, kiln_code *rc) {
   int64_t v = kiln_model_opset(m, op->d.domain);
   if (v >= 0) return v >= op->d.since_version && (op->d.until_version == 0 || v <= op->d.until_version);
   kiln_opset *o = realloc(m->opsets, (m->n_opsets + 1) * sizeof *o);
@@ -206,7 +206,7 @@ kiln_code kiln_plugins_fuse(kiln_pass_ctx *ctx, const kiln_plugin_set *ps, kiln_
       fm.m = &m;
       fm.attrs = &tmp;
       fm.f = f;
-      for (size_t s = 0; s < m.n; s++) fm.step_attrs[s] = (kiln_op_attrs){&g->nodes[m.nodes[s]], NULL, NULL, KILN_OK};
+      for (size_t s = 0; s < m.n; s++) fm.step_attrs[s] = (kiln_op_attrs){&g->nodes[m.nodes[s]], NULL, NULL, NULL};
       bool accept = !f->check || f->check(&fm, kiln_plugin_api(), f->user);
       if (!accept || !domain_ready(ctx->model, f->op, ctx->err, &rc)) {
         kiln_node_clear(&tmp);

@@ -64,7 +64,7 @@ kiln_code kiln_plugins_fuse(kiln_pass_ctx *ctx, const kiln_plugin_set *ps, kiln_
                             size_t *count);
 
 /* The optimizer with the session's plugin set (src/opt/opt.c); kiln_optimize is this with NULL. */
-kiln_code kiln_optimize_plugins(kiln_model *m, const kiln_opt_config *cfg,
+kiln_code kiln_optimize_plugins(kiln_ir_model *m, const kiln_opt_config *cfg,
                                 const kiln_plugin_set *ps, kiln_opt_log *log, kiln_error *err);
 
 

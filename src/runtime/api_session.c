@@ -1,4 +1,4 @@
-/* Public session API: create, inspect, run. */
+/* Public session API: sessions on a compiled model (api_model.c); inspect, run. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,93 +12,31 @@
 #include "runtime/pool_shared.h"
 #include "runtime/session.h"
 
-void kiln_options_init(kiln_options *o) {
-  memset(o, 0, sizeof *o);
-  o->size = sizeof *o;
-  o->opt_level = 2;
-  o->threads = 0;
-}
-
-static kiln_code check_opsets(const kiln_model *m, kiln_error *err) {
-  for (size_t i = 0; i < m->n_opsets; i++) {
-    const kiln_opset *o = &m->opsets[i];
-    if (!*o->domain && (o->version < 1 || o->version > KILN_MAX_OPSET))
-      return kiln_fail(err, KILN_ERR_UNSUPPORTED,
-                       "the model imports ai.onnx opset %lld; kiln supports opsets 1 to %d",
-                       (long long)o->version, KILN_MAX_OPSET);
-  }
-  return KILN_OK;
-}
-
-static int hist_cmp(const void *a, const void *b) {
-  const kiln_op_hist *x = a, *y = b;
-  if (x->count != y->count) return x->count < y->count ? 1 : -1;
-  return strcmp(x->op, y->op);
-}
-
-static kiln_code build_hist(kiln_session *s, kiln_error *err) {
-  const kiln_graph *g = s->model->graph;
-  s->hist = kiln_calloc(g->n_nodes, sizeof *s->hist);
-  if (!s->hist) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
-  for (size_t i = 0; i < g->n_nodes; i++) {
-    size_t k = 0;
-    while (k < s->n_hist && strcmp(s->hist[k].op, g->nodes[i].op_type)) k++;
-    if (k == s->n_hist) s->hist[s->n_hist++].op = g->nodes[i].op_type;
-    s->hist[k].count++;
-  }
-  qsort(s->hist, s->n_hist, sizeof *s->hist, hist_cmp);
-  return KILN_OK;
-}
-
-static kiln_code finish_create(kiln_model *m, const kiln_options *opts, kiln_session **out,
-                               kiln_error *err) {
+kiln_code kiln_session_create_from_model(kiln_model *m, const kiln_options *opts,
+                                         kiln_session **out, kiln_error *err) {
+  if (!m || !out) return kiln_fail(err, KILN_ERR_INVALID_ARG, "model and out are required");
+  *out = NULL;
+  kiln_options so;
+  kiln_options_init(&so);
+  if (opts) memcpy(&so, opts, opts->size < sizeof so ? opts->size : sizeof so);
+  if (so.threads < 0) return kiln_fail(err, KILN_ERR_INVALID_ARG, "threads must be >= 0 (0: one per core)");
   kiln_session *s = calloc(1, sizeof *s);
-  if (!s) {
-    kiln_model_free(m);
-    return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
-  }
-  s->model = m;
-  kiln_options_init(&s->opts);
-  if (opts) memcpy(&s->opts, opts, opts->size < sizeof s->opts ? opts->size : sizeof s->opts);
-  s->opts.size = sizeof s->opts;
-  s->opts.disabled_passes = NULL; /* borrowed only during creation */
-  s->opts.plugins = NULL;
-  const char *const *plugin_paths =
-      opts && opts->size >= offsetof(kiln_options, plugins) + sizeof opts->plugins ? opts->plugins : NULL;
-  const char *ff = getenv("KILN_FUSION_FAIL"), *fs = getenv("KILN_FUSION_SKEW");
-  if ((ff && *ff && !(s->force_fail = kiln_strdup(ff))) || (fs && *fs && !(s->force_skew = kiln_strdup(fs)))) {
-    kiln_session_free(s);
-    return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
-  }
-  kiln_code rc = kiln_plugins_load(plugin_paths, getenv("KILN_PLUGINS"), &s->plugins, err);
-  if (!rc) rc = check_opsets(m, err);
-  if (!rc) rc = kiln_graph_prepare_ops(m->graph, m, s->plugins, err);
-  if (!rc && s->opts.opt_level > 0) {
-    kiln_opt_config cfg = {.level = s->opts.opt_level,
-                           .disabled = opts && opts->size > offsetof(kiln_options, disabled_passes)
-                                           ? opts->disabled_passes : NULL};
-    rc = kiln_optimize_plugins(m, &cfg, s->plugins, &s->opt_log, err);
-  }
-  if (!rc) rc = kiln_plugins_instantiate(s->plugins, m->graph, err);
-  if (rc) {
-    kiln_session_free(s);
-    return rc;
-  }
-  const kiln_graph *g = m->graph;
-  s->feeds = kiln_malloc(g->n_inputs * sizeof *s->feeds);
-  if (!s->feeds) rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
-  for (size_t i = 0; !rc && i < g->n_inputs; i++)
-    if (!g->values[g->inputs[i]].init) s->feeds[s->n_feeds++] = g->inputs[i];
-  if (!rc) rc = build_hist(s, err);
-  if (!rc && s->opts.threads < 0) rc = kiln_fail(err, KILN_ERR_INVALID_ARG, "threads must be >= 0 (0: one per core)");
-  if (!rc) s->pool = kiln_pool_acquire(s->opts.threads);
-  if (!rc && s->opts.inter_op && kiln_threadpool_size(s->pool) > 1 && !(s->sched = kiln_schedule_new(g)))
+  if (!s) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  s->model = kiln_model_ref(m);
+  s->opts = m->opts;
+  s->opts.threads = so.threads;
+  s->opts.profile = so.profile;
+  s->opts.inter_op = so.inter_op;
+  const kiln_graph *g = m->ir->graph;
+  kiln_code rc = KILN_OK;
+  s->pool = kiln_pool_acquire(s->opts.threads);
+  if (s->opts.inter_op && kiln_threadpool_size(s->pool) > 1 && !(s->sched = kiln_schedule_new(g)))
     rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   if (!rc && !(s->planner = kiln_planner_new(g, s->sched ? s->sched->level : NULL)))
     rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
-  if (!rc && s->opts.profile && !(s->profile = kiln_profile_new(g->n_nodes)))
+  if (!rc && s->opts.profile && !(s->profile = kiln_profile_new(g->n_nodes, s->pool, !s->sched)))
     rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
-  if (!rc && !s->opts.lazy_weights) s->n_prepacked = kiln_prepack(s);
+  if (!rc && s->profile) kiln_threadpool_timing(s->pool, 1);
   if (rc) {
     kiln_session_free(s);
     return rc;
@@ -107,16 +45,23 @@ static kiln_code finish_create(kiln_model *m, const kiln_options *opts, kiln_ses
   return KILN_OK;
 }
 
+kiln_model *kiln_session_model(const kiln_session *s) { return s ? s->model : NULL; }
+
+/* kiln_model_load* and kiln_session_create_from_model, dropping the load's reference. */
+static kiln_code session_from(kiln_code rc, kiln_model *m, const kiln_options *opts, kiln_session **out,
+                              kiln_error *err) {
+  if (!rc) rc = kiln_session_create_from_model(m, opts, out, err);
+  kiln_model_free(m);
+  return rc;
+}
+
 kiln_code kiln_session_create(const char *model_path, const kiln_options *opts,
                               kiln_session **out, kiln_error *err) {
   if (!model_path || !out) return kiln_fail(err, KILN_ERR_INVALID_ARG, "model path and out are required");
   *out = NULL;
-  kiln_model *m;
-  kiln_code rc = kiln_model_read_file(model_path, &m, err);
-  if (rc) return rc;
-  rc = finish_create(m, opts, out, err);
-  if (rc) kiln_error_prefix(err, "%s", model_path);
-  return rc;
+  kiln_model *m = NULL;
+  kiln_code rc = kiln_model_load(model_path, opts, &m, err);
+  return session_from(rc, m, opts, out, err);
 }
 
 kiln_code kiln_session_create_from_memory(const void *bytes, size_t len, const char *base_dir,
@@ -124,30 +69,25 @@ kiln_code kiln_session_create_from_memory(const void *bytes, size_t len, const c
                                           kiln_error *err) {
   if (!bytes || !out) return kiln_fail(err, KILN_ERR_INVALID_ARG, "bytes and out are required");
   *out = NULL;
-  kiln_model *m;
-  kiln_code rc = kiln_model_read_memory(bytes, len, base_dir, &m, err);
-  if (rc) return rc;
-  return finish_create(m, opts, out, err);
+  kiln_model *m = NULL;
+  kiln_code rc = kiln_model_load_from_memory(bytes, len, base_dir, opts, &m, err);
+  return session_from(rc, m, opts, out, err);
 }
 
 void kiln_session_free(kiln_session *s) {
   if (!s) return;
-  kiln_plugins_free(s->plugins); /* kernel states, then the libraries (nothing runs after) */
-  kiln_model_free(s->model);
-  free(s->feeds);
-  free(s->hist);
-  free(s->force_fail);
-  free(s->force_skew);
   kiln_planner_free(s->planner);
+  if (s->profile) kiln_threadpool_timing(s->pool, 0);
   kiln_pool_release(s->pool);
   kiln_profile_free(s->profile);
   kiln_schedule_free(s->sched);
+  kiln_model_free(s->model);
   free(s);
 }
 
 kiln_code kiln_session_prepacked(const kiln_session *s, size_t *nodes) {
   if (!s || !nodes) return KILN_ERR_INVALID_ARG;
-  *nodes = s->n_prepacked;
+  *nodes = s->model->n_prepacked;
   return KILN_OK;
 }
 
@@ -160,7 +100,7 @@ kiln_code kiln_session_memory(const kiln_session *s, size_t *arena_bytes,
 
 kiln_code kiln_session_fusion_info(const kiln_session *s, size_t i, kiln_fusion_info *info) {
   if (!s || !info) return KILN_ERR_INVALID_ARG;
-  const kiln_graph *g = s->model->graph;
+  const kiln_graph *g = s->model->ir->graph;
   for (size_t k = 0; k < g->n_nodes; k++) {
     const kiln_node *n = &g->nodes[k];
     const kiln_attr *orig = kiln_node_attr(n, "original");
@@ -169,10 +109,12 @@ kiln_code kiln_session_fusion_info(const kiln_session *s, size_t i, kiln_fusion_
     info->op_type = n->op_type;
     info->domain = n->domain;
     info->replaced = orig->g->n_nodes;
-    info->verified = __atomic_load_n(&n->verified, __ATOMIC_ACQUIRE) == 1;
-    info->max_abs = info->verified ? n->verify_abs : 0;
-    info->max_rel = info->verified ? n->verify_rel : 0;
-    info->fallen_back = __atomic_load_n(&n->fallback, __ATOMIC_ACQUIRE);
+    kiln_node_state none = {0}, *ns = kiln_states_of(&s->model->states, g);
+    const kiln_node_state *st = ns ? &ns[k] : &none;
+    info->verified = __atomic_load_n(&st->verified, __ATOMIC_ACQUIRE) == 1;
+    info->max_abs = info->verified ? st->verify_abs : 0;
+    info->max_rel = info->verified ? st->verify_rel : 0;
+    info->fallen_back = __atomic_load_n(&st->fallback, __ATOMIC_ACQUIRE);
     info->intermediate_bytes = 0;
     const kiln_graph *og = orig->g;
     for (size_t v = 0; v < og->n_values; v++) {
@@ -190,11 +132,11 @@ kiln_code kiln_session_fusion_info(const kiln_session *s, size_t i, kiln_fusion_
 }
 
 size_t kiln_session_fallback_count(const kiln_session *s) {
-  return s ? __atomic_load_n(&s->n_fallbacks, __ATOMIC_RELAXED) : 0;
+  return s ? __atomic_load_n(&s->model->n_fallbacks, __ATOMIC_RELAXED) : 0;
 }
 
-size_t kiln_session_input_count(const kiln_session *s) { return s ? s->n_feeds : 0; }
-size_t kiln_session_output_count(const kiln_session *s) { return s ? s->model->graph->n_outputs : 0; }
+size_t kiln_session_input_count(const kiln_session *s) { return s ? s->model->n_feeds : 0; }
+size_t kiln_session_output_count(const kiln_session *s) { return s ? s->model->ir->graph->n_outputs : 0; }
 
 static void fill_info(const kiln_value_info *v, kiln_io_info *info) {
   info->name = v->name;
@@ -208,20 +150,28 @@ static void fill_info(const kiln_value_info *v, kiln_io_info *info) {
 }
 
 kiln_code kiln_session_input_info(const kiln_session *s, size_t i, kiln_io_info *info, kiln_error *err) {
-  if (!s || !info || i >= s->n_feeds) return kiln_fail(err, KILN_ERR_INVALID_ARG, "input %zu does not exist", i);
-  fill_info(&s->model->graph->values[s->feeds[i]], info);
+  if (!s || !info || i >= s->model->n_feeds) return kiln_fail(err, KILN_ERR_INVALID_ARG, "input %zu does not exist", i);
+  fill_info(&s->model->ir->graph->values[s->model->feeds[i]], info);
   return KILN_OK;
 }
 
 kiln_code kiln_session_output_info(const kiln_session *s, size_t i, kiln_io_info *info, kiln_error *err) {
-  if (!s || !info || i >= s->model->graph->n_outputs)
+  if (!s || !info || i >= s->model->ir->graph->n_outputs)
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "output %zu does not exist", i);
-  fill_info(&s->model->graph->values[s->model->graph->outputs[i]], info);
+  fill_info(&s->model->ir->graph->values[s->model->ir->graph->outputs[i]], info);
   return KILN_OK;
 }
 
-/* A fed value must match the declared input: kind, element type, rank and fixed dims. */
-static kiln_code check_feed(const kiln_value_info *v, const kiln_tensor *t, kiln_error *err) {
+/* One element in a tensor of rank >= 1 (every dim 1): what callers pass for a scalar. */
+static bool one_element(const kiln_tensor *t) {
+  return t->kind == KILN_KIND_TENSOR && t->rank > 0 && t->numel == 1;
+}
+
+/* A fed value must match the declared input: kind, element type, rank and fixed dims. A
+ * declared scalar (rank 0) also takes a one-element tensor of any rank, as ONNX Runtime does;
+ * *as_scalar is then set and the caller passes it on as rank 0. */
+static kiln_code check_feed(const kiln_value_info *v, const kiln_tensor *t, bool *as_scalar,
+                            kiln_error *err) {
   const kiln_type *ty = &v->type;
   char a[256], b[256];
   if (ty->kind == KILN_T_UNKNOWN) return KILN_OK;
@@ -233,6 +183,7 @@ static kiln_code check_feed(const kiln_value_info *v, const kiln_tensor *t, kiln
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "input '%s' expects element type %s, got %s", v->name,
                      kiln_dtype_name(ty->dtype), kiln_dtype_name(t->dtype));
   if (t->kind != KILN_KIND_TENSOR || ty->rank < 0) return KILN_OK;
+  if ((*as_scalar = ty->rank == 0 && one_element(t))) return KILN_OK;
   if (ty->rank != t->rank)
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "input '%s' expects shape %s, got %s", v->name,
                      kiln_type_str(ty, a, sizeof a), kiln_shape_str(t, b, sizeof b));
@@ -243,17 +194,27 @@ static kiln_code check_feed(const kiln_value_info *v, const kiln_tensor *t, kiln
   return KILN_OK;
 }
 
+/* A rank-0 view of a one-element tensor: the same data, borrowed, never freed. */
+static const kiln_tensor *scalar_view(const kiln_tensor *t, kiln_tensor *view) {
+  *view = *t;
+  view->rank = 0;
+  view->borrowed = true;
+  view->pool_cap = 0;
+  return view;
+}
+
 kiln_code kiln_session_run(kiln_session *s, size_t n_inputs, const char *const *input_names,
                            const kiln_tensor *const *inputs, size_t n_outputs,
                            const char *const *output_names, kiln_tensor **outputs,
                            kiln_error *err) {
   if (!s || (n_inputs && (!input_names || !inputs)) || !outputs)
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "kiln_session_run: missing argument");
-  const kiln_graph *g = s->model->graph;
+  const kiln_graph *g = s->model->ir->graph;
   const kiln_tensor **bound = kiln_calloc(g->n_inputs, sizeof *bound);
   kiln_tensor **all = kiln_calloc(g->n_outputs, sizeof *all);
+  kiln_tensor *scalars = kiln_calloc(g->n_inputs, sizeof *scalars); /* rank-0 views of feeds */
   kiln_code rc = KILN_OK;
-  if (!bound || !all) {
+  if (!bound || !all || !scalars) {
     rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     goto done;
   }
@@ -262,7 +223,11 @@ kiln_code kiln_session_run(kiln_session *s, size_t n_inputs, const char *const *
     while (k < g->n_inputs && strcmp(g->values[g->inputs[k]].name, input_names[i] ? input_names[i] : "")) k++;
     if (k == g->n_inputs) rc = kiln_fail(err, KILN_ERR_INVALID_ARG, "the model has no input named '%s'", input_names[i]);
     else if (!inputs[i]) rc = kiln_fail(err, KILN_ERR_INVALID_ARG, "input '%s' is NULL", input_names[i]);
-    else if (!(rc = check_feed(&g->values[g->inputs[k]], inputs[i], err))) bound[k] = inputs[i];
+    else {
+      bool as_scalar = false;
+      if (!(rc = check_feed(&g->values[g->inputs[k]], inputs[i], &as_scalar, err))) bound[k] = inputs[i];
+      if (!rc && as_scalar) bound[k] = scalar_view(inputs[i], &scalars[k]);
+    }
   }
   for (size_t k = 0; k < g->n_inputs && !rc; k++)
     if (!bound[k] && !g->values[g->inputs[k]].init && g->values[g->inputs[k]].type.kind != KILN_T_OPTIONAL)
@@ -300,6 +265,7 @@ done:
     for (size_t i = 0; i < g->n_outputs; i++) kiln_tensor_free(all[i]);
   free(all);
   free(bound);
+  free(scalars);
   return rc;
 }
 
@@ -308,10 +274,10 @@ int kiln_session_threads(const kiln_session *s) { return s ? kiln_threadpool_siz
 kiln_code kiln_session_stats(const kiln_session *s, kiln_model_stats *st) {
   if (!s || !st) return KILN_ERR_INVALID_ARG;
   memset(st, 0, sizeof *st);
-  const kiln_graph *g = s->model->graph;
-  st->ir_version = s->model->ir_version;
+  const kiln_graph *g = s->model->ir->graph;
+  st->ir_version = s->model->ir->ir_version;
   st->n_nodes = g->n_nodes;
-  st->n_opsets = s->model->n_opsets;
+  st->n_opsets = s->model->ir->n_opsets;
   for (size_t i = 0; i < g->n_values; i++)
     if (g->values[i].init) {
       st->n_initializers++;
@@ -321,29 +287,29 @@ kiln_code kiln_session_stats(const kiln_session *s, kiln_model_stats *st) {
 }
 
 kiln_code kiln_session_opset(const kiln_session *s, size_t i, const char **domain, int64_t *version) {
-  if (!s || i >= s->model->n_opsets) return KILN_ERR_INVALID_ARG;
-  *domain = s->model->opsets[i].domain;
-  *version = s->model->opsets[i].version;
+  if (!s || i >= s->model->ir->n_opsets) return KILN_ERR_INVALID_ARG;
+  *domain = s->model->ir->opsets[i].domain;
+  *version = s->model->ir->opsets[i].version;
   return KILN_OK;
 }
 
 kiln_code kiln_session_pass_stat(const kiln_session *s, size_t i, const char **pass,
                                  size_t *rewrites) {
-  if (!s || i >= s->opt_log.n) return KILN_ERR_INVALID_ARG;
-  *pass = s->opt_log.stats[i].pass;
-  *rewrites = s->opt_log.stats[i].rewrites;
+  if (!s || i >= s->model->opt_log.n) return KILN_ERR_INVALID_ARG;
+  *pass = s->model->opt_log.stats[i].pass;
+  *rewrites = s->model->opt_log.stats[i].rewrites;
   return KILN_OK;
 }
 
 kiln_code kiln_session_save(const kiln_session *s, const char *path, kiln_error *err) {
   if (!s || !path) return kiln_fail(err, KILN_ERR_INVALID_ARG, "kiln_session_save: missing argument");
-  return kiln_model_write_file(s->model, path, err);
+  return kiln_model_write_file(s->model->ir, path, err);
 }
 
 kiln_code kiln_session_op_count(const kiln_session *s, size_t i, const char **op_type, size_t *count) {
-  if (!s || i >= s->n_hist) return KILN_ERR_INVALID_ARG;
-  *op_type = s->hist[i].op;
-  *count = s->hist[i].count;
+  if (!s || i >= s->model->n_hist) return KILN_ERR_INVALID_ARG;
+  *op_type = s->model->hist[i].op;
+  *count = s->model->hist[i].count;
   return KILN_OK;
 }
 
@@ -353,7 +319,7 @@ size_t kiln_session_profile_count(const kiln_session *s) {
 
 kiln_code kiln_session_profile(const kiln_session *s, size_t i, kiln_node_profile *out) {
   if (!s || !out || !s->profile || i >= s->profile->n) return KILN_ERR_INVALID_ARG;
-  const kiln_node *n = &s->model->graph->nodes[i];
+  const kiln_node *n = &s->model->ir->graph->nodes[i];
   const kiln_prof_entry *e = &s->profile->e[i];
   out->name = n->name;
   out->op_type = n->op_type;
@@ -363,10 +329,23 @@ kiln_code kiln_session_profile(const kiln_session *s, size_t i, kiln_node_profil
   out->flops = out->runs ? e->flops : 0;
   out->bytes = out->runs ? e->bytes : 0;
   out->shape = out->runs ? e->shape : "";
+  out->last_start_ms = (double)__atomic_load_n(&e->last_start_ns, __ATOMIC_RELAXED) * 1e-6;
+  out->last_ms = (double)__atomic_load_n(&e->last_ns, __ATOMIC_RELAXED) * 1e-6;
+  out->threads = s->profile->thr ? s->profile->n_threads : 0;
+  return KILN_OK;
+}
+
+kiln_code kiln_session_profile_thread(const kiln_session *s, size_t i, int t, kiln_thread_profile *out) {
+  if (!s || !out || !s->profile || i >= s->profile->n || !s->profile->thr || t < 0 ||
+      t >= s->profile->n_threads)
+    return KILN_ERR_INVALID_ARG;
+  const kiln_prof_thread *th = &s->profile->thr[i * (size_t)s->profile->n_threads + (size_t)t];
+  out->busy_ms = (double)th->busy_ns * 1e-6;
+  out->last_start_ms = (double)th->last_start_ns * 1e-6;
+  out->last_busy_ms = (double)th->last_busy_ns * 1e-6;
   return KILN_OK;
 }
 
 void kiln_session_profile_reset(kiln_session *s) {
-  if (!s || !s->profile) return;
-  memset(s->profile->e, 0, s->profile->n * sizeof *s->profile->e);
+  if (s) kiln_profile_reset(s->profile);
 }

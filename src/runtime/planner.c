@@ -43,7 +43,7 @@ static void plan_free(kiln_plan *p) {
 }
 
 static bool is_concat(const kiln_node *n) {
-  return !strcmp(n->op_type, "Concat") && !*n->domain && n->n_out == 1 && n->out[0] >= 0;
+  return kiln_node_has(n, KILN_OPF_CONCAT) && n->n_out == 1 && n->out[0] >= 0;
 }
 
 /* Concats whose output and inputs are plannable, each input read by the Concat alone (once)

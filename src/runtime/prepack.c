@@ -1,5 +1,5 @@
 /* Packed weights at session creation: every node of the main graph whose op has a prepare
- * hook (kiln_prepare_fn, kiln_op_prepare) makes, from its constant inputs and the static
+ * hook (kiln_op_schema.prepare) makes, from its constant inputs and the static
  * shapes of the others, the caches its first run would make (packed and transformed weights).
  * The first run is then as fast as later ones. */
 #include <string.h>
@@ -27,12 +27,12 @@ static bool shape_only(const kiln_type *t, kiln_tensor *out) {
 }
 
 size_t kiln_prepack(const kiln_session *s) {
-  kiln_graph *g = s->model->graph;
-  kiln_frame f = {g, NULL, NULL, NULL, s, NULL};
+  kiln_graph *g = s->model->ir->graph;
+  kiln_frame f = {.g = g, .session = s, .states = kiln_states_of(&s->model->states, g)};
   size_t done = 0;
   for (size_t i = 0; i < g->n_nodes; i++) {
     kiln_node *n = &g->nodes[i];
-    kiln_prepare_fn prepare = kiln_op_prepare(n->schema);
+    kiln_prepare_fn prepare = n->schema ? n->schema->prepare : NULL;
     if (!prepare || n->n_in > MAX_IO || n->n_out > MAX_IO) continue;
     kiln_tensor shapes[MAX_IO];
     const kiln_tensor *in[MAX_IO];
@@ -45,7 +45,8 @@ size_t kiln_prepack(const kiln_session *s) {
       if (v && !v->init) ok = shape_only(&v->type, &shapes[k]);
     }
     kiln_error err = {0};
-    kiln_kctx c = {n, n->opset, n->n_in, n->n_out, in, out, &f, &err};
+    kiln_kctx c = {.node = n, .opset = n->opset, .n_in = n->n_in, .n_out = n->n_out, .in = in,
+                   .out = out, .frame = &f, .err = &err, .state = f.states ? &f.states[i] : NULL};
     if (ok && prepare(&c) == KILN_OK) done++;
   }
   return done;

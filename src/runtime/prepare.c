@@ -16,7 +16,7 @@ static const char *label(const kiln_node *n, char *buf, size_t len) {
   return buf;
 }
 
-static kiln_code resolve_node(kiln_node *n, const kiln_model *m, const kiln_plugin_set *ps,
+static kiln_code resolve_node(kiln_node *n, const kiln_ir_model *m, const kiln_plugin_set *ps,
                               kiln_error *err) {
   char lbl[300];
   int64_t v = kiln_model_opset(m, n->domain);
@@ -39,16 +39,16 @@ static kiln_code resolve_node(kiln_node *n, const kiln_model *m, const kiln_plug
                      custom ? " (if a plugin provides it, load it: --plugin PATH.so or KILN_PLUGINS)" : "");
   }
   const kiln_op_schema *s = n->schema;
-  if ((int)n->n_in < s->min_in || (s->max_in >= 0 && (int)n->n_in > s->max_in))
+  if ((int)n->n_in < s->inputs.min || (s->inputs.max >= 0 && (int)n->n_in > s->inputs.max))
     return kiln_fail(err, KILN_ERR_MODEL, "%s has %zu inputs; the op takes %d to %d",
-                     label(n, lbl, sizeof lbl), n->n_in, s->min_in, s->max_in);
-  if ((int)n->n_out < s->min_out || (s->max_out >= 0 && (int)n->n_out > s->max_out))
+                     label(n, lbl, sizeof lbl), n->n_in, s->inputs.min, s->inputs.max);
+  if ((int)n->n_out < s->outputs.min || (s->outputs.max >= 0 && (int)n->n_out > s->outputs.max))
     return kiln_fail(err, KILN_ERR_MODEL, "%s has %zu outputs; the op gives %d to %d",
-                     label(n, lbl, sizeof lbl), n->n_out, s->min_out, s->max_out);
+                     label(n, lbl, sizeof lbl), n->n_out, s->outputs.min, s->outputs.max);
   /* Inputs below the op's minimum arity are required: an empty name there is malformed, and no
    * kernel has to guard against it. (Loop and Scan-8 take optional inputs first.) */
-  bool leading_optional = !*n->domain && (!strcmp(n->op_type, "Loop") || !strcmp(n->op_type, "Scan"));
-  for (int i = 0; i < s->min_in && (size_t)i < n->n_in && !leading_optional; i++)
+  bool leading_optional = s->flags & KILN_OPF_LEADING_OPTIONAL;
+  for (int i = 0; i < s->inputs.min && (size_t)i < n->n_in && !leading_optional; i++)
     if (n->in[i] < 0)
       return kiln_fail(err, KILN_ERR_MODEL, "%s: required input %d is missing (empty name)",
                        label(n, lbl, sizeof lbl), i);
@@ -132,11 +132,11 @@ static kiln_code infer_node(kiln_graph *g, kiln_node *n, kiln_error *err) {
   return rc;
 }
 
-kiln_code kiln_graph_prepare(kiln_graph *g, const kiln_model *m, kiln_error *err) {
+kiln_code kiln_graph_prepare(kiln_graph *g, const kiln_ir_model *m, kiln_error *err) {
   return kiln_graph_prepare_ops(g, m, NULL, err);
 }
 
-kiln_code kiln_graph_prepare_ops(kiln_graph *g, const kiln_model *m, const kiln_plugin_set *ps,
+kiln_code kiln_graph_prepare_ops(kiln_graph *g, const kiln_ir_model *m, const kiln_plugin_set *ps,
                                  kiln_error *err) {
   kiln_code rc;
   for (size_t i = 0; i < g->n_nodes; i++)

@@ -5,6 +5,7 @@
 #include "ir/graph.h"
 #include "ops/op.h"
 #include "opt/opt.h"
+#include "runtime/node_state.h"
 #include "runtime/planner.h"
 #include "runtime/profile.h"
 #include "runtime/schedule.h"
@@ -17,45 +18,65 @@ typedef struct kiln_op_hist {
   size_t count;
 } kiln_op_hist;
 
-struct kiln_session {
-  kiln_model *model;
-  kiln_options opts;
+/* A compiled model (kiln.h): what loading, checking, optimising and packing made, shared by
+ * every session created from it. Nothing here changes after kiln_model_load but the per-node
+ * states (caches, fused nodes' fallback and verification: atomics) and n_fallbacks; the IR
+ * never does. */
+struct kiln_model {
+  int refs;                /* the caller's reference plus one per session (atomic) */
+  kiln_ir_model *ir;
+  kiln_options opts;       /* as compiled; borrowed pointers cleared */
   size_t n_feeds;          /* graph inputs that are not initializers */
   int *feeds;              /* value ids */
-  const char **dim_names;  /* scratch for io info: KILN_MAX_RANK per io, built on demand */
   size_t n_hist;
   kiln_op_hist *hist;
-  kiln_opt_log opt_log;    /* what the optimizer did at creation */
+  kiln_opt_log opt_log;    /* what the optimizer did */
   char *force_fail;        /* KILN_FUSION_FAIL: fused op types whose kernel is treated as failed */
   char *force_skew;        /* KILN_FUSION_SKEW: test hook, fused op types whose output is off by 1 */
-  kiln_planner *planner;   /* memory plans of the main graph, per input signature */
-  kiln_threadpool *pool;   /* shared pool of opts.threads threads; NULL runs single-threaded */
   size_t n_fallbacks;      /* fused nodes that fell back to their original chain (atomic) */
-  struct kiln_plugin_set *plugins; /* this session's plugin ops and patterns (NULL: none) */
-  kiln_profile *profile;   /* per-node times of the main graph (opts.profile), or NULL */
-  kiln_schedule *sched;    /* waves of the main graph (opts.inter_op with a pool), or NULL */
-  size_t n_prepacked;      /* nodes that packed their weights at creation (prepack.c) */
+  struct kiln_plugin_set *plugins; /* the model's plugin ops and patterns (NULL: none) */
+  size_t n_prepacked;      /* nodes that packed their weights at load (prepack.c) */
+  kiln_state_table states; /* per-node compiled state of every graph (node_state.h) */
 };
 
-/* At creation, unless opts.lazy_weights: the prepare hook of every main-graph node that has
- * one (kiln_op_prepare); returns how many made something. */
+/* Take one more reference to m (released by kiln_model_free). */
+kiln_model *kiln_model_ref(kiln_model *m);
+
+/* A session: what runs of one compiled model mutate, plus its thread pool. */
+struct kiln_session {
+  kiln_model *model;
+  kiln_options opts;       /* the model's, with this session's threads, profile and inter_op */
+  kiln_planner *planner;   /* memory plans of the main graph, per input signature */
+  kiln_threadpool *pool;   /* shared pool of opts.threads threads; NULL runs single-threaded */
+  kiln_profile *profile;   /* per-node times of the main graph (opts.profile), or NULL */
+  kiln_schedule *sched;    /* waves of the main graph (opts.inter_op with a pool), or NULL */
+};
+
+/* At model load, unless opts.lazy_weights: the prepare hook of every main-graph node that has
+ * one (kiln_op_schema.prepare), run with the session `s` (a stand-in made for loading); returns how
+ * many made something. */
 size_t kiln_prepack(const kiln_session *s);
 
 /* One activation of a graph: the values its nodes produced. */
 typedef struct kiln_frame {
   const kiln_graph *g;
-  kiln_tensor **vals;       /* per value id; NULL until produced or bound */
-  bool *owned;              /* vals[i] is ours to free */
+  const kiln_tensor **vals; /* per value id; NULL until produced or bound (inputs borrowed) */
+  kiln_tensor **own;        /* per value id: the value this frame produced and frees, or NULL */
   struct kiln_frame *parent;
   const kiln_session *session;
   kiln_run_mem *mem;        /* arena for planned intermediates (main graph only), or NULL */
+  const int *terminate;     /* the run options' flag (api_run.c), checked before each node */
+  kiln_node_state *states;  /* the compiled model's states of g's nodes, or NULL */
 } kiln_frame;
 
+/* The terminate flag of the run this thread is starting (kiln_session_run_with), or NULL. */
+const int *kiln_run_terminate_flag(void);
+
 /* Resolve schemas, sort and infer types for a graph and its subgraphs. */
-kiln_code kiln_graph_prepare(kiln_graph *g, const kiln_model *m, kiln_error *err);
+kiln_code kiln_graph_prepare(kiln_graph *g, const kiln_ir_model *m, kiln_error *err);
 /* The same, resolving ops in the plugin set `ps` too (may be NULL). */
 struct kiln_plugin_set;
-kiln_code kiln_graph_prepare_ops(kiln_graph *g, const kiln_model *m,
+kiln_code kiln_graph_prepare_ops(kiln_graph *g, const kiln_ir_model *m,
                                  const struct kiln_plugin_set *ps, kiln_error *err);
 
 /* Run `g` with `inputs` bound to g->inputs in order (borrowed; NULL leaves an input unbound,

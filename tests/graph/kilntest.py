@@ -29,7 +29,9 @@ def check(cond, what):
 
 def finish(name):
     print(f"{name}: {_checks} checks, {_failures} failed")
-    sys.exit(1 if _failures else 0)
+    if _checks == 0:
+        print(f"{name}: no checks ran: a test must assert something")
+    sys.exit(1 if _failures or _checks == 0 else 0)
 
 
 def save(model, name):

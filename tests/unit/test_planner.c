@@ -152,8 +152,8 @@ static void test_inter_op_waves(void) {
   CHECK_MSG(sc && sc->n_waves == 3, "3 waves, got %zu", sc ? sc->n_waves : 0);
   if (sc && sc->n_waves == 3) {
     CHECK(sc->wave_off[1] == 2 && sc->wave_off[2] == 3 && sc->wave_off[3] == 4);
-    CHECK(!strcmp(s->model->graph->nodes[sc->order[0]].op_type, "Relu") &&
-          !strcmp(s->model->graph->nodes[sc->order[1]].op_type, "Neg"));
+    CHECK(!strcmp(s->model->ir->graph->nodes[sc->order[0]].op_type, "Relu") &&
+          !strcmp(s->model->ir->graph->nodes[sc->order[1]].op_type, "Neg"));
   }
   for (int i = 0; i < 4; i++) run_concat(s, 1, 1);
   for (int i = 0; i < 4; i++) run_concat(s, 1, 5);

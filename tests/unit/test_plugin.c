@@ -586,8 +586,8 @@ static void test_builtin_described(void) {
   const kiln_op_schema *mm = kiln_op_find("ai.kiln", "FusedMatMul", 1), *gm = kiln_op_find("ai.kiln", "FusedGemm", 1);
   CHECK_MSG(mm && kiln_adapted_from_schema(mm), "FusedMatMul is described through kiln_op.h");
   CHECK_MSG(gm && kiln_adapted_from_schema(gm), "FusedGemm is described through kiln_op.h");
-  CHECK(mm && mm->min_in == 2 && mm->max_in == 4 && mm->min_out == 1 && mm->max_out == 1);
-  CHECK(gm && gm->min_in == 2 && gm->max_in == 3);
+  CHECK(mm && mm->inputs.min == 2 && mm->inputs.max == 4 && mm->outputs.min == 1 && mm->outputs.max == 1);
+  CHECK(gm && gm->inputs.min == 2 && gm->inputs.max == 3);
   CHECK(kiln_op_known("ai.kiln", "FusedGemm"));
   const kiln_op_schema *conv = kiln_op_find("ai.kiln", "FusedConv", 1);
   CHECK(conv && !kiln_adapted_from_schema(conv));

@@ -132,7 +132,7 @@ static void cmp_graph(const kiln_graph *a, const kiln_graph *b, const char *wher
   CHECK_MSG(na == nb, "%s: %zu vs %zu initializers", where, na, nb);
 }
 
-static void cmp_model(const kiln_model *a, const kiln_model *b, const char *where) {
+static void cmp_model(const kiln_ir_model *a, const kiln_ir_model *b, const char *where) {
   CHECK_MSG(a->ir_version == b->ir_version, "%s: ir_version", where);
   CHECK_MSG(a->n_opsets == b->n_opsets, "%s: opset count", where);
   for (size_t i = 0; i < a->n_opsets && i < b->n_opsets; i++)
@@ -143,26 +143,26 @@ static void cmp_model(const kiln_model *a, const kiln_model *b, const char *wher
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
-static kiln_model *load(const char *rel) {
+static kiln_ir_model *load(const char *rel) {
   char path[512];
   snprintf(path, sizeof path, DATA "/%s/model.onnx", rel);
-  kiln_model *m = NULL;
+  kiln_ir_model *m = NULL;
   kiln_error err = {0};
-  kiln_code rc = kiln_model_read_file(path, &m, &err);
+  kiln_code rc = kiln_model_read_file(path, NULL, &m, &err);
   CHECK_MSG(rc == KILN_OK, "read %s: %s", rel, err.message);
   return m;
 }
 
 /* Write to memory, read back, compare; returns the re-read model (or NULL). */
-static kiln_model *roundtrip(const kiln_model *a, const char *where) {
+static kiln_ir_model *roundtrip(const kiln_ir_model *a, const char *where) {
   uint8_t *bytes = NULL;
   size_t len = 0;
   kiln_error err = {0};
   kiln_code rc = kiln_model_write_memory(a, &bytes, &len, &err);
   CHECK_MSG(rc == KILN_OK && bytes && len > 0, "%s: write: %s", where, err.message);
-  kiln_model *b = NULL;
+  kiln_ir_model *b = NULL;
   if (!rc) {
-    rc = kiln_model_read_memory(bytes, len, NULL, &b, &err);
+    rc = kiln_model_read_memory(bytes, len, NULL, NULL, &b, &err);
     CHECK_MSG(rc == KILN_OK, "%s: read back: %s", where, err.message);
   }
   if (b) cmp_model(a, b, where);
@@ -203,9 +203,9 @@ static void cmp_sessions(const char *pa, const char *pb, const char *where) {
 }
 
 static void test_testdata(const char *rel) {
-  kiln_model *a = load(rel);
+  kiln_ir_model *a = load(rel);
   if (!a) return;
-  kiln_model *b = roundtrip(a, rel);
+  kiln_ir_model *b = roundtrip(a, rel);
 
   /* Deterministic, and the file holds exactly what memory gets. */
   uint8_t *m1 = NULL, *m2 = NULL;
@@ -225,16 +225,16 @@ static void test_testdata(const char *rel) {
   free(m1);
   free(m2);
 
-  kiln_model *c = NULL;
-  CHECK_MSG(kiln_model_read_file(tmp, &c, &err) == KILN_OK, "%s: read file: %s", rel, err.message);
+  kiln_ir_model *c = NULL;
+  CHECK_MSG(kiln_model_read_file(tmp, NULL, &c, &err) == KILN_OK, "%s: read file: %s", rel, err.message);
   if (c) cmp_model(a, c, rel);
   char orig[512];
   snprintf(orig, sizeof orig, DATA "/%s/model.onnx", rel);
   cmp_sessions(orig, tmp, rel);
   unlink(tmp);
-  kiln_model_free(a);
-  kiln_model_free(b);
-  kiln_model_free(c);
+  kiln_ir_model_free(a);
+  kiln_ir_model_free(b);
+  kiln_ir_model_free(c);
 }
 
 /* ---- hand-made IR: every attribute kind and type shape ------------------------------- */
@@ -266,11 +266,11 @@ static kiln_tensor *tensor_str(const char *s0, const char *s1) {
 
 /* The main graph of another model, detached to serve as a subgraph. */
 static kiln_graph *borrow_graph(const char *rel, kiln_graph *parent) {
-  kiln_model *m = load(rel);
+  kiln_ir_model *m = load(rel);
   if (!m) abort();
   kiln_graph *g = m->graph;
   m->graph = NULL;
-  kiln_model_free(m);
+  kiln_ir_model_free(m);
   g->parent = parent;
   return g;
 }
@@ -287,7 +287,7 @@ static void set_tensor_type(kiln_type *t, kiln_dtype dt, int rank, const int64_t
 }
 
 static void test_every_kind(void) {
-  kiln_model *m = load("node/test_if");
+  kiln_ir_model *m = load("node/test_if");
   if (!m) return;
   kiln_graph *g = m->graph;
 
@@ -374,7 +374,7 @@ static void test_every_kind(void) {
   int stale = kiln_graph_value(g, "stale");
   set_tensor_type(&g->values[stale].type, KILN_FLOAT, 0, NULL, NULL);
 
-  kiln_model *b = roundtrip(m, "every kind");
+  kiln_ir_model *b = roundtrip(m, "every kind");
   if (b) {
     CHECK(kiln_graph_find(b->graph, "stale") < 0);
     int bi = kiln_graph_find(b->graph, "w_borrowed");
@@ -389,14 +389,14 @@ static void test_every_kind(void) {
   }
   /* The writer left the borrowed weights where they were. */
   CHECK(wt->data == (void *)wdata && wt->borrowed);
-  kiln_model_free(b);
-  kiln_model_free(m);
+  kiln_ir_model_free(b);
+  kiln_ir_model_free(m);
 }
 
 /* ---- failures ------------------------------------------------------------------------ */
 
 static void test_errors(void) {
-  kiln_model *m = load("node/test_conv_with_strides_padding");
+  kiln_ir_model *m = load("node/test_conv_with_strides_padding");
   if (!m) return;
   kiln_error err = {0};
   uint8_t *bytes = NULL;
@@ -426,7 +426,7 @@ static void test_errors(void) {
   kiln_none_create(KILN_FLOAT, &a->tensors[0], NULL);
   CHECK(kiln_model_write_memory(m, &bytes, &len, &err) == KILN_ERR_UNSUPPORTED && !bytes);
   CHECK_MSG(strstr(err.message, "(Conv) attribute 'bad'") != NULL, "%s", err.message);
-  kiln_model_free(m);
+  kiln_ir_model_free(m);
 }
 
 /* ---- through the public API ---------------------------------------------------------- */
@@ -434,12 +434,12 @@ static void test_errors(void) {
 /* Relu is implemented, so a written model can be loaded into a session and run end to end:
  * it must reproduce the test data's expected output. */
 static void test_session_runs(void) {
-  kiln_model *m = load("node/test_relu");
+  kiln_ir_model *m = load("node/test_relu");
   if (!m) return;
   const char *tmp = kt_write_temp("writer_relu.onnx", "", 0);
   kiln_error err = {0};
   CHECK_MSG(kiln_model_write_file(m, tmp, &err) == KILN_OK, "%s", err.message);
-  kiln_model_free(m);
+  kiln_ir_model_free(m);
   kiln_session *s = NULL;
   kiln_tensor *in = NULL, *want = NULL, *out = NULL;
   CHECK_MSG(kiln_session_create(tmp, NULL, &s, &err) == KILN_OK, "%s", err.message);

@@ -9,7 +9,8 @@ int kt_failures, kt_checks;
 
 int kt_finish(const char *name) {
   printf("%s: %d checks, %d failed\n", name, kt_checks, kt_failures);
-  return kt_failures ? 1 : 0;
+  if (kt_checks == 0) fprintf(stderr, "%s: no checks ran: a test must assert something\n", name);
+  return kt_failures || kt_checks == 0 ? 1 : 0;
 }
 
 const char *kt_write_temp(const char *tag, const void *bytes, size_t len) {

@@ -37,7 +37,7 @@ float kt_frand(void);
 /* Uniform integer in [lo, hi]. */
 int64_t kt_rand_in(int64_t lo, int64_t hi);
 
-/* Print the summary and return the exit code. */
+/* Print the summary and return the exit code: non-zero if a check failed or none ran. */
 int kt_finish(const char *name);
 /* Write `len` bytes to a new temporary file; returns its path (static buffer per call slot). */
 const char *kt_write_temp(const char *tag, const void *bytes, size_t len);

@@ -1,0 +1,1 @@
+"""ONNX Runtime's module layout, for code that imports exceptions from onnxruntime.capi."""

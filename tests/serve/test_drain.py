@@ -1,0 +1,80 @@
+"""kiln serve: graceful shutdown.
+
+Proves: on SIGTERM readiness is 503 at once while infer requests are still answered 200 for
+--drain-s; requests accepted before the listener closes, queued behind a slow model, all finish
+200 after it; then new connections are refused; the process exits 0. A second SIGTERM exits at
+once (code 1) without waiting for the drain."""
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from serve_util import Server, binary_request, check, finish, json_input, slow_model  # noqa: E402
+
+
+def main():
+    root = tempfile.mkdtemp(prefix="kiln-serve-drain-")
+    try:
+        path = os.path.join(root, "slow.onnx")
+        slow_model(path)
+        body = json.dumps({"inputs": [json_input("X", np.ones((8, 768), np.float32))]}).encode()
+        # about 2.4 GFLOP a run, one run at a time: 8 of them outlast the drain
+        slow_body, slow_headers = binary_request([("X", np.ones((256, 768), np.float32))])
+        s = Server([path, "--drain-s", "1.5", "--exit-timeout-s", "100", "--threads", "1", "--log-format", "off"])
+        try:
+            check(s.get_json("/v2/health/ready")[0] == 200, "ready before SIGTERM")
+            t0 = time.time()
+            s.signal(signal.SIGTERM)
+            time.sleep(0.2)
+            st, h, _ = s.get_json("/v2/health/ready")
+            check(st == 503 and h.get("retry-after") == "1", "readiness 503 with Retry-After at once after SIGTERM")
+            check(s.get_json("/health")[0] == 503, "/health too")
+            st, _, _ = s.request("POST", "/v2/models/slow/infer", body)
+            check(st == 200, "an infer request during the drain is served")
+            codes, ends = [], []
+            def late(_):
+                codes.append(s.request("POST", "/v2/models/slow/infer", slow_body, slow_headers, timeout=120)[0])
+                ends.append(time.time() - t0)
+            ts = [threading.Thread(target=late, args=(i,)) for i in range(8)]
+            for t in ts:
+                t.start()
+            time.sleep(max(0, 1.5 + 0.3 - (time.time() - t0)))
+            try:
+                socket.create_connection(("127.0.0.1", s.port), timeout=5).close()
+                refused = False
+            except ConnectionRefusedError:
+                refused = True
+            check(refused, "after --drain-s new connections are refused")
+            for t in ts:
+                t.join(120)
+            check(codes == [200] * 8, "requests queued when the listener closed all finished 200: %s" % codes)
+            check(ends and max(ends) > 1.5, "some of them finished after the listener closed (last at %.2f s)" % max(ends or [0]))
+            rc = s.wait(60)
+            check(rc == 0, "exit 0 after the drain (%s)" % rc)
+        finally:
+            s.stop()
+        s = Server([path, "--drain-s", "30", "--log-format", "off"])
+        try:
+            s.signal(signal.SIGTERM)
+            time.sleep(0.3)
+            t0 = time.time()
+            s.signal(signal.SIGTERM)
+            rc = s.wait(10)
+            check(rc == 1 and time.time() - t0 < 5, "a second SIGTERM exits at once, code 1 (%s)" % rc)
+        finally:
+            s.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    finish()
+
+
+if __name__ == "__main__":
+    main()
