@@ -201,8 +201,8 @@ static size_t b_cols(const kiln_tensor *b, int trans) { return (size_t)b->dims[t
 /* The packs of B for this node: made on first use and published with a compare-and-swap (a
  * losing thread frees its own); NULL when B is not the tensor they were made from. */
 static packed_weights *node_weights(kiln_kctx *c, const kiln_tensor *b, int trans) {
-  kiln_node *n = (kiln_node *)(uintptr_t)c->node; /* node state is runtime cache */
-  packed_weights *w = __atomic_load_n((packed_weights **)&n->state, __ATOMIC_ACQUIRE);
+  if (!c->state) return NULL;
+  packed_weights *w = kiln_cache_get(c);
   if (!w) {
     packed_weights *mine = calloc(1, sizeof *mine);
     if (!mine) return NULL;
@@ -211,16 +211,9 @@ static packed_weights *node_weights(kiln_kctx *c, const kiln_tensor *b, int tran
     size_t kk = b_rows(b, trans), nn = b_cols(b, trans);
     if (kk >= AMX_MIN_K && nn >= AMX_MIN_N && kiln_amx_available())
       mine->amx = kiln_amx_pack_b(b->data, kk, nn, (size_t)b->dims[1], trans); /* NULL: float32 */
-    void *expected = NULL;
-    n->state_free = packed_weights_free;
-    if (__atomic_compare_exchange_n(&n->state, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-      w = mine;
-    } else {
-      packed_weights_free(mine);
-      w = expected;
-    }
+    w = kiln_cache_publish(c, mine, packed_weights_free);
   }
-  return w->source == b->data && w->trans == trans ? w : NULL;
+  return w && w->source == b->data && w->trans == trans ? w : NULL;
 }
 
 /* The float32 pack of B, made on first use; NULL when B is not the node's weights or out of

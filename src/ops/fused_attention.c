@@ -428,13 +428,12 @@ static void bufs_free(void *wp) {
 }
 
 /* The work buffers for a run of plan p: the node's cached set when it has the same geometry
- * (taken out of the node, so concurrent runs never share one), else a fresh zeroed set. A
+ * (taken out of the node's cache, so concurrent runs never share one), else a fresh zeroed set. A
  * set's padding (key columns past Sk, value columns past Dv) is zeroed at allocation and never
  * written, so it stays valid for every run of the same geometry; reusing the set saves the
  * allocation, the zeroing and the page faults of about 100 KiB per node and run. */
-static attn_bufs *bufs_take(const kiln_node *node, const attn_plan *p, size_t nslot, size_t nthr) {
-  kiln_node *n = (kiln_node *)(uintptr_t)node; /* node state is runtime cache */
-  attn_bufs want, *w = __atomic_exchange_n((attn_bufs **)&n->state, NULL, __ATOMIC_ACQ_REL);
+static attn_bufs *bufs_take(kiln_kctx *c, const attn_plan *p, size_t nslot, size_t nthr) {
+  attn_bufs want, *w = kiln_cache_take(c);
   bufs_sizes(&want, p, nslot, nthr);
   if (w && w->kpn == want.kpn && w->vpn == want.vpn && w->qn == want.qn && w->sn == want.sn &&
       w->accn == want.accn && w->nslot == nslot && w->nthr == nthr && w->sk == want.sk && w->dv == want.dv)
@@ -454,12 +453,7 @@ static attn_bufs *bufs_take(const kiln_node *node, const attn_plan *p, size_t ns
 }
 
 /* Put the set back into the node for the next run (freed if another run put one back first). */
-static void bufs_give(const kiln_node *node, attn_bufs *w) {
-  kiln_node *n = (kiln_node *)(uintptr_t)node;
-  void *expected = NULL;
-  __atomic_store_n(&n->state_free, bufs_free, __ATOMIC_RELEASE);
-  if (!__atomic_compare_exchange_n(&n->state, &expected, w, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) bufs_free(w);
-}
+static void bufs_give(kiln_kctx *c, attn_bufs *w) { kiln_cache_put(c, w, bufs_free); }
 
 
 static void pack_k(const attn_plan *p, const float *k, float *kp) {
@@ -591,7 +585,7 @@ static kiln_code attention_exec(kiln_kctx *c, attn_plan *pp) {
   int64_t group = ((int64_t)1 << 20) / (per_elem ? per_elem : 1);
   if (group < (int64_t)nthr) group = (int64_t)nthr;
   if (group > nbatch) group = nbatch;
-  attn_bufs *w = bufs_take(c->node, &p, (size_t)group, nthr);
+  attn_bufs *w = bufs_take(c, &p, (size_t)group, nthr);
   if (!w) return kiln_kfail(c, "out of memory for attention work buffers");
   const kiln_attn_kernels *kern = kiln_attn_kernels_get(); /* chosen once from kiln_cpu_isa() */
   kiln_attend_fn attend = kern->attend;
@@ -617,7 +611,7 @@ static kiln_code attention_exec(kiln_kctx *c, attn_plan *pp) {
     kiln_parallel_for(pool, (size_t)j.nbat, pack_task, &j, 1);
     kiln_parallel_for(pool, (size_t)(j.nbat * j.nqt), attend_task, &j, 1);
   }
-  bufs_give(c->node, w);
+  bufs_give(c, w);
   return KILN_OK;
 }
 

@@ -109,10 +109,12 @@ kiln_code kiln_session_fusion_info(const kiln_session *s, size_t i, kiln_fusion_
     info->op_type = n->op_type;
     info->domain = n->domain;
     info->replaced = orig->g->n_nodes;
-    info->verified = __atomic_load_n(&n->verified, __ATOMIC_ACQUIRE) == 1;
-    info->max_abs = info->verified ? n->verify_abs : 0;
-    info->max_rel = info->verified ? n->verify_rel : 0;
-    info->fallen_back = __atomic_load_n(&n->fallback, __ATOMIC_ACQUIRE);
+    kiln_node_state none = {0}, *ns = kiln_states_of(&s->model->states, g);
+    const kiln_node_state *st = ns ? &ns[k] : &none;
+    info->verified = __atomic_load_n(&st->verified, __ATOMIC_ACQUIRE) == 1;
+    info->max_abs = info->verified ? st->verify_abs : 0;
+    info->max_rel = info->verified ? st->verify_rel : 0;
+    info->fallen_back = __atomic_load_n(&st->fallback, __ATOMIC_ACQUIRE);
     info->intermediate_bytes = 0;
     const kiln_graph *og = orig->g;
     for (size_t v = 0; v < og->n_values; v++) {

@@ -34,6 +34,7 @@
 #define SRV_MAX_FAILURES 8
 #define SRV_NAME_MAX 128
 #define SRV_MAX_IO 256 /* inputs or outputs of a served model */
+#define SRV_MAX_REAPERS 64
 
 /* ---- util.c -------------------------------------------------------------------------- */
 
@@ -236,6 +237,8 @@ typedef struct srv_repo {
   srv_model *models[SRV_MAX_MODELS];
   int n_models;
   uint64_t scan_failures;
+  pthread_t reapers[SRV_MAX_REAPERS]; /* versions retiring (repo.c, retire_later) */
+  int n_reapers;
 } srv_repo;
 
 int srv_repo_init(srv_repo *r, const srv_config *cfg, char *msg, size_t n);

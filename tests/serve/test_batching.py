@@ -39,7 +39,7 @@ def test_batching(root):
     path = os.path.join(root, "affine.onnx")
     affine_model(path)
     s = Server([path, "--model-name", "affine", "--max-batch-size", "8", "--preferred-batch-sizes", "4,8",
-                "--max-queue-delay-us", "20000", "--drain-s", "0", "--log-format", "off", "--http-threads", "2"])
+                "--max-queue-delay-us", "100000", "--drain-s", "0", "--log-format", "off", "--http-threads", "2"])
     try:
         for rnd in range(3):
             res = in_threads(lambda i: client(s, i + 16 * rnd), 16)
