@@ -108,7 +108,6 @@ void kiln_graph_replace_uses(kiln_graph *g, int from, int to) {
 }
 
 void kiln_node_clear(kiln_node *n) {
-  if (n->state && n->state_free) n->state_free(n->state);
   free(n->name);
   free(n->op_type);
   free(n->domain);

@@ -77,12 +77,6 @@ typedef struct kiln_node {
   size_t n_attrs;
   kiln_attr *attrs;
   const struct kiln_op_schema *schema; /* resolved at load */
-  int fallback;            /* runtime: a fused node whose kernel failed runs "original" (atomic) */
-  void *state;             /* runtime: kernel cache (prepacked weights: set once; reusable work
-                              buffers: taken and put back), changed only atomically */
-  int verified;            /* runtime: verify_fusions compared it with "original" (atomic) */
-  double verify_abs, verify_rel;
-  void (*state_free)(void *state);
 } kiln_node;
 
 typedef struct kiln_value_info {

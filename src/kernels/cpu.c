@@ -1,6 +1,9 @@
 /* CPU feature detection: cpuid + xgetbv, probed once. */
 #include "kernels/cpu.h"
 
+#include "kiln/kiln.h"
+#include "kernels/gemm_amx.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,3 +146,9 @@ void kiln_cpu_describe(char *buf, size_t cap) {
            f->avx512_fp16 ? " avx512fp16" : "", f->avx_vnni ? " avxvnni" : "",
            f->amx_tile ? " amx" : "");
 }
+
+const char *kiln_cpu_isa_level(void) { return kiln_isa_name(kiln_cpu_isa()); }
+
+int kiln_cpu_amx(void) { return kiln_amx_available(); }
+
+void kiln_cpu_describe_line(char *buf, size_t cap) { kiln_cpu_describe(buf, cap); }

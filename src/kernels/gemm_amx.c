@@ -70,7 +70,16 @@ int kiln_amx_available(void) {
   return g_amx_ok;
 }
 
-T_512 kiln_amx_w *kiln_amx_pack_w(const float *w, size_t m, size_t k, size_t ldw) {
+/* Split W's row pairs into p's tiles (AVX-512: entered only once AMX is known available). */
+T_512 static void pack_w_tiles(kiln_amx_w *p, const float *w, size_t ldw) {
+  for (size_t rp = 0; rp < p->mp / 32; rp++) {
+    size_t t = rp * 2 * p->kb * TILE_ELEMS;
+    kiln_amx_split_rows(w, ldw, p->m, p->k, p->kb, rp * 32, p->hi + t, p->lo + t);
+  }
+}
+
+/* Plain C: checks AMX (and so AVX-512) before anything compiled for it runs. */
+kiln_amx_w *kiln_amx_pack_w(const float *w, size_t m, size_t k, size_t ldw) {
   if (!kiln_amx_available() || !w || !m || !k) return NULL;
   kiln_amx_w *p = calloc(1, sizeof *p);
   if (!p) return NULL;
@@ -85,10 +94,7 @@ T_512 kiln_amx_w *kiln_amx_pack_w(const float *w, size_t m, size_t k, size_t ldw
     kiln_amx_w_free(p);
     return NULL;
   }
-  for (size_t rp = 0; rp < p->mp / 32; rp++) {
-    size_t t = rp * 2 * p->kb * TILE_ELEMS;
-    kiln_amx_split_rows(w, ldw, m, k, p->kb, rp * 32, p->hi + t, p->lo + t);
-  }
+  pack_w_tiles(p, w, ldw);
   return p;
 }
 

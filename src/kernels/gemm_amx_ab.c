@@ -47,21 +47,9 @@ static void transpose_pairs(uint16_t *tile) {
     }
 }
 
-T_512 kiln_amx_b *kiln_amx_pack_b(const float *b, size_t k, size_t n, size_t ldb, int trans) {
-  if (!kiln_amx_available() || !b || !k || !n) return NULL;
-  kiln_amx_b *p = calloc(1, sizeof *p);
-  if (!p) return NULL;
-  p->k = k;
-  p->n = n;
-  p->kb = (k + 31) / 32;
-  p->np = (n + 31) / 32;
-  size_t elems = p->np * 2 * p->kb * TILE_ELEMS;
-  p->hi = kiln_malloc_big(elems * sizeof(uint16_t));
-  p->lo = kiln_malloc_big(elems * sizeof(uint16_t));
-  if (!p->hi || !p->lo) {
-    kiln_amx_b_free(p);
-    return NULL;
-  }
+/* Split op(B)'s column pairs into p's tiles (AVX-512: entered only once AMX is known available). */
+T_512 static void pack_b_tiles(kiln_amx_b *p, const float *b, size_t ldb, int trans) {
+  size_t k = p->k, n = p->n;
   for (size_t cp = 0; cp < p->np; cp++) {
     size_t t = cp * 2 * p->kb * TILE_ELEMS;
     if (!trans) {
@@ -76,6 +64,25 @@ T_512 kiln_amx_b *kiln_amx_pack_b(const float *b, size_t k, size_t n, size_t ldb
       transpose_pairs(p->lo + t + q * TILE_ELEMS);
     }
   }
+}
+
+/* Plain C: checks AMX (and so AVX-512) before anything compiled for it runs. */
+kiln_amx_b *kiln_amx_pack_b(const float *b, size_t k, size_t n, size_t ldb, int trans) {
+  if (!kiln_amx_available() || !b || !k || !n) return NULL;
+  kiln_amx_b *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->k = k;
+  p->n = n;
+  p->kb = (k + 31) / 32;
+  p->np = (n + 31) / 32;
+  size_t elems = p->np * 2 * p->kb * TILE_ELEMS;
+  p->hi = kiln_malloc_big(elems * sizeof(uint16_t));
+  p->lo = kiln_malloc_big(elems * sizeof(uint16_t));
+  if (!p->hi || !p->lo) {
+    kiln_amx_b_free(p);
+    return NULL;
+  }
+  pack_b_tiles(p, b, ldb, trans);
   return p;
 }
 

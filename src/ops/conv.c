@@ -413,25 +413,18 @@ static const void *as_work(const kiln_tensor *t, kiln_dtype work, void **owned) 
   return buf;
 }
 
-/* Winograd-transformed constant weights, kept on the node (kiln_node.state). */
+/* Winograd-transformed constant weights, kept in the node's cache. */
 typedef struct wino_weights {
   const void *source; /* the initializer's data they were made from */
   float u[];          /* kiln_wino_f32_weights_size_tile(e, m, c) floats */
 } wino_weights;
 
-/* The node running c when its weight input w is an initializer (so per-node caches derived
- * from it stay valid), else NULL. Node state is runtime cache, hence the cast. */
-static kiln_node *node_of_const_weight(kiln_kctx *c, const kiln_tensor *w) {
-  return kiln_in_const(c, 1, w) ? (kiln_node *)(uintptr_t)c->node : NULL;
-}
-
 /* The transformed weights of this node when W is an initializer (or folded constant): made on
- * first use and published with a compare-and-swap (a losing thread frees its own); NULL
- * otherwise (W computed or fed, no memory, the state taken by something else). */
+ * first use and published in the node's cache (kiln_cache_publish); NULL otherwise (W
+ * computed or fed, no memory, the cache holding another kind). */
 static const float *node_wino_weights(kiln_kctx *c, const kiln_tensor *w, const kiln_conv2d_f32_params *p) {
-  kiln_node *n = node_of_const_weight(c, w);
-  if (!n) return NULL;
-  wino_weights *ww = __atomic_load_n((wino_weights **)&n->state, __ATOMIC_ACQUIRE);
+  if (!c->state || !kiln_in_const(c, 1, w)) return NULL;
+  wino_weights *ww = kiln_cache_get(c);
   if (!ww) {
     int e = kiln_wino_f32_tile(p); /* the weights say which; a later shape may run them too */
     wino_weights *mine =
@@ -439,19 +432,12 @@ static const float *node_wino_weights(kiln_kctx *c, const kiln_tensor *w, const 
     if (!mine) return NULL;
     mine->source = w->data;
     kiln_wino_f32_weights_tile(e, w->data, p->m, p->c, mine->u);
-    void *expected = NULL;
-    if (__atomic_compare_exchange_n(&n->state, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-      n->state_free = free; /* only the winner: the loser must not replace another cache's */
-      ww = mine;
-    } else {
-      free(mine);
-      ww = expected;
-    }
+    ww = kiln_cache_publish(c, mine, free);
   }
-  return ww->source == w->data ? ww->u : NULL;
+  return ww && ww->source == w->data ? ww->u : NULL;
 }
 
-/* Packed forms of W kept on the node (kiln_node.state) like the Winograd weights: W^T for the
+/* Packed forms of W kept in the node's cache like the Winograd weights: W^T for the
  * transposed GEMM of small output planes (kiln_conv2d_f32_uses_transposed) or W split for the
  * AMX GEMM (kiln_conv2d_f32_uses_amx). The first field is a tag naming the kind, which no
  * weight pointer can equal: node_wino_weights, which compares the state's first pointer with
@@ -475,12 +461,11 @@ typedef void *(*pack_fn)(const kiln_tensor *w, const kiln_conv2d_f32_params *p, 
 
 /* The node's pack of kind `tag` when W is an initializer: made by make() on first use and
  * published with a compare-and-swap (a losing thread frees its own); NULL otherwise (W
- * computed or fed, no memory, the state taken by another kind). */
+ * computed or fed, no memory, the cache holding another kind). */
 static void *node_weight_pack(kiln_kctx *c, const kiln_tensor *w, const kiln_conv2d_f32_params *p,
                               int isa, const void *tag, pack_fn make, void (*pack_free)(void *)) {
-  kiln_node *n = node_of_const_weight(c, w);
-  if (!n) return NULL;
-  weight_pack *wp = __atomic_load_n((weight_pack **)&n->state, __ATOMIC_ACQUIRE);
+  if (!c->state || !kiln_in_const(c, 1, w)) return NULL;
+  weight_pack *wp = kiln_cache_get(c);
   if (!wp) {
     weight_pack *mine = kiln_malloc(sizeof *mine);
     if (!mine) return NULL;
@@ -489,16 +474,9 @@ static void *node_weight_pack(kiln_kctx *c, const kiln_tensor *w, const kiln_con
       free(mine);
       return NULL;
     }
-    void *expected = NULL;
-    if (__atomic_compare_exchange_n(&n->state, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-      n->state_free = weight_pack_free;
-      wp = mine;
-    } else {
-      weight_pack_free(mine);
-      wp = expected;
-    }
+    wp = kiln_cache_publish(c, mine, weight_pack_free);
   }
-  return wp->tag == tag && wp->source == w->data ? wp->pack : NULL;
+  return wp && wp->tag == tag && wp->source == w->data ? wp->pack : NULL;
 }
 
 static void *make_wt(const kiln_tensor *w, const kiln_conv2d_f32_params *p, int isa) {

@@ -23,6 +23,7 @@
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_amx.h"
+#include "kernels/vec_f32.h"
 #include "runtime/threadpool.h"
 #include "ops/registry.h"
 #include "plugin/plugin.h"
@@ -200,8 +201,8 @@ static size_t b_cols(const kiln_tensor *b, int trans) { return (size_t)b->dims[t
 /* The packs of B for this node: made on first use and published with a compare-and-swap (a
  * losing thread frees its own); NULL when B is not the tensor they were made from. */
 static packed_weights *node_weights(kiln_kctx *c, const kiln_tensor *b, int trans) {
-  kiln_node *n = (kiln_node *)(uintptr_t)c->node; /* node state is runtime cache */
-  packed_weights *w = __atomic_load_n((packed_weights **)&n->state, __ATOMIC_ACQUIRE);
+  if (!c->state) return NULL;
+  packed_weights *w = kiln_cache_get(c);
   if (!w) {
     packed_weights *mine = calloc(1, sizeof *mine);
     if (!mine) return NULL;
@@ -210,16 +211,9 @@ static packed_weights *node_weights(kiln_kctx *c, const kiln_tensor *b, int tran
     size_t kk = b_rows(b, trans), nn = b_cols(b, trans);
     if (kk >= AMX_MIN_K && nn >= AMX_MIN_N && kiln_amx_available())
       mine->amx = kiln_amx_pack_b(b->data, kk, nn, (size_t)b->dims[1], trans); /* NULL: float32 */
-    void *expected = NULL;
-    n->state_free = packed_weights_free;
-    if (__atomic_compare_exchange_n(&n->state, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-      w = mine;
-    } else {
-      packed_weights_free(mine);
-      w = expected;
-    }
+    w = kiln_cache_publish(c, mine, packed_weights_free);
   }
-  return w->source == b->data && w->trans == trans ? w : NULL;
+  return w && w->source == b->data && w->trans == trans ? w : NULL;
 }
 
 /* The float32 pack of B, made on first use; NULL when B is not the node's weights or out of
@@ -245,76 +239,11 @@ static const kiln_amx_b *node_amx_b(kiln_kctx *c, const kiln_tensor *b, int tran
   return w ? w->amx : NULL;
 }
 
-/* ---- GELU (erf form) after the GEMM ----------------------------------------------------
- * 0.5 x (1 + erf(x / sqrt 2)) with erf as a rational function of degree 13/8 on [-4, 4]
- * (clamped outside, where erf is +-1 in float; Eigen's fast erf, max abs error 6.5e-8): a
- * dozen FMAs and one reciprocal (rcp14 / rcp plus a Newton step, relative error ~1e-8), where
- * the GEMM's epilogue form spends a division and an exp per vector. Elementwise, so the split
- * over threads cannot change a result. */
-static const float erf_num[7] = {-1.60960333262415e-02f, -2.95459980854025e-03f, -7.34990630326855e-04f,
-                                 -5.69250639462346e-05f, -2.10102402082508e-06f, 2.77068142495902e-08f,
-                                 -2.72614225801306e-10f};
-static const float erf_den[5] = {-1.42647390514189e-02f, -7.37332916720468e-03f, -1.68282697438203e-03f,
-                                 -2.13374055278905e-04f, -1.45660718464996e-05f};
-
-static void gelu_scalar(float *x, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float v = x[i], z = v * 0.70710678118654752f;
-    z = z < -4.0f ? -4.0f : z > 4.0f ? 4.0f : z;
-    float z2 = z * z, p = erf_num[6], q = erf_den[4];
-    for (int k = 5; k >= 0; k--) p = p * z2 + erf_num[k];
-    for (int k = 3; k >= 0; k--) q = q * z2 + erf_den[k];
-    float h = 0.5f * v;
-    x[i] = h + h * (z * p / q);
-  }
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define FUSED_HAVE_X86 1
-
-__attribute__((target("avx512f,fma"))) static __m512 gelu16(__m512 v) {
-  __m512 z = _mm512_mul_ps(v, _mm512_set1_ps(0.70710678118654752f));
-  z = _mm512_min_ps(_mm512_max_ps(z, _mm512_set1_ps(-4.0f)), _mm512_set1_ps(4.0f));
-  __m512 z2 = _mm512_mul_ps(z, z), p = _mm512_set1_ps(erf_num[6]), q = _mm512_set1_ps(erf_den[4]);
-  for (int k = 5; k >= 0; k--) p = _mm512_fmadd_ps(p, z2, _mm512_set1_ps(erf_num[k]));
-  for (int k = 3; k >= 0; k--) q = _mm512_fmadd_ps(q, z2, _mm512_set1_ps(erf_den[k]));
-  __m512 r = _mm512_rcp14_ps(q); /* q <= erf_den[0] < 0: never 0 */
-  r = _mm512_mul_ps(r, _mm512_fnmadd_ps(q, r, _mm512_set1_ps(2.0f)));
-  __m512 h = _mm512_mul_ps(v, _mm512_set1_ps(0.5f));
-  return _mm512_fmadd_ps(h, _mm512_mul_ps(_mm512_mul_ps(z, p), r), h);
-}
-
-__attribute__((target("avx512f,fma"))) static void gelu_avx512(float *x, size_t n) {
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, gelu16(_mm512_loadu_ps(x + i)));
-  if (i < n) {
-    __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(x + i, m, gelu16(_mm512_maskz_loadu_ps(m, x + i)));
-  }
-}
-
-__attribute__((target("avx2,fma"))) static void gelu_avx2(float *x, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 v = _mm256_loadu_ps(x + i), z = _mm256_mul_ps(v, _mm256_set1_ps(0.70710678118654752f));
-    z = _mm256_min_ps(_mm256_max_ps(z, _mm256_set1_ps(-4.0f)), _mm256_set1_ps(4.0f));
-    __m256 z2 = _mm256_mul_ps(z, z), p = _mm256_set1_ps(erf_num[6]), q = _mm256_set1_ps(erf_den[4]);
-    for (int k = 5; k >= 0; k--) p = _mm256_fmadd_ps(p, z2, _mm256_set1_ps(erf_num[k]));
-    for (int k = 3; k >= 0; k--) q = _mm256_fmadd_ps(q, z2, _mm256_set1_ps(erf_den[k]));
-    __m256 r = _mm256_rcp_ps(q);
-    r = _mm256_mul_ps(r, _mm256_fnmadd_ps(q, r, _mm256_set1_ps(2.0f)));
-    __m256 h = _mm256_mul_ps(v, _mm256_set1_ps(0.5f));
-    _mm256_storeu_ps(x + i, _mm256_fmadd_ps(h, _mm256_mul_ps(_mm256_mul_ps(z, p), r), h));
-  }
-  gelu_scalar(x + i, n - i);
-}
-#endif
+/* ---- GELU (erf form) after the GEMM: kiln_gelu_erf_f32 (src/kernels/vec_f32.h) ---- */
 
 typedef struct gelu_job {
   float *x;
   size_t n;
-  int isa;
 } gelu_job;
 
 enum { GELU_CHUNK = 1 << 14 }; /* values per task: well above the cost of handing one out */
@@ -323,17 +252,12 @@ static void gelu_task(void *ctx, size_t begin, size_t end, int thread) {
   const gelu_job *j = ctx;
   (void)thread;
   size_t b = begin * GELU_CHUNK, e = end * GELU_CHUNK < j->n ? end * GELU_CHUNK : j->n;
-#ifdef FUSED_HAVE_X86
-  if (j->isa >= KILN_ISA_AVX512) gelu_avx512(j->x + b, e - b);
-  else if (j->isa >= KILN_ISA_AVX2) gelu_avx2(j->x + b, e - b);
-  else
-#endif
-    gelu_scalar(j->x + b, e - b);
+  kiln_gelu_erf_f32(j->x + b, e - b);
 }
 
 /* x[i] = gelu(x[i]) for i < n on the pool (NULL: inline). */
 static void gelu_inplace(kiln_threadpool *pool, float *x, size_t n) {
-  gelu_job j = {x, n, kiln_cpu_isa()};
+  gelu_job j = {x, n};
   size_t tasks = (n + GELU_CHUNK - 1) / GELU_CHUNK;
   kiln_parallel_for(tasks > 1 ? pool : NULL, tasks, gelu_task, &j, 1);
 }

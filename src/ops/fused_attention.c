@@ -41,9 +41,9 @@
  * with a QB x (2 vectors) axpy microkernel over Dv. Only QB x BK scores exist at any time. Key
  * blocks that the mask removes entirely (-inf, e.g. the upper triangle of a causal mask) are
  * skipped. exp() is a vectorised polynomial (rel. error about 2e-7). The hot path
- * (fused_attention_tiles.h) is compiled for portable 128-bit vectors and, on x86, for
- * AVX2+FMA, picked at run time from the CPU (KILN_ATTENTION_PORTABLE=1 forces the portable
- * one, for testing). For finite scores the result equals softmax(S) V' up to rounding; a row
+ * (src/kernels/attention_tiles.h) is compiled for portable 128-bit vectors and, on x86, for
+ * AVX2+FMA and AVX-512, chosen once from kiln_cpu_isa() (KILN_ISA=scalar forces the portable
+ * one, KILN_ISA=avx2 the AVX2 one). For finite scores the result equals softmax(S) V' up to rounding; a row
  * masked out completely gives NaN, as the chain does. Run-time shapes the node cannot handle
  * (a mask that would grow Sq or Sk) fail the kernel, and the executor runs the chain. */
 #include <math.h>
@@ -51,30 +51,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
-#include "kernels/vmath.h"
+#include "kernels/attention.h"
 #include "ops/cost.h"
 #include "ops/fused.h"
 #include "runtime/threadpool.h"
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#endif
 
-/* BK keys per block, QB the most query rows per tile (an instance uses AT_QB <= QB: 4 with
- * 16 vector registers, 8 with AVX-512's 32), value rows padded to a multiple of DVPAD floats
- * (the widest tile) */
-enum { BK = 128, QB = 8, DVPAD = 32, MAXR = KILN_MAX_RANK };
 
 /* ---- vectorisable exp for x <= 0 (scores minus their running max) ---- */
 
 
 /* ---- views: a tensor read through a permutation of its axes ---- */
 
-typedef struct view {
-  int rank;
-  int64_t dims[MAXR];
-  int64_t stride[MAXR]; /* elements; 0 on broadcast batch axes (set later) */
-} view;
 
 /* The permutation attribute `name` for rank r (identity when absent); false if invalid. */
 static bool read_perm(const kiln_node *n, const char *name, int r, int *perm) {
@@ -303,19 +290,6 @@ static void batch_strides(const view *v, int nb, int64_t *bs) {
 
 /* ---- the kernel ---- */
 
-typedef struct attn_plan {
-  view q, k, v, m, c, o;         /* logical views; o: the output before out_perm */
-  int nb;                        /* batch axes */
-  int64_t bdims[MAXR];
-  int64_t qbs[MAXR], kbs[MAXR], vbs[MAXR], mbs[MAXR], cbs[MAXR], obs[MAXR];
-  int64_t sq, sk, d, dv, dvp, nkb;
-  const float *in_data[3];       /* where the Q, K, V views start */
-  float *owned[3];               /* copies of views strides cannot express (freed by the run) */
-  float scale, fill;
-  bool has_mask, has_cond, keep_true, where_after;
-  bool v_direct; /* V rows are contiguous and Dv is a whole number of tiles: read in place */
-  bool simd_pack; /* K may be transposed with AVX2 (the vector tiles are in use) */
-} attn_plan;
 
 static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
   const kiln_tensor *t[5];
@@ -413,17 +387,6 @@ static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
   return KILN_OK;
 }
 
-/* Work buffers, allocated once per run. Padding (key columns past Sk, value columns past Dv)
- * is zeroed at allocation and never written, so the tiles may read it freely. A thread runs
- * attend() on an attn_work made of one packed slot (kp, vp) and its own q, s, acc. */
-typedef struct attn_work {
-  float *kp;       /* nkb panels of D x BK */
-  const float *v;  /* Sk rows of V: packed (vp, rows of dvp) or read in place */
-  int64_t vs;      /* V's row stride */
-  float *q;    /* QB x D, scaled */
-  float *s;    /* QB x BK scores, then probabilities */
-  float *acc;  /* QB x dvp */
-} attn_work;
 
 /* All buffers of one run: nslot packed K/V slots (one per batch element of a group) and
  * per-thread tiles for nthr threads, plus the slot maps of a group. */
@@ -465,13 +428,12 @@ static void bufs_free(void *wp) {
 }
 
 /* The work buffers for a run of plan p: the node's cached set when it has the same geometry
- * (taken out of the node, so concurrent runs never share one), else a fresh zeroed set. A
+ * (taken out of the node's cache, so concurrent runs never share one), else a fresh zeroed set. A
  * set's padding (key columns past Sk, value columns past Dv) is zeroed at allocation and never
  * written, so it stays valid for every run of the same geometry; reusing the set saves the
  * allocation, the zeroing and the page faults of about 100 KiB per node and run. */
-static attn_bufs *bufs_take(const kiln_node *node, const attn_plan *p, size_t nslot, size_t nthr) {
-  kiln_node *n = (kiln_node *)(uintptr_t)node; /* node state is runtime cache */
-  attn_bufs want, *w = __atomic_exchange_n((attn_bufs **)&n->state, NULL, __ATOMIC_ACQ_REL);
+static attn_bufs *bufs_take(kiln_kctx *c, const attn_plan *p, size_t nslot, size_t nthr) {
+  attn_bufs want, *w = kiln_cache_take(c);
   bufs_sizes(&want, p, nslot, nthr);
   if (w && w->kpn == want.kpn && w->vpn == want.vpn && w->qn == want.qn && w->sn == want.sn &&
       w->accn == want.accn && w->nslot == nslot && w->nthr == nthr && w->sk == want.sk && w->dv == want.dv)
@@ -491,60 +453,18 @@ static attn_bufs *bufs_take(const kiln_node *node, const attn_plan *p, size_t ns
 }
 
 /* Put the set back into the node for the next run (freed if another run put one back first). */
-static void bufs_give(const kiln_node *node, attn_bufs *w) {
-  kiln_node *n = (kiln_node *)(uintptr_t)node;
-  void *expected = NULL;
-  __atomic_store_n(&n->state_free, bufs_free, __ATOMIC_RELEASE);
-  if (!__atomic_compare_exchange_n(&n->state, &expected, w, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) bufs_free(w);
-}
+static void bufs_give(kiln_kctx *c, attn_bufs *w) { kiln_cache_put(c, w, bufs_free); }
 
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#define AT_HAVE_X86 1
-/* panel[d][j] = k[j][d] for j < nk (rows sj apart), d < D (contiguous), in 8 x 8 blocks
- * transposed in registers; the edges one value at a time. Pure data movement: the same
- * result as the scalar loop. */
-__attribute__((target("avx2"))) static void pack_k_rows_avx2(const float *k, int64_t sj, int64_t nk, int64_t D,
-                                                             float *panel) {
-  int64_t j = 0;
-  for (; j + 8 <= nk; j += 8) {
-    int64_t d = 0;
-    for (; d + 8 <= D; d += 8) {
-      __m256 r[8], t[8], s[8];
-      for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(k + (j + i) * sj + d);
-      for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-      }
-      for (int i = 0; i < 8; i += 4) {
-        s[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-      }
-      for (int i = 0; i < 4; i++) {
-        _mm256_storeu_ps(panel + (d + i) * BK + j, _mm256_permute2f128_ps(s[i], s[i + 4], 0x20));
-        _mm256_storeu_ps(panel + (d + i + 4) * BK + j, _mm256_permute2f128_ps(s[i], s[i + 4], 0x31));
-      }
-    }
-    for (; d < D; d++)
-      for (int i = 0; i < 8; i++) panel[d * BK + j + i] = k[(j + i) * sj + d];
-  }
-  for (; j < nk; j++)
-    for (int64_t d = 0; d < D; d++) panel[d * BK + j] = k[j * sj + d];
-}
-#endif
 
 static void pack_k(const attn_plan *p, const float *k, float *kp) {
   int64_t sd = p->k.stride[p->k.rank - 2], sj = p->k.stride[p->k.rank - 1];
   for (int64_t kb = 0; kb < p->nkb; kb++) {
     int64_t j0 = kb * BK, nk = p->sk - j0 < BK ? p->sk - j0 : BK;
     float *panel = kp + kb * p->d * BK;
-#ifdef AT_HAVE_X86
-    if (sd == 1 && sj != 1 && p->simd_pack) {
-      pack_k_rows_avx2(k + j0 * sj, sj, nk, p->d, panel);
+    if (sd == 1 && sj != 1 && p->pack_rows) {
+      p->pack_rows(k + j0 * sj, sj, nk, p->d, panel);
       continue;
     }
-#endif
     if (sd == 1 && sj != 1) {
       /* K stored (Sk, D), the usual layout: read each key's D values in a row and scatter
        * them down the panel's column (the panel, D x BK floats, stays in L1), instead of
@@ -576,100 +496,6 @@ static void pack_v(const attn_plan *p, const float *v, float *vp) {
   }
 }
 
-/* Whether the mask (or cond with a -inf fill) removes every score of rows [0, nr) x key
- * columns [j0, j0+nk): then the block contributes exp(-inf) = 0 and is skipped. */
-static bool block_masked(const attn_plan *p, const float *mrow, const uint8_t *crow, int64_t nr,
-                         int64_t j0, int64_t nk) {
-  if (p->has_mask && !p->has_cond) {
-    int64_t sq = p->m.stride[p->m.rank - 2], sj = p->m.stride[p->m.rank - 1];
-    for (int64_t r = 0; r < nr; r++)
-      for (int64_t j = 0; j < nk; j++)
-        if (mrow[r * sq + (j0 + j) * sj] != -INFINITY) return false;
-    return true;
-  }
-  if (p->has_cond && !p->has_mask && p->fill == -INFINITY) {
-    int64_t sq = p->c.stride[p->c.rank - 2], sj = p->c.stride[p->c.rank - 1];
-    for (int64_t r = 0; r < nr; r++)
-      for (int64_t j = 0; j < nk; j++)
-        if ((crow[r * sq + (j0 + j) * sj] != 0) == p->keep_true) return false;
-    return true;
-  }
-  return false;
-}
-
-/* With an additive mask alone: one past the last key column of [j0, j0+nk) that the mask
- * leaves to some row of [0, nr) (not -inf); the columns after it only add exp(-inf) = 0, so
- * the tile stops there (a causal mask: the keys after the tile's last query). Rows from the
- * last, which for a causal mask reaches furthest, so the others stop scanning early. */
-static int64_t mask_extent(const attn_plan *p, const float *mrow, int64_t nr, int64_t j0, int64_t nk) {
-  if (!p->has_mask || p->has_cond) return nk;
-  int64_t sq = p->m.stride[p->m.rank - 2], sj = p->m.stride[p->m.rank - 1], ext = 0;
-  for (int64_t r = nr - 1; r >= 0 && ext < nk; r--)
-    for (int64_t j = nk - 1; j >= ext; j--)
-      if (mrow[r * sq + (j0 + j) * sj] != -INFINITY) {
-        ext = j + 1;
-        break;
-      }
-  return ext;
-}
-
-static void apply_mask(const attn_plan *p, float *s, const float *mrow, int64_t j0, int64_t nk) {
-  int64_t sj = p->m.stride[p->m.rank - 1];
-  const float *mp = mrow + j0 * sj;
-  if (sj == 1)
-    for (int64_t j = 0; j < nk; j++) s[j] += mp[j];
-  else
-    for (int64_t j = 0; j < nk; j++) s[j] += mp[j * sj];
-}
-
-static void apply_cond(const attn_plan *p, float *s, const uint8_t *crow, int64_t j0, int64_t nk) {
-  int64_t sj = p->c.stride[p->c.rank - 1];
-  for (int64_t j = 0; j < nk; j++)
-    if ((crow[(j0 + j) * sj] != 0) != p->keep_true) s[j] = p->fill;
-}
-
-/* The hot path, compiled twice: portable 128-bit vectors (SSE2 on x86-64, NEON on arm64) and,
- * on x86-64, 256-bit AVX2+FMA chosen at run time when the CPU has it. */
-#define AT_FN(name) name##_v4
-#define AT_VW 4
-#define AT_QB 4
-#define AT_TARGET
-#include "ops/fused_attention_tiles.h"
-#undef AT_FN
-#undef AT_VW
-#undef AT_QB
-#undef AT_TARGET
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#define AT_HAVE_AVX2 1
-#define AT_FN(name) name##_avx2
-#define AT_VW 8
-#define AT_QB 4
-#define AT_TARGET __attribute__((target("avx2,fma")))
-#define AT_FMA(acc, a, b) ((acc) = _mm256_fmadd_ps((a), (b), (acc)))
-#define AT_FMA_SPLAT(e, r, c) ((e) = _mm256_fmadd_ps((e), (r), _mm256_set1_ps(c)))
-#include "ops/fused_attention_tiles.h"
-#undef AT_FMA_SPLAT
-#undef AT_FN
-#undef AT_VW
-#undef AT_QB
-#undef AT_TARGET
-#undef AT_FMA
-/* and 512-bit AVX-512: 32 keys / 32 value columns per microkernel step (BK and DVPAD are
- * multiples of it) */
-#define AT_FN(name) name##_avx512
-#define AT_VW 16
-#define AT_QB 8
-#define AT_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma")))
-#define AT_FMA(acc, a, b) ((acc) = _mm512_fmadd_ps((a), (b), (acc)))
-#define AT_FMA_SPLAT(e, r, c) ((e) = _mm512_fmadd_ps((e), (r), _mm512_set1_ps(c)))
-#include "ops/fused_attention_tiles.h"
-#undef AT_FMA_SPLAT
-#undef AT_FN
-#undef AT_VW
-#undef AT_QB
-#undef AT_TARGET
-#undef AT_FMA
-#endif
 
 /* Element offsets of batch element b in each operand: q, k, v, mask, cond, y. */
 static void batch_offsets(const attn_plan *p, int64_t b, int64_t *off) {
@@ -686,15 +512,12 @@ static void batch_offsets(const attn_plan *p, int64_t b, int64_t *off) {
   }
 }
 
-typedef void (*attend_fn)(const attn_plan *, attn_work *, const float *, const float *, const uint8_t *, float *,
-                          int64_t, int64_t);
-
 /* One group of batch elements [b0, b0 + nbat) of a run. Slot g holds batch b0 + g's packed K
  * and V, or reuses slot kslot[g] / vslot[g] of an earlier element with the same K or V. */
 typedef struct attn_job {
   const attn_plan *p;
   attn_bufs *w;
-  attend_fn attend;
+  kiln_attend_fn attend;
   const float *qd, *kd, *vd, *md;
   const uint8_t *cd;
   float *yd;
@@ -762,15 +585,11 @@ static kiln_code attention_exec(kiln_kctx *c, attn_plan *pp) {
   int64_t group = ((int64_t)1 << 20) / (per_elem ? per_elem : 1);
   if (group < (int64_t)nthr) group = (int64_t)nthr;
   if (group > nbatch) group = nbatch;
-  attn_bufs *w = bufs_take(c->node, &p, (size_t)group, nthr);
+  attn_bufs *w = bufs_take(c, &p, (size_t)group, nthr);
   if (!w) return kiln_kfail(c, "out of memory for attention work buffers");
-  attend_fn attend = attend_v4;
-#ifdef AT_HAVE_AVX2
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("KILN_ATTENTION_PORTABLE"))
-    attend = attend_avx2;
-  if (kiln_cpu_isa() >= KILN_ISA_AVX512 && !getenv("KILN_ATTENTION_PORTABLE")) attend = attend_avx512;
-  p.simd_pack = attend != attend_v4;
-#endif
+  const kiln_attn_kernels *kern = kiln_attn_kernels_get(); /* chosen once from kiln_cpu_isa() */
+  kiln_attend_fn attend = kern->attend;
+  p.pack_rows = kern->pack_rows;
   /* query tiles: 8 microkernel tiles, or fewer when there are few batch elements to share */
   int64_t qt = QB * 8;
   while (qt > QB && nbatch * ((p.sq + qt - 1) / qt) < 4 * (int64_t)nthr) qt /= 2;
@@ -792,7 +611,7 @@ static kiln_code attention_exec(kiln_kctx *c, attn_plan *pp) {
     kiln_parallel_for(pool, (size_t)j.nbat, pack_task, &j, 1);
     kiln_parallel_for(pool, (size_t)(j.nbat * j.nqt), attend_task, &j, 1);
   }
-  bufs_give(c->node, w);
+  bufs_give(c, w);
   return KILN_OK;
 }
 

@@ -7,13 +7,14 @@
  * sigmoid, tanh, softplus, elu) uses a vectorisable polynomial with about 1 ulp of error
  * instead of a libm call per element. Results differ from the chain (which rounds every
  * intermediate to float and computes in double) by a few ulp. */
+#include "ops/cost.h"
 #include "ops/fused_ew.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
+#include "kernels/vec_f32.h"
 #include "ops/fused.h"
 #include "runtime/threadpool.h"
 
@@ -46,107 +47,6 @@ int kiln_ew_op_code(const char *name) {
   for (int k = 0; k < KILN_EW_END; k++)
     if (op_names[k] && !strcmp(op_names[k], name)) return k;
   return -1;
-}
-
-/* ---- vectorisable exp ---- */
-
-/* e^x in float: Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, a degree-6 polynomial for
- * e^r (Cephes expf), and 2^n applied as two exact power-of-two factors, so that results from
- * the denormals to overflow (inf, past 88.72) come out right without a branch. NaN stays NaN
- * (it flows through the arithmetic; only the integer conversion is kept away from it). */
-static inline float exp_f(float x) {
-  float xc = x < -104.0f ? -104.0f : x;
-  xc = xc > 89.0f ? 89.0f : xc;
-  float fx = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-  float r = xc - fx * 0.693359375f;
-  r = r - fx * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  fx = fx != fx ? 0.0f : fx;
-  int32_t n = (int32_t)fx, n1 = n / 2, n2 = n - n1;
-  int32_t b1 = (n1 + 127) * (1 << 23), b2 = (n2 + 127) * (1 << 23);
-  float s1, s2;
-  memcpy(&s1, &b1, sizeof s1);
-  memcpy(&s2, &b2, sizeof s2);
-  return p * s1 * s2;
-}
-
-static inline float tanh_f(float x) {
-  float ax = fabsf(x), z = x * x;
-  /* small |x|: odd polynomial (Cephes tanhf); else 1 - 2/(e^2|x| + 1) */
-  float s = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
-              1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
-  float l = 1.0f - 2.0f / (exp_f(2.0f * ax) + 1.0f);
-  l = copysignf(l, x);
-  return ax < 0.625f ? s : l;
-}
-
-/* ---- one instruction over a block ---- */
-
-#define LOOP1(EXPR)                                 \
-  for (int i = 0; i < n; i++) {                     \
-    const float x = a[i];                           \
-    o[i] = (EXPR);                                  \
-  }                                                 \
-  break
-#define LOOP2(EXPR)                                 \
-  for (int i = 0; i < n; i++) {                     \
-    const float x = a[i], z = b[i];                 \
-    o[i] = (EXPR);                                  \
-  }                                                 \
-  break
-
-KILN_VECTORIZE static void run_op(int op, float *restrict o, const float *restrict a, const float *restrict b, int n,
-                   float p0, float p1) {
-  switch (op) {
-    case KILN_EW_ADD: LOOP2(x + z);
-    case KILN_EW_SUB: LOOP2(x - z);
-    case KILN_EW_MUL: LOOP2(x * z);
-    case KILN_EW_DIV: LOOP2(x / z);
-    case KILN_EW_POW: LOOP2(z == 2.0f ? x * x : powf(x, z));
-    case KILN_EW_MAX: LOOP2(x > z || x != x ? x : z); /* NaN propagates, as in Max */
-    case KILN_EW_MIN: LOOP2(x < z || x != x ? x : z);
-    case KILN_EW_PRELU: LOOP2(x < 0 ? z * x : x);
-    case KILN_EW_RELU: LOOP1(x < 0 ? 0.0f : x); /* NaN stays */
-    case KILN_EW_SIGMOID: LOOP1(1.0f / (1.0f + exp_f(-x)));
-    case KILN_EW_TANH: LOOP1(tanh_f(x));
-    case KILN_EW_EXP: LOOP1(exp_f(x));
-    case KILN_EW_LOG: LOOP1(logf(x));
-    case KILN_EW_ABS: LOOP1(fabsf(x));
-    case KILN_EW_NEG: LOOP1(-x);
-    case KILN_EW_SQRT: LOOP1(sqrtf(x));
-    case KILN_EW_ERF: LOOP1(erff(x));
-    case KILN_EW_RECIPROCAL: LOOP1(1.0f / x);
-    case KILN_EW_FLOOR: LOOP1(floorf(x));
-    case KILN_EW_CEIL: LOOP1(ceilf(x));
-    case KILN_EW_CLIP: LOOP1((x < p0 ? p0 : x) > p1 ? p1 : (x < p0 ? p0 : x));
-    case KILN_EW_LEAKYRELU: LOOP1(x < 0 ? p0 * x : x);
-    case KILN_EW_ELU: LOOP1(x < 0 ? p0 * (exp_f(x) - 1.0f) : x);
-    case KILN_EW_HARDSIGMOID: {
-      for (int i = 0; i < n; i++) {
-        float v = p0 * a[i] + p1;
-        o[i] = v < 0 ? 0.0f : v > 1 ? 1.0f : v;
-      }
-      break;
-    }
-    case KILN_EW_HARDSWISH: {
-      for (int i = 0; i < n; i++) {
-        float v = a[i] / 6.0f + 0.5f;
-        o[i] = a[i] * (v < 0 ? 0.0f : v > 1 ? 1.0f : v);
-      }
-      break;
-    }
-    case KILN_EW_SOFTPLUS: LOOP1(x > 0 ? x + log1pf(exp_f(-x)) : log1pf(exp_f(x)));
-    case KILN_EW_SOFTSIGN: LOOP1(x / (1.0f + fabsf(x)));
-    case KILN_EW_SIN: LOOP1(sinf(x));
-    case KILN_EW_COS: LOOP1(cosf(x));
-    default: break; /* rejected before the loop */
-  }
 }
 
 /* ---- inputs: how each maps onto the output ---- */
@@ -232,8 +132,8 @@ static void ew_task(void *ctx, size_t begin, size_t end, int thread) {
     for (size_t k = 0; k < j->nops; k++) {
       float *o = k + 1 == j->nops ? j->out + i0 : mem + (j->ni + k) * BLK;
       const int64_t *ins = &j->prog[3 * k];
-      run_op((int)ins[0], o, ops[ins[1]], ins[2] >= 0 ? ops[ins[2]] : NULL, len, j->params[2 * k],
-             j->params[2 * k + 1]);
+      kiln_ew_block_f32((int)ins[0], o, ops[ins[1]], ins[2] >= 0 ? ops[ins[2]] : NULL, len, j->params[2 * k],
+                        j->params[2 * k + 1]);
       ops[j->ni + k] = o;
     }
   }
@@ -296,6 +196,6 @@ static kiln_code fused_ew_infer(kiln_ictx *c) { return kiln_infer_broadcast(c, K
 const kiln_op_schema kiln_ops_fused_ew[] = {
     {.domain = KILN_FUSED_DOMAIN, .name = "FusedElementwise", .since = 1,
      .inputs = {1, KILN_VARIADIC}, .outputs = {1, 1},
-     .infer = fused_ew_infer, .run = fused_ew_run, .flow = KILN_FLOW_BROADCAST},
+     .infer = fused_ew_infer, .run = fused_ew_run, .flow = KILN_FLOW_BROADCAST, .cost = kiln_cost_fused_elementwise},
     {0},
 };

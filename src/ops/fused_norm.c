@@ -21,12 +21,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/norm_math.h"
+#include "kernels/vec_f32.h"
 #include "kernels/cpu.h"
+#include "ops/cost.h"
 #include "ops/fused.h"
-#include "ops/fused_norm_math.h"
 #include "runtime/threadpool.h"
 
-enum { LANES = 8, BLOCK = 512 };
 
 /* The session's pool is used from PAR_MIN values of output; a task is at least PAR_TASK values
  * (whole rows), far above the ~1 us a task costs to hand out. A row is always computed by one
@@ -38,59 +39,9 @@ static kiln_threadpool *pool_for(kiln_kctx *c, int64_t work) { return work >= PA
 /* Rows per task for rows of n values. */
 static size_t rows_chunk(int64_t n) { return n >= PAR_TASK ? 1 : (size_t)(PAR_TASK / (n ? n : 1)); }
 
-/* LANES floats as one GNU C vector: gcc turned the equivalent loop over float arrays into
- * 16-wide loads followed by shuffles and scalar adds (7x slower); with the vector type the
- * lanes stay in one register. Same lanes, same order as the array form, so the same sums. */
-typedef float lanes_f __attribute__((vector_size(LANES * sizeof(float))));
 
-/* Mean and 1 / sqrt(variance + eps) of a row from the sums s1, s2 of (x - k) and (x - k)^2
- * over its n values (k: a shift that keeps the sums small). */
-__attribute__((always_inline)) static inline void finish_stats(double s1, double s2, int64_t n, float k, float eps,
-                                                              float *mean, float *inv) {
-  double m = n ? s1 / (double)n : 0, var = n ? s2 / (double)n - m * m : 0;
-  *mean = (float)(k + m);
-  *inv = (float)(1.0 / sqrt((var > 0 ? var : 0) + eps));
-}
 
-/* mean and 1 / sqrt(var + eps) of x[0..n). Float lanes inside a block of BLOCK values, double
- * across blocks so long rows keep their precision. */
-KILN_VECTORIZE static void row_stats(const float *x, int64_t n, float eps, float *mean, float *inv) {
-  float k = n ? x[0] : 0.0f;
-  double s1 = 0, s2 = 0;
-  for (int64_t b = 0; b < n; b += BLOCK) {
-    int64_t e = b + BLOCK < n ? b + BLOCK : n, j = b;
-    lanes_f a1 = {0}, a2 = {0}, v;
-    for (; j + LANES <= e; j += LANES) {
-      memcpy(&v, x + j, sizeof v);
-      v -= k;
-      a1 += v;
-      a2 += v * v;
-    }
-    for (; j < e; j++) {
-      float d = x[j] - k;
-      a1[0] += d;
-      a2[0] += d * d;
-    }
-    for (int l = 0; l < LANES; l++) {
-      s1 += a1[l];
-      s2 += a2[l];
-    }
-  }
-  finish_stats(s1, s2, n, k, eps, mean, inv);
-}
 
-/* y = (x - mean) * inv [* gamma] [+ beta]; y may be x. */
-KILN_VECTORIZE static void row_norm(float *y, const float *x, int64_t n, float mean, float inv, const float *gamma,
-                     const float *beta) {
-  if (gamma && beta)
-    for (int64_t j = 0; j < n; j++) y[j] = (x[j] - mean) * inv * gamma[j] + beta[j];
-  else if (gamma)
-    for (int64_t j = 0; j < n; j++) y[j] = (x[j] - mean) * inv * gamma[j];
-  else if (beta)
-    for (int64_t j = 0; j < n; j++) y[j] = (x[j] - mean) * inv + beta[j];
-  else
-    for (int64_t j = 0; j < n; j++) y[j] = (x[j] - mean) * inv;
-}
 
 static bool is_float(const kiln_tensor *t) { return t && t->kind == KILN_KIND_TENSOR && t->dtype == KILN_FLOAT; }
 
@@ -172,37 +123,6 @@ typedef struct ln_job {
   bool skip, same;
 } ln_job;
 
-/* s = a + b (the skip sum) and row_stats(s) in the same pass: the same lanes in the same
- * order as row_stats over the stored sum, so the same mean and inv, one pass fewer. */
-KILN_VECTORIZE static void add_row_stats(float *s, const float *a, const float *b, int64_t n, float eps, float *mean,
-                                         float *inv) {
-  float k = n ? a[0] + b[0] : 0.0f;
-  double s1 = 0, s2 = 0;
-  for (int64_t blk = 0; blk < n; blk += BLOCK) {
-    int64_t e = blk + BLOCK < n ? blk + BLOCK : n, j = blk;
-    lanes_f a1 = {0}, a2 = {0}, va, vb;
-    for (; j + LANES <= e; j += LANES) {
-      memcpy(&va, a + j, sizeof va);
-      memcpy(&vb, b + j, sizeof vb);
-      va += vb;
-      memcpy(s + j, &va, sizeof va);
-      va -= k;
-      a1 += va;
-      a2 += va * va;
-    }
-    for (; j < e; j++) {
-      s[j] = a[j] + b[j];
-      float d = s[j] - k;
-      a1[0] += d;
-      a2[0] += d * d;
-    }
-    for (int l = 0; l < LANES; l++) {
-      s1 += a1[l];
-      s2 += a2[l];
-    }
-  }
-  finish_stats(s1, s2, n, k, eps, mean, inv);
-}
 
 static void ln_task(void *ctx, size_t begin, size_t end, int thread) {
   const ln_job *j = ctx;
@@ -211,20 +131,20 @@ static void ln_task(void *ctx, size_t begin, size_t end, int thread) {
   for (int64_t r = (int64_t)begin; r < (int64_t)end; r++) {
     float mean, inv;
     if (!j->skip) {
-      row_stats(j->pa + r * n, n, j->eps, &mean, &inv);
-      row_norm(j->py + r * n, j->pa + r * n, n, mean, inv, j->gamma, j->beta);
+      kiln_ln_stats_f32(j->pa + r * n, n, j->eps, &mean, &inv);
+      kiln_ln_norm_f32(j->py + r * n, j->pa + r * n, n, mean, inv, j->gamma, j->beta);
       continue;
     }
     const float *ra = j->pa + (j->same ? r * n : row_offset(j->ma, r));
     const float *rb = j->pb + (j->same ? r * n : row_offset(j->mb, r));
     float *sum = j->ps ? j->ps + r * n : j->py + r * n;
     if (j->sa && j->sb) {
-      add_row_stats(sum, ra, rb, n, j->eps, &mean, &inv);
+      kiln_ln_add_stats_f32(sum, ra, rb, n, j->eps, &mean, &inv);
     } else {
       for (int64_t i = 0; i < n; i++) sum[i] = ra[i * j->sa] + rb[i * j->sb];
-      row_stats(sum, n, j->eps, &mean, &inv);
+      kiln_ln_stats_f32(sum, n, j->eps, &mean, &inv);
     }
-    row_norm(j->py + r * n, sum, n, mean, inv, j->gamma, j->beta);
+    kiln_ln_norm_f32(j->py + r * n, sum, n, mean, inv, j->gamma, j->beta);
   }
 }
 
@@ -290,27 +210,17 @@ typedef struct gelu_job {
   bool th;
 } gelu_job;
 
-KILN_VECTORIZE static void gelu_task(void *ctx, size_t begin, size_t end, int thread) {
+
+static void gelu_task(void *ctx, size_t begin, size_t end, int thread) {
   const gelu_job *j = ctx;
   (void)thread;
   if (!j->pb) {
     int64_t i0 = (int64_t)begin * PAR_TASK, i1 = (int64_t)end * PAR_TASK < j->n ? (int64_t)end * PAR_TASK : j->n;
-    const float *px = j->px;
-    float *py = j->py;
-    if (!j->th)
-      for (int64_t i = i0; i < i1; i++) py[i] = kn_gelu(px[i]);
-    else
-      for (int64_t i = i0; i < i1; i++) py[i] = kn_gelu_tanh(px[i]);
+    kiln_gelu_map_f32(j->py + i0, j->px + i0, NULL, i1 - i0, j->th);
     return;
   }
-  for (int64_t r = (int64_t)begin; r < (int64_t)end; r++) {
-    const float *xr = j->px + r * j->cols, *pb = j->pb;
-    float *yr = j->py + r * j->cols;
-    if (j->th)
-      for (int64_t i = 0; i < j->cols; i++) yr[i] = kn_gelu_tanh(xr[i] + pb[i]);
-    else
-      for (int64_t i = 0; i < j->cols; i++) yr[i] = kn_gelu(xr[i] + pb[i]);
-  }
+  for (int64_t r = (int64_t)begin; r < (int64_t)end; r++)
+    kiln_gelu_map_f32(j->py + r * j->cols, j->px + r * j->cols, j->pb, j->cols, j->th);
 }
 
 static kiln_code gelu_common(kiln_kctx *c, bool bias) {
@@ -414,8 +324,8 @@ static void emb_task(void *ctx, size_t begin, size_t end, int thread) {
       for (int64_t i = 0; i < d; i++) x[i] = wr[i] + pr[i];
     if (j->ln) {
       float mean, inv;
-      row_stats(x, d, j->eps, &mean, &inv);
-      row_norm(j->py + r * d, x, d, mean, inv, j->gamma, j->beta);
+      kiln_ln_stats_f32(x, d, j->eps, &mean, &inv);
+      kiln_ln_norm_f32(j->py + r * d, x, d, mean, inv, j->gamma, j->beta);
     }
   }
 }
@@ -492,13 +402,13 @@ static kiln_code embedding_infer(kiln_ictx *c) {
 
 const kiln_op_schema kiln_ops_fused_norm[] = {
     {.domain = KILN_FUSED_DOMAIN, .name = "LayerNorm", .since = 1, .inputs = {1, 3}, .outputs = {1, 1},
-     .infer = infer_one, .run = layernorm_run},
+     .infer = infer_one, .run = layernorm_run, .cost = kiln_cost_norm},
     {.domain = KILN_FUSED_DOMAIN, .name = "SkipLayerNorm", .since = 1, .inputs = {2, 4}, .outputs = {1, 2},
-     .infer = infer_two, .run = skip_layernorm_run},
+     .infer = infer_two, .run = skip_layernorm_run, .cost = kiln_cost_norm},
     {.domain = KILN_FUSED_DOMAIN, .name = "Gelu", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = infer_one, .run = gelu_run},
+     .infer = infer_one, .run = gelu_run, .cost = kiln_cost_elementwise},
     {.domain = KILN_FUSED_DOMAIN, .name = "BiasGelu", .since = 1, .inputs = {2, 2}, .outputs = {1, 1},
-     .infer = infer_two, .run = bias_gelu_run},
+     .infer = infer_two, .run = bias_gelu_run, .cost = kiln_cost_elementwise},
     {.domain = KILN_FUSED_DOMAIN, .name = "FusedEmbedding", .since = 1, .inputs = {3, 7}, .outputs = {1, 2},
      .infer = embedding_infer, .run = embedding_run},
     {0},

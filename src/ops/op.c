@@ -118,6 +118,37 @@ bool kiln_kamx(const kiln_kctx *c) {
   return kiln_amx_available() != 0;
 }
 
+void *kiln_cache_get(const kiln_kctx *c) {
+  return c->state ? __atomic_load_n(&c->state->cache, __ATOMIC_ACQUIRE) : NULL;
+}
+
+void *kiln_cache_publish(kiln_kctx *c, void *mine, void (*free_fn)(void *)) {
+  void *expected = NULL;
+  if (!c->state) {
+    free_fn(mine);
+    return NULL;
+  }
+  if (__atomic_compare_exchange_n(&c->state->cache, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    __atomic_store_n(&c->state->cache_free, free_fn, __ATOMIC_RELEASE); /* only the winner */
+    return mine;
+  }
+  free_fn(mine);
+  return expected;
+}
+
+void *kiln_cache_take(kiln_kctx *c) {
+  return c->state ? __atomic_exchange_n(&c->state->cache, NULL, __ATOMIC_ACQ_REL) : NULL;
+}
+
+void kiln_cache_put(kiln_kctx *c, void *v, void (*free_fn)(void *)) {
+  void *expected = NULL;
+  if (!v) return;
+  if (c->state) __atomic_store_n(&c->state->cache_free, free_fn, __ATOMIC_RELEASE);
+  if (!c->state ||
+      !__atomic_compare_exchange_n(&c->state->cache, &expected, v, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    free_fn(v);
+}
+
 const kiln_tensor *kiln_in(const kiln_kctx *c, size_t i) { return i < c->n_in ? c->in[i] : NULL; }
 
 bool kiln_out_used(const kiln_kctx *c, size_t i) {

@@ -19,6 +19,20 @@
 
 struct kiln_frame;
 
+/* What the compiled model keeps for one node (at any depth of the graph) beside the immutable
+ * IR: made from the model, shared by every session and concurrent run of it, and so changed
+ * only atomically. Kernels reach it through their context (kiln_cache_* below); the executor
+ * keeps a fused node's verdicts here. */
+typedef struct kiln_node_state {
+  void *cache;                 /* the kernel's cache: packed or transformed constant weights
+                                  (published once), or reusable work buffers (taken and put
+                                  back); freed with the model by cache_free */
+  void (*cache_free)(void *cache);
+  int fallback;                /* a fused node whose kernel failed runs "original" from now on */
+  int verified;                /* verify_fusions: 0 not yet, 2 claimed by a run, 1 compared */
+  double verify_abs, verify_rel; /* the largest differences found (verified == 1) */
+} kiln_node_state;
+
 /* What a kernel sees for one node execution. */
 typedef struct kiln_kctx {
   const kiln_node *node;
@@ -28,6 +42,8 @@ typedef struct kiln_kctx {
   kiln_tensor **out;            /* the kernel stores new values here (kiln_out or its own) */
   struct kiln_frame *frame;     /* executor state, for control-flow ops */
   kiln_error *err;
+  kiln_node_state *state;       /* the compiled model's state of this node; NULL where there is
+                                   none (constant folding): kernels then cache nothing */
 } kiln_kctx;
 
 /* What a shape function sees at load time. */
@@ -155,11 +171,24 @@ bool kiln_op_in_place_ok(const kiln_node *n);
 /* The session's thread pool for data-parallel loops (NULL: run on the calling thread). */
 struct kiln_threadpool *kiln_kpool(const kiln_kctx *c);
 /* Whether input i is the graph's constant value (an initializer or folded constant), given as
- * t: what a kernel makes from such an input it may keep on the node (kiln_node.state). */
+ * t: what a kernel makes from such an input it may keep in the node's cache. */
 bool kiln_in_const(const kiln_kctx *c, size_t i, const kiln_tensor *t);
 /* Whether the AMX bf16x3 GEMM may be used for this node (the session did not ask for
  * strict_fp32, and the CPU has it). */
 bool kiln_kamx(const kiln_kctx *c);
+
+/* ---- the node's cache (kiln_node_state.cache), shared by every run of the model ----
+ * One cache per node; a kernel that keeps several kinds in it tells them apart itself. */
+/* The cache in place, or NULL (none yet, or no state). */
+void *kiln_cache_get(const kiln_kctx *c);
+/* Publish `mine` (freed by free_fn) as the cache unless one is there (compare-and-swap):
+ * returns the cache now in place, mine or the one another run published first (mine is then
+ * freed); NULL (mine freed) when the node has no state. */
+void *kiln_cache_publish(kiln_kctx *c, void *mine, void (*free_fn)(void *));
+/* For reusable work buffers: take the cache out (NULL when empty), so no concurrent run uses
+ * it, and put one back after the run (freed by free_fn if another run put one back first). */
+void *kiln_cache_take(kiln_kctx *c);
+void kiln_cache_put(kiln_kctx *c, void *v, void (*free_fn)(void *));
 
 /* Normalise an axis in [-rank, rank) to [0, rank); -1 (and c->err set) when out of range. */
 int kiln_axis(kiln_kctx *c, int64_t axis, int rank);

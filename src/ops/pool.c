@@ -11,13 +11,11 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/pool_f32.h"
 #include "kernels/gemm_internal.h"
+#include "ops/cost.h"
 #include "ops/op.h"
 #include "runtime/threadpool.h"
-
-#ifdef KILN_HAVE_X86_KERNELS
-#include <immintrin.h>
-#endif
 
 typedef struct pool_geom {
   int nsp;                          /* spatial dims */
@@ -194,7 +192,6 @@ typedef struct pool_job {
   int64_t storage;
   int64_t *map, *arg; /* arg, xv, acc: per thread */
   double *xv, *acc, *div;
-  int isa;            /* kiln_cpu_isa() */
 } pool_job;
 
 static void pool_task(void *ctx, size_t begin, size_t end, int thread) {
@@ -267,119 +264,6 @@ static void tap_range(int64_t p0, int64_t d, int64_t k, int64_t n, int64_t *lo, 
   if (*lo > *hi) *lo = *hi;
 }
 
-#ifdef KILN_HAVE_X86_KERNELS
-/* n <= 16 lanes src[j * sw] (sw 1 or 2), reading nothing past src[(n - 1) * sw]. */
-KILN_INLINE KILN_TARGET_AVX512 __m512 ld_strided16(const float *src, int64_t n, int64_t sw) {
-  __mmask16 m = (__mmask16)((1u << n) - 1);
-  if (sw == 1) return _mm512_maskz_loadu_ps(m, src);
-  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  int64_t e = 2 * n - 1; /* elements read: src[0 .. e) */
-  __mmask16 lo = (__mmask16)(e >= 16 ? 0xffffu : (1u << e) - 1);
-  __mmask16 hi = (__mmask16)(e <= 16 ? 0u : (1u << (e - 16)) - 1);
-  __m512 v1 = hi ? _mm512_maskz_loadu_ps(hi, src + 16) : _mm512_setzero_ps();
-  return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lo, src), ev, v1);
-}
-
-/* The 3 column taps (dilation 1) of 16 output columns at x stride 2 from row + 0: the even
- * and odd lanes of one pair of loads, and the even lanes of a pair from row + 2 (masks lo, hi
- * and lo2, hi2 read only the elements used). */
-KILN_INLINE KILN_TARGET_AVX512 void max3_taps_s2(const float *row, __mmask16 lo, __mmask16 hi,
-                                                  __mmask16 lo2, __mmask16 hi2, __m512 t[3]) {
-  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  __m512 l = _mm512_maskz_loadu_ps(lo, row), h = _mm512_maskz_loadu_ps(hi, row + 16);
-  t[0] = _mm512_permutex2var_ps(l, ev, h);
-  t[1] = _mm512_permutex2var_ps(l, od, h);
-  t[2] = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lo2, row + 2), ev,
-                                _mm512_maskz_loadu_ps(hi2, row + 18));
-}
-
-/* MaxPool output columns [c0, c1) of one row whose windows lie wholly inside the input row
- * range (all kw taps valid), taps rows [a0, a1): 16 columns per vector, the same comparisons
- * in the same order as the scalar loop (m = first tap, then x > m ? x : m). Kernel width 3 at
- * x stride 2 and dilation 1 (SqueezeNet, ResNet) loads each row's taps as one pair and a half. */
-static KILN_TARGET_AVX512 void maxpool_row_avx512(const float *xp, float *yr, int64_t W, int64_t h0,
-                                                  int64_t a0, int64_t a1, int64_t dh, int64_t c0,
-                                                  int64_t c1, int64_t sw, int64_t pl, int64_t kw,
-                                                  int64_t dw) {
-  const bool k3s2 = kw == 3 && sw == 2 && dw == 1;
-  int64_t ox = c0;
-  if (k3s2) /* two whole vectors at a time: two independent chains of comparisons */
-    for (; ox + 32 <= c1; ox += 32) {
-      const float *r0 = xp + (h0 + a0 * dh) * W + ox * 2 - pl;
-      __m512 t[3], u[3];
-      max3_taps_s2(r0, 0xffff, 0xffff, 0xffff, 0x7fff, t);
-      max3_taps_s2(r0 + 32, 0xffff, 0xffff, 0xffff, 0x7fff, u);
-      __m512 m = _mm512_max_ps(t[2], _mm512_max_ps(t[1], t[0]));
-      __m512 q = _mm512_max_ps(u[2], _mm512_max_ps(u[1], u[0]));
-      for (int64_t a = a0 + 1; a < a1; a++) {
-        const float *r = xp + (h0 + a * dh) * W + ox * 2 - pl;
-        max3_taps_s2(r, 0xffff, 0xffff, 0xffff, 0x7fff, t);
-        max3_taps_s2(r + 32, 0xffff, 0xffff, 0xffff, 0x7fff, u);
-        m = _mm512_max_ps(t[2], _mm512_max_ps(t[1], _mm512_max_ps(t[0], m)));
-        q = _mm512_max_ps(u[2], _mm512_max_ps(u[1], _mm512_max_ps(u[0], q)));
-      }
-      _mm512_storeu_ps(yr + ox, m);
-      _mm512_storeu_ps(yr + ox + 16, q);
-    }
-  for (; ox < c1; ox += 16) {
-    int64_t n = c1 - ox < 16 ? c1 - ox : 16, w0 = ox * sw - pl;
-    __mmask16 m1 = (__mmask16)((1u << n) - 1);
-    __m512 m;
-    if (k3s2) { /* taps 0, 1 read the elements [0, 2n); tap 2 the even ones of [2, 2n + 1) */
-      __mmask16 lo = (__mmask16)(n >= 8 ? 0xffffu : (1u << (2 * n)) - 1);
-      __mmask16 hi = (__mmask16)(n <= 8 ? 0u : (1u << (2 * n - 16)) - 1);
-      __mmask16 lo2 = (__mmask16)(n >= 9 ? 0xffffu : (1u << (2 * n - 1)) - 1);
-      __mmask16 hi2 = (__mmask16)(n <= 8 ? 0u : (1u << (2 * n - 17)) - 1);
-      __m512 t[3];
-      max3_taps_s2(xp + (h0 + a0 * dh) * W + w0, lo, hi, lo2, hi2, t);
-      m = _mm512_max_ps(t[2], _mm512_max_ps(t[1], t[0]));
-      for (int64_t a = a0 + 1; a < a1; a++) {
-        max3_taps_s2(xp + (h0 + a * dh) * W + w0, lo, hi, lo2, hi2, t);
-        m = _mm512_max_ps(t[2], _mm512_max_ps(t[1], _mm512_max_ps(t[0], m)));
-      }
-    } else {
-      m = ld_strided16(xp + (h0 + a0 * dh) * W + w0, n, sw);
-      for (int64_t a = a0; a < a1; a++) {
-        const float *row = xp + (h0 + a * dh) * W + w0;
-        for (int64_t b = 0; b < kw; b++) m = _mm512_max_ps(ld_strided16(row + b * dw, n, sw), m);
-      }
-    }
-    _mm512_mask_storeu_ps(yr + ox, m1, m);
-  }
-}
-
-/* Kernel 3x3 at stride 2 (dilation 1): output rows oh and oh + 1 together over columns
- * [c0, c1), from input rows h0 .. h0 + 4 (all inside), row h0 + 2 loaded once for both. Each
- * output keeps scalar order: its rows in order, taps 0, 1, 2 in each. */
-static KILN_TARGET_AVX512 void maxpool_2rows_k3s2_avx512(const float *xp, float *y0, float *y1,
-                                                         int64_t W, int64_t h0, int64_t c0,
-                                                         int64_t c1, int64_t pl) {
-  for (int64_t ox = c0; ox < c1; ox += 16) {
-    int64_t n = c1 - ox < 16 ? c1 - ox : 16;
-    __mmask16 m1 = (__mmask16)((1u << n) - 1);
-    __mmask16 lo = (__mmask16)(n >= 8 ? 0xffffu : (1u << (2 * n)) - 1);
-    __mmask16 hi = (__mmask16)(n <= 8 ? 0u : (1u << (2 * n - 16)) - 1);
-    __mmask16 lo2 = (__mmask16)(n >= 9 ? 0xffffu : (1u << (2 * n - 1)) - 1);
-    __mmask16 hi2 = (__mmask16)(n <= 8 ? 0u : (1u << (2 * n - 17)) - 1);
-    const float *r = xp + h0 * W + ox * 2 - pl;
-    __m512 t[3], a, b;
-    max3_taps_s2(r, lo, hi, lo2, hi2, t);
-    a = _mm512_max_ps(t[2], _mm512_max_ps(t[1], t[0]));
-    max3_taps_s2(r + W, lo, hi, lo2, hi2, t);
-    a = _mm512_max_ps(t[2], _mm512_max_ps(t[1], _mm512_max_ps(t[0], a)));
-    max3_taps_s2(r + 2 * W, lo, hi, lo2, hi2, t);
-    a = _mm512_max_ps(t[2], _mm512_max_ps(t[1], _mm512_max_ps(t[0], a)));
-    b = _mm512_max_ps(t[2], _mm512_max_ps(t[1], t[0]));
-    max3_taps_s2(r + 3 * W, lo, hi, lo2, hi2, t);
-    b = _mm512_max_ps(t[2], _mm512_max_ps(t[1], _mm512_max_ps(t[0], b)));
-    max3_taps_s2(r + 4 * W, lo, hi, lo2, hi2, t);
-    b = _mm512_max_ps(t[2], _mm512_max_ps(t[1], _mm512_max_ps(t[0], b)));
-    _mm512_mask_storeu_ps(y0 + ox, m1, a);
-    _mm512_mask_storeu_ps(y1 + ox, m1, b);
-  }
-}
-#endif
 
 /* Output row oh of one plane, scalar, except the columns [c0, c1) done by a vector kernel
  * when a0 < a1 (c0 == c1 when none). */
@@ -418,8 +302,8 @@ static void pool2d_float_task(void *ctx, size_t begin, size_t end, int thread) {
   (void)thread;
   /* MaxPool, AVX-512, x stride 1 or 2: columns [c0, c1) have every column tap inside the row */
   int64_t c0 = 0, c1 = 0;
-#ifdef KILN_HAVE_X86_KERNELS
-  if (jb->kind == POOL_MAX && jb->isa >= KILN_ISA_AVX512 && (sw == 1 || sw == 2)) {
+  const kiln_pool_simd *simd = kiln_pool_simd_get(); /* chosen once from kiln_cpu_isa() */
+  if (jb->kind == POOL_MAX && simd->maxpool_row && (sw == 1 || sw == 2)) {
     c0 = g->pb[1] > 0 ? (g->pb[1] + sw - 1) / sw : 0;               /* ow * sw >= pl */
     int64_t last = W - 1 - (kw - 1) * dw + g->pb[1];                /* ow * sw <= last */
     c1 = last < 0 ? 0 : last / sw + 1;
@@ -428,24 +312,21 @@ static void pool2d_float_task(void *ctx, size_t begin, size_t end, int thread) {
   }
   /* kernel 3x3 at stride 2: pairs of output rows share their middle input row */
   bool pairs = c0 < c1 && kh == 3 && kw == 3 && sh == 2 && sw == 2 && dh == 1 && dw == 1;
-#endif
   for (int64_t pl = (int64_t)begin; pl < (int64_t)end; pl++) {
     const float *xp = (const float *)jb->x->data + pl * H * W;
     float *yp = (float *)jb->y->data + pl * OH * OW;
     for (int64_t oh = 0; oh < OH; oh++) {
       int64_t h0 = oh * sh - g->pb[0], a0, a1;
       tap_range(h0, dh, kh, H, &a0, &a1);
-#ifdef KILN_HAVE_X86_KERNELS
       if (pairs && oh + 1 < OH && h0 >= 0 && h0 + 4 < H) {
-        maxpool_2rows_k3s2_avx512(xp, yp + oh * OW, yp + (oh + 1) * OW, W, h0, c0, c1, g->pb[1]);
+        simd->maxpool_2rows_k3s2(xp, yp + oh * OW, yp + (oh + 1) * OW, W, h0, c0, c1, g->pb[1]);
         pool2d_row_scalar(jb, xp, yp, oh, h0, a0, a1, c0, c1);
         oh++, h0 += 2;
         pool2d_row_scalar(jb, xp, yp, oh, h0, a0, a1, c0, c1);
         continue;
       }
       if (c0 < c1 && a0 < a1)
-        maxpool_row_avx512(xp, yp + oh * OW, W, h0, a0, a1, dh, c0, c1, sw, g->pb[1], kw, dw);
-#endif
+        simd->maxpool_row(xp, yp + oh * OW, W, h0, a0, a1, dh, c0, c1, sw, g->pb[1], kw, dw);
       pool2d_row_scalar(jb, xp, yp, oh, h0, a0, a1, c0, c1);
     }
   }
@@ -482,7 +363,7 @@ static kiln_code pool_run(kiln_kctx *c, int kind) {
    * the output does not depend on the thread count */
   kiln_threadpool *pool = planes > 1 && planes * (g.xsize + g.ysize * g.ksize) >= PAR_MIN ? kiln_kpool(c) : NULL;
   size_t nthr = (size_t)kiln_threadpool_size(pool);
-  pool_job j = {x, y, ind, &g, kind, p, storage, fast_out ? NULL : build_map(&g), NULL, NULL, NULL, NULL, kiln_cpu_isa()};
+  pool_job j = {x, y, ind, &g, kind, p, storage, fast_out ? NULL : build_map(&g), NULL, NULL, NULL, NULL};
   /* per thread: ysize + 8 and xsize + 8 values, so that threads never share a cache line */
   j.arg = kiln_malloc(sizeof(int64_t) * (size_t)(g.ysize + 8) * nthr);
   j.xv = kiln_malloc(sizeof(double) * (size_t)(g.xsize + 8) * nthr);
@@ -524,25 +405,6 @@ typedef struct gpool_job {
   int64_t n; /* values per plane */
 } gpool_job;
 
-#ifdef KILN_HAVE_X86_KERNELS
-/* Sums of 4 float planes of n values in double, each exactly as gpool_task's 8-lane loop: lane
- * l adds the values i + l (i a multiple of 8), the tail goes to lane 0, then the lanes in order
- * (the four planes are independent chains of additions). */
-static KILN_TARGET_AVX512 void gavg4_avx512(const float *x, int64_t n, double out[4]) {
-  __m512d a[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 4; k++)
-      a[k] = _mm512_add_pd(a[k], _mm512_cvtps_pd(_mm256_loadu_ps(x + k * n + i)));
-  for (int k = 0; k < 4; k++) {
-    double lane[8], acc = 0;
-    _mm512_storeu_pd(lane, a[k]);
-    for (int64_t t = i; t < n; t++) lane[0] += x[k * n + t];
-    for (int l = 0; l < 8; l++) acc += lane[l];
-    out[k] = acc;
-  }
-}
-#endif
 
 /* Planes [begin, end): each reduced in order by one task. */
 static void gpool_task(void *ctx, size_t begin, size_t end, int thread) {
@@ -551,14 +413,13 @@ static void gpool_task(void *ctx, size_t begin, size_t end, int thread) {
   int64_t n = j->n;
   (void)thread;
   int64_t pl = (int64_t)begin;
-#ifdef KILN_HAVE_X86_KERNELS
-  if (x->dtype == KILN_FLOAT && j->kind == POOL_AVG && kiln_cpu_isa() >= KILN_ISA_AVX512)
+  const kiln_pool_simd *simd = kiln_pool_simd_get(); /* chosen once from kiln_cpu_isa() */
+  if (x->dtype == KILN_FLOAT && j->kind == POOL_AVG && simd->gavg4)
     for (; pl + 4 <= (int64_t)end; pl += 4) {
       double s[4];
-      gavg4_avx512((const float *)x->data + pl * n, n, s);
+      simd->gavg4((const float *)x->data + pl * n, n, s);
       for (int k = 0; k < 4; k++) ((float *)j->y->data)[pl + k] = (float)(n ? s[k] / (double)n : NAN);
     }
-#endif
   for (; pl < (int64_t)end; pl++) {
     double acc = j->kind == POOL_MAX ? -INFINITY : 0;
     if (x->dtype == KILN_FLOAT && j->kind == POOL_AVG) { /* float fast path: 8 double lanes */
@@ -863,17 +724,17 @@ static kiln_code maxunpool_infer(kiln_ictx *c) {
 
 const kiln_op_schema kiln_ops_pool[] = {
     {.domain = "", .name = "MaxPool", .since = 1, .inputs = {1, 1}, .outputs = {1, 2},
-     .infer = pool_infer, .run = maxpool_run, .flow = KILN_FLOW_BATCH},
+     .infer = pool_infer, .run = maxpool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_pool},
     {.domain = "", .name = "AveragePool", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = pool_infer, .run = avgpool_run, .flow = KILN_FLOW_BATCH},
+     .infer = pool_infer, .run = avgpool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_pool},
     {.domain = "", .name = "LpPool", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = pool_infer, .run = lppool_run, .flow = KILN_FLOW_BATCH},
+     .infer = pool_infer, .run = lppool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_pool},
     {.domain = "", .name = "GlobalMaxPool", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = global_infer, .run = gmaxpool_run, .flow = KILN_FLOW_BATCH},
+     .infer = global_infer, .run = gmaxpool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_global_pool},
     {.domain = "", .name = "GlobalAveragePool", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = global_infer, .run = gavgpool_run, .flow = KILN_FLOW_BATCH},
+     .infer = global_infer, .run = gavgpool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_global_pool},
     {.domain = "", .name = "GlobalLpPool", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = global_infer, .run = glppool_run, .flow = KILN_FLOW_BATCH},
+     .infer = global_infer, .run = glppool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_global_pool},
     {.domain = "", .name = "MaxUnpool", .since = 9, .inputs = {2, 3}, .outputs = {1, 1},
      .infer = maxunpool_infer, .run = maxunpool_run},
     {.domain = "", .name = "MaxRoiPool", .since = 1, .inputs = {2, 2}, .outputs = {1, 1},

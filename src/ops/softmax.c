@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/vec_f32.h"
 #include "kernels/vmath.h"
+#include "ops/cost.h"
 #include "ops/op.h"
 #include "runtime/threadpool.h"
 
@@ -77,46 +79,15 @@ static void sm_task(void *ctx, size_t begin, size_t end, int thread) {
   }
 }
 
-enum { SM_LANES = 8, SM_BLOCK = 256 };
 
-/* Softmax of contiguous float rows: the max (8 lanes), then exp(x - max) stored with its sum
- * (8 float lanes per block of 256, blocks summed in double), then one scale by 1 / sum. A row
- * whose max is not finite, or that holds a NaN, gives NaN everywhere, as the general path
- * does. */
-KILN_VECTORIZE static void sm_float_task(void *ctx, size_t begin, size_t end, int thread) {
+
+/* Rows [begin, end) of a contiguous float softmax (kiln_softmax_rows_f32). */
+static void sm_float_task(void *ctx, size_t begin, size_t end, int thread) {
   const sm_job *jb = ctx;
   int64_t len = jb->len;
   (void)thread;
-  for (int64_t t = (int64_t)begin; t < (int64_t)end; t++) {
-    const float *xr = (const float *)jb->x->data + t * len;
-    float *yr = (float *)jb->y->data + t * len;
-    float lm[SM_LANES];
-    int64_t j = 0;
-    for (int l = 0; l < SM_LANES; l++) lm[l] = -INFINITY;
-    for (; j + SM_LANES <= len; j += SM_LANES) /* NaN is skipped here, caught by the sum */
-      for (int l = 0; l < SM_LANES; l++) lm[l] = xr[j + l] > lm[l] ? xr[j + l] : lm[l];
-    for (; j < len; j++) lm[0] = xr[j] > lm[0] ? xr[j] : lm[0];
-    float mx = lm[0];
-    for (int l = 1; l < SM_LANES; l++) mx = lm[l] > mx ? lm[l] : mx;
-    if (!isfinite(mx)) { /* +inf (inf - inf) or all -inf / NaN (0 / 0) */
-      for (j = 0; j < len; j++) yr[j] = NAN;
-      continue;
-    }
-    double sum = 0;
-    for (int64_t j0 = 0; j0 < len; j0 += SM_BLOCK) {
-      int64_t n = len - j0 < SM_BLOCK ? len - j0 : SM_BLOCK, i = 0;
-      float *yb = yr + j0;
-      const float *xb = xr + j0;
-      for (i = 0; i < n; i++) yb[i] = kiln_exp_le0(xb[i] - mx);
-      float ls[SM_LANES] = {0};
-      for (i = 0; i + SM_LANES <= n; i += SM_LANES)
-        for (int l = 0; l < SM_LANES; l++) ls[l] += yb[i + l];
-      for (; i < n; i++) ls[0] += yb[i];
-      for (int l = 0; l < SM_LANES; l++) sum += ls[l];
-    }
-    float inv = (float)(1.0 / sum); /* NaN when the row holds a NaN (kiln_exp_le0 keeps it) */
-    for (j = 0; j < len; j++) yr[j] *= inv;
-  }
+  kiln_softmax_rows_f32((const float *)jb->x->data + (int64_t)begin * len, (float *)jb->y->data + (int64_t)begin * len,
+                        (int64_t)(end - begin), len);
 }
 
 static kiln_code softmax_run(kiln_kctx *c, smkind k) {
@@ -172,10 +143,10 @@ static kiln_code hm_run(kiln_kctx *c) { return softmax_run(c, SM_HARDMAX); }
 
 const kiln_op_schema kiln_ops_softmax[] = {
     {.domain = "", .name = "Softmax", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = softmax_infer, .run = sm_run, .flow = KILN_FLOW_SAME},
+     .infer = softmax_infer, .run = sm_run, .flow = KILN_FLOW_SAME, .cost = kiln_cost_softmax},
     {.domain = "", .name = "LogSoftmax", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = softmax_infer, .run = lsm_run, .flow = KILN_FLOW_SAME},
+     .infer = softmax_infer, .run = lsm_run, .flow = KILN_FLOW_SAME, .cost = kiln_cost_softmax},
     {.domain = "", .name = "Hardmax", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = softmax_infer, .run = hm_run, .flow = KILN_FLOW_SAME},
+     .infer = softmax_infer, .run = hm_run, .flow = KILN_FLOW_SAME, .cost = kiln_cost_softmax},
     {0},
 };

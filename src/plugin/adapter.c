@@ -418,9 +418,9 @@ static kiln_status api_attrs_error(const kiln_op_attrs *at, kiln_status code, co
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt ? fmt : "(no message)", ap);
   va_end(ap);
-  kiln_op_attrs *m = (kiln_op_attrs *)(uintptr_t)at; /* the error sink is the mutable part */
-  m->code = kiln_code_from_status(code);
-  kiln_fail(m->err, m->code, "%s: %s", node_label(at->node, lbl, sizeof lbl), msg);
+  kiln_code rc = kiln_code_from_status(code);
+  if (at->code) *at->code = rc;
+  kiln_fail(at->err, rc, "%s: %s", node_label(at->node, lbl, sizeof lbl), msg);
   return code;
 }
 
@@ -502,13 +502,14 @@ static kiln_code adapter_infer(kiln_ictx *c) {
                         io && io->dtypes ? dtype_list(io->dtypes, buf, sizeof buf) : "numeric or bool tensors");
   }
   if (!op->d.infer) return KILN_OK;
-  kiln_infer_ctx ic = {c, op, {c->node, op, c->err, KILN_OK}, false};
+  kiln_code attrs_rc = KILN_OK;
+  kiln_infer_ctx ic = {c, op, {c->node, op, c->err, &attrs_rc}, false};
   kiln_status st = op->d.infer(&ic, kiln_plugin_api(), op->d.user);
   if (st != KILN_STATUS_OK) {
     if (!ic.failed) kiln_ifail(c, "shape inference of %s failed (%s) without a message", lbl, kiln_status_text(st));
     return KILN_ERR_MODEL;
   }
-  if (ic.attrs.code) return ic.attrs.code;
+  if (attrs_rc) return attrs_rc;
   for (size_t i = 0; i < c->n_out; i++) {
     const kiln_op_io *io = io_at(op->d.outputs, op->d.n_outputs, i);
     const kiln_type *t = c->out[i];
@@ -729,15 +730,16 @@ static kiln_code compute(kiln_kctx *c, const kiln_adapted_op *op, const kiln_ses
   kiln_error_clear(c->err);
   if (op->d.create && !kiln_plugins_state(ps, c->node, &state)) {
     /* no state made at session creation (constant folding, or a node made later) */
-    kiln_op_attrs at = {c->node, op, c->err, KILN_OK};
+    kiln_code arc = KILN_OK;
+    kiln_op_attrs at = {c->node, op, c->err, &arc};
     kiln_status st = op->d.create(&at, kiln_plugin_api(), op->d.user, &state);
     if (st != KILN_STATUS_OK) {
-      if (!at.code) kiln_kfail(c, "create of %s failed (%s) without a message", lbl, kiln_status_text(st));
+      if (!arc) kiln_kfail(c, "create of %s failed (%s) without a message", lbl, kiln_status_text(st));
       return kiln_code_from_status(st);
     }
     temp = true;
   }
-  kiln_kernel_ctx kc = {c, op, {c->node, op, c->err, KILN_OK},
+  kiln_kernel_ctx kc = {c, op, {c->node, op, c->err, NULL},
                         kiln_threadpool_size(kiln_kpool(c)),
                         false, 0, 0, NULL};
   kiln_status st = op->d.compute(&kc, kiln_plugin_api(), state);
@@ -797,10 +799,10 @@ static kiln_code adapter_run(kiln_kctx *c) {
   /* kiln's own fused nodes (ai.kiln) fall back in the executor; plugin fused nodes here */
   const kiln_attr *orig = s && strcmp(c->node->domain, FUSED_DOMAIN) ? kiln_node_attr(c->node, "original") : NULL;
   if (!orig || !orig->g) return compute(c, op, s);
-  kiln_node *mut = (kiln_node *)(uintptr_t)c->node; /* the fallback flag is runtime state */
+  kiln_node_state alone = {0}, *st = c->state ? c->state : &alone; /* the fallback flag */
   bool forced = s->model->force_fail && in_list(s->model->force_fail, c->node->op_type);
   kiln_code rc = KILN_ERR_RUN;
-  if (!forced && !__atomic_load_n(&mut->fallback, __ATOMIC_ACQUIRE)) {
+  if (!forced && !__atomic_load_n(&st->fallback, __ATOMIC_ACQUIRE)) {
     rc = compute(c, op, s);
     if (rc == KILN_OK) return rc;
   }
@@ -808,7 +810,7 @@ static kiln_code adapter_run(kiln_kctx *c) {
     kiln_tensor_free(c->out[i]);
     c->out[i] = NULL;
   }
-  if (__atomic_exchange_n(&mut->fallback, 1, __ATOMIC_ACQ_REL) == 0) {
+  if (__atomic_exchange_n(&st->fallback, 1, __ATOMIC_ACQ_REL) == 0) {
     __atomic_add_fetch(&s->model->n_fallbacks, 1, __ATOMIC_RELAXED);
     char lbl[300];
     const char *why = c->err && c->err->message[0] ? c->err->message : "(no message)";

@@ -206,7 +206,7 @@ kiln_code kiln_plugins_fuse(kiln_pass_ctx *ctx, const kiln_plugin_set *ps, kiln_
       fm.m = &m;
       fm.attrs = &tmp;
       fm.f = f;
-      for (size_t s = 0; s < m.n; s++) fm.step_attrs[s] = (kiln_op_attrs){&g->nodes[m.nodes[s]], NULL, NULL, KILN_OK};
+      for (size_t s = 0; s < m.n; s++) fm.step_attrs[s] = (kiln_op_attrs){&g->nodes[m.nodes[s]], NULL, NULL, NULL};
       bool accept = !f->check || f->check(&fm, kiln_plugin_api(), f->user);
       if (!accept || !domain_ready(ctx->model, f->op, ctx->err, &rc)) {
         kiln_node_clear(&tmp);

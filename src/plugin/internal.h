@@ -11,7 +11,7 @@ struct kiln_op_attrs {
   const kiln_node *node;
   const kiln_adapted_op *op; /* NULL for a matched standard node: no declared defaults */
   kiln_error *err;           /* where attrs_error writes */
-  kiln_code code;            /* set by attrs_error */
+  kiln_code *code;           /* where attrs_error records its code (NULL: nowhere) */
 };
 
 typedef struct kiln_plugin_lib {
@@ -31,11 +31,11 @@ typedef struct kiln_plugin_fusion {
   char *strings[KILN_PAT_MAX];
 } kiln_plugin_fusion;
 
-typedef struct kiln_node_state {
+typedef struct kiln_plugin_state {
   const kiln_node *node;
   const kiln_adapted_op *op;
   void *state;
-} kiln_node_state;
+} kiln_plugin_state;
 
 struct kiln_plugin_set {
   size_t n_libs;
@@ -45,7 +45,7 @@ struct kiln_plugin_set {
   size_t n_fusions;
   kiln_plugin_fusion **fusions;
   size_t n_states, cap_states;
-  kiln_node_state *states; /* sorted by node address after instantiate */
+  kiln_plugin_state *states; /* sorted by node address after instantiate */
 };
 
 struct kiln_registry {

@@ -356,7 +356,7 @@ size_t kiln_plugins_fusion_count(const kiln_plugin_set *ps) { return ps ? ps->n_
 /* ---- kernel states ---------------------------------------------------------------------- */
 
 static int state_cmp(const void *a, const void *b) {
-  uintptr_t x = (uintptr_t)((const kiln_node_state *)a)->node, y = (uintptr_t)((const kiln_node_state *)b)->node;
+  uintptr_t x = (uintptr_t)((const kiln_plugin_state *)a)->node, y = (uintptr_t)((const kiln_plugin_state *)b)->node;
   return x < y ? -1 : x > y;
 }
 
@@ -374,22 +374,23 @@ static kiln_code instantiate_graph(kiln_plugin_set *ps, kiln_graph *g, kiln_erro
     if (!op || !op->d.create) continue;
     if (ps->n_states == ps->cap_states) {
       size_t cap = ps->cap_states ? 2 * ps->cap_states : 16;
-      kiln_node_state *p = realloc(ps->states, cap * sizeof *p);
+      kiln_plugin_state *p = realloc(ps->states, cap * sizeof *p);
       if (!p) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
       ps->states = p;
       ps->cap_states = cap;
     }
-    kiln_op_attrs at = {n, op, err, KILN_OK};
+    kiln_code arc = KILN_OK;
+    kiln_op_attrs at = {n, op, err, &arc};
     void *state = NULL;
     kiln_status st = op->d.create(&at, kiln_plugin_api(), op->d.user, &state);
     if (st != KILN_STATUS_OK) {
       char lbl[300];
-      if (!at.code)
+      if (!arc)
         kiln_fail(err, kiln_code_from_status(st), "node '%s' (%s): create failed (%s) without a message", n->name,
                   kiln_op_label(n->domain, n->op_type, lbl, sizeof lbl), kiln_status_text(st));
       return kiln_code_from_status(st);
     }
-    ps->states[ps->n_states++] = (kiln_node_state){n, op, state};
+    ps->states[ps->n_states++] = (kiln_plugin_state){n, op, state};
   }
   return KILN_OK;
 }
@@ -403,8 +404,8 @@ kiln_code kiln_plugins_instantiate(kiln_plugin_set *ps, kiln_graph *g, kiln_erro
 
 bool kiln_plugins_state(const kiln_plugin_set *ps, const kiln_node *n, void **state) {
   if (!ps || !ps->n_states) return false;
-  kiln_node_state key = {n, NULL, NULL};
-  const kiln_node_state *hit = bsearch(&key, ps->states, ps->n_states, sizeof key, state_cmp);
+  kiln_plugin_state key = {n, NULL, NULL};
+  const kiln_plugin_state *hit = bsearch(&key, ps->states, ps->n_states, sizeof key, state_cmp);
   if (!hit) return false;
   *state = hit->state;
   return true;

@@ -27,6 +27,7 @@ kiln_model *kiln_model_ref(kiln_model *m) {
 
 void kiln_model_free(kiln_model *m) {
   if (!m || __atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
+  kiln_states_free(&m->states); /* the node caches, while the graph still describes them */
   kiln_plugins_free(m->plugins); /* kernel states, then the libraries (nothing runs after) */
   kiln_ir_model_free(m->ir);
   free(m->feeds);
@@ -116,6 +117,7 @@ static kiln_code compile(kiln_model *m, const kiln_options *opts, kiln_error *er
   }
   if (!rc) rc = kiln_plugins_instantiate(m->plugins, m->ir->graph, err);
   if (!rc) rc = kiln_check_memory(m->ir->graph, m->opts.max_memory_bytes, err);
+  if (!rc) rc = kiln_states_build(&m->states, m->ir->graph, err);
   if (!rc) rc = find_feeds(m, err);
   if (!rc) rc = build_hist(m, err);
   if (!rc && !m->opts.lazy_weights) {

@@ -88,7 +88,7 @@ static bool outputs_agree(const kiln_tensor *a, const kiln_tensor *b, double *ma
  * its kernel only when the two agree. The chain's outputs are what the graph uses this time. */
 static kiln_code verify_fused(kiln_frame *f, const kiln_node *n, const kiln_graph *orig, kiln_kctx *c,
                               kiln_error *err) {
-  kiln_node *mut = (kiln_node *)(uintptr_t)n;
+  kiln_node_state *st = c->state;
   const kiln_session *s = f->session;
   enum { CAP = 64 };
   kiln_tensor *ref[CAP] = {0};
@@ -103,17 +103,17 @@ static kiln_code verify_fused(kiln_frame *f, const kiln_node *n, const kiln_grap
   kiln_code rc2 = run_original(f, n, orig, c->in, ref, &local);
   if (rc2) { /* the chain itself fails here: keep the kernel's answer (or its error) */
     for (size_t i = 0; i < n->n_out; i++) kiln_tensor_free(ref[i]);
-    __atomic_store_n(&mut->verified, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&st->verified, 0, __ATOMIC_RELEASE);
     return rc;
   }
   bool agree = rc == KILN_OK;
   double ma = 0, mr = 0;
   for (size_t i = 0; agree && i < n->n_out; i++)
     if (n->out[i] >= 0) agree = outputs_agree(c->out[i], ref[i], &ma, &mr);
-  mut->verify_abs = ma;
-  mut->verify_rel = mr;
-  __atomic_store_n(&mut->verified, 1, __ATOMIC_RELEASE);
-  if (!agree && __atomic_exchange_n(&mut->fallback, 1, __ATOMIC_ACQ_REL) == 0) {
+  st->verify_abs = ma;
+  st->verify_rel = mr;
+  __atomic_store_n(&st->verified, 1, __ATOMIC_RELEASE);
+  if (!agree && __atomic_exchange_n(&st->fallback, 1, __ATOMIC_ACQ_REL) == 0) {
     if (s) __atomic_add_fetch(&s->model->n_fallbacks, 1, __ATOMIC_RELAXED);
     kiln_log(s ? &s->opts : NULL, KILN_LOG_WARNING, "fused node '%s' (%s) %s its original chain (max abs %.3g); running the chain from now on",
             n->name, n->op_type, rc ? "failed where" : "disagrees with", ma);
@@ -127,18 +127,19 @@ static kiln_code verify_fused(kiln_frame *f, const kiln_node *n, const kiln_grap
 }
 
 /* A fused node runs its kernel unless it has fallen back; when the kernel fails (or
- * KILN_FUSION_FAIL names its op), it switches to its original chain for good, saying so once. */
+ * KILN_FUSION_FAIL names its op), it switches to its original chain for good, saying so once
+ * (the verdicts are the compiled model's node state; without one, each run decides alone). */
 static kiln_code run_fused(kiln_frame *f, const kiln_node *n, const kiln_graph *orig, kiln_kctx *c,
                            kiln_error *err) {
-  kiln_node *mut = (kiln_node *)(uintptr_t)n; /* the fallback flag is runtime state */
+  kiln_node_state alone = {0}, *st = c->state ? c->state : &alone;
   const kiln_session *s = f->session;
   bool forced = s && s->model->force_fail && in_list(s->model->force_fail, n->op_type);
   kiln_code rc = KILN_ERR_RUN;
   int unclaimed = 0; /* verified: 0 not yet, 2 claimed by a run, 1 done (a swap would undo 1) */
-  if (!forced && s && s->opts.verify_fusions && !__atomic_load_n(&mut->fallback, __ATOMIC_ACQUIRE) &&
-      __atomic_compare_exchange_n(&mut->verified, &unclaimed, 2, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+  if (!forced && s && c->state && s->opts.verify_fusions && !__atomic_load_n(&st->fallback, __ATOMIC_ACQUIRE) &&
+      __atomic_compare_exchange_n(&st->verified, &unclaimed, 2, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return verify_fused(f, n, orig, c, err);
-  if (!forced && !__atomic_load_n(&mut->fallback, __ATOMIC_ACQUIRE)) {
+  if (!forced && !__atomic_load_n(&st->fallback, __ATOMIC_ACQUIRE)) {
     rc = n->schema->run(c);
     if (rc == KILN_OK) return rc;
   }
@@ -146,7 +147,7 @@ static kiln_code run_fused(kiln_frame *f, const kiln_node *n, const kiln_graph *
     kiln_tensor_free(c->out[i]);
     c->out[i] = NULL;
   }
-  if (__atomic_exchange_n(&mut->fallback, 1, __ATOMIC_ACQ_REL) == 0) {
+  if (__atomic_exchange_n(&st->fallback, 1, __ATOMIC_ACQ_REL) == 0) {
     if (s) __atomic_add_fetch(&s->model->n_fallbacks, 1, __ATOMIC_RELAXED);
     kiln_log(s ? &s->opts : NULL, KILN_LOG_WARNING, "fused node '%s' (%s) %s; running the chain it replaced from now on",
             n->name, n->op_type, forced ? "is forced to fail by KILN_FUSION_FAIL" : err->message);
@@ -180,16 +181,17 @@ static kiln_code run_node(kiln_frame *f, const kiln_node *n, kiln_error *err) {
   }
   for (size_t i = 0; i < n->n_out; i++) out[i] = NULL;
   kiln_kctx c = {.node = n, .opset = n->opset, .n_in = n->n_in, .n_out = n->n_out, .in = in,
-                 .out = out, .frame = f, .err = err};
+                 .out = out, .frame = f, .err = err, .state = f->states ? &f->states[n - f->g->nodes] : NULL};
   const kiln_attr *orig = !strcmp(n->domain, "ai.kiln") ? kiln_node_attr(n, "original") : NULL;
   kiln_profile *prof = !f->parent && f->session && f->g == f->session->model->ir->graph ? f->session->profile : NULL;
+  if (prof) kiln_profile_begin(prof);
   uint64_t t0 = prof ? kiln_profile_now_ns() : 0;
   if (orig && orig->g)
     rc = run_fused(f, n, orig->g, &c, err);
   else
     rc = n->schema->run(&c);
   if (prof && rc == KILN_OK)
-    kiln_profile_record(prof, (size_t)(n - f->g->nodes), &c, kiln_profile_now_ns() - t0);
+    kiln_profile_record(prof, (size_t)(n - f->g->nodes), &c, t0, kiln_profile_now_ns());
   if (rc == KILN_OK) {
     for (size_t i = 0; i < n->n_out; i++) {
       if (n->out[i] < 0) continue;
@@ -204,9 +206,8 @@ static kiln_code run_node(kiln_frame *f, const kiln_node *n, kiln_error *err) {
   }
   for (size_t i = 0; i < n->n_out; i++) {
     if (rc == KILN_OK && n->out[i] >= 0) {
-      kiln_tensor_free(f->vals[n->out[i]]);
-      f->vals[n->out[i]] = out[i];
-      f->owned[n->out[i]] = true;
+      kiln_tensor_free(f->own[n->out[i]]);
+      f->vals[n->out[i]] = f->own[n->out[i]] = out[i];
     } else {
       kiln_tensor_free(out[i]);
     }
@@ -238,10 +239,9 @@ static void after_node(kiln_frame *f, size_t i, size_t *remaining) {
     kiln_planner_note_concat(f->mem, i, concat_in_place(f, n));
   for (size_t k = 0; k < n->n_in; k++) {
     int v = n->in[k];
-    if (v >= 0 && remaining[v] > 0 && --remaining[v] == 0 && f->owned[v]) {
-      kiln_tensor_free(f->vals[v]);
-      f->vals[v] = NULL;
-      f->owned[v] = false;
+    if (v >= 0 && remaining[v] > 0 && --remaining[v] == 0 && f->own[v]) {
+      kiln_tensor_free(f->own[v]);
+      f->vals[v] = f->own[v] = NULL;
     }
   }
 }
@@ -309,17 +309,18 @@ static void input_signature(const kiln_graph *g, size_t n, const kiln_tensor *co
 
 static void frame_release(kiln_frame *f) {
   for (size_t i = 0; i < f->g->n_values; i++)
-    if (f->owned[i]) kiln_tensor_free(f->vals[i]);
+    kiln_tensor_free(f->own[i]);
   free(f->vals);
-  free(f->owned);
+  free(f->own);
 }
 
 kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_graph *g,
                          size_t n_inputs, const kiln_tensor *const *inputs, kiln_tensor **outputs,
                          kiln_error *err) {
-  kiln_frame f = {g, kiln_calloc(g->n_values, sizeof(kiln_tensor *)),
-                  kiln_calloc(g->n_values, sizeof(bool)), parent, s, NULL,
-                  parent ? parent->terminate : kiln_run_terminate_flag()};
+  kiln_frame f = {.g = g, .vals = kiln_calloc(g->n_values, sizeof(kiln_tensor *)),
+                  .own = kiln_calloc(g->n_values, sizeof(kiln_tensor *)), .parent = parent, .session = s,
+                  .terminate = parent ? parent->terminate : kiln_run_terminate_flag(),
+                  .states = s ? kiln_states_of(&s->model->states, g) : NULL};
   kiln_code rc = KILN_OK;
   kiln_run_mem mem;
   bool planned = false;
@@ -334,12 +335,12 @@ kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_g
     f.mem = &mem;
   }
   for (size_t i = 0; i < g->n_outputs; i++) outputs[i] = NULL;
-  if (!f.vals || !f.owned) {
+  if (!f.vals || !f.own) {
     rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     goto done;
   }
   for (size_t i = 0; i < n_inputs && i < g->n_inputs; i++)
-    if (inputs[i]) f.vals[g->inputs[i]] = (kiln_tensor *)(uintptr_t)inputs[i]; /* borrowed */
+    if (inputs[i]) f.vals[g->inputs[i]] = inputs[i]; /* borrowed */
   /* Free each intermediate after its last reader: remaining[] counts readers still to run.
    * Graph outputs and values read by subgraphs are counted too, so they are never freed here. */
   size_t *remaining = kiln_malloc(g->n_values * sizeof *remaining);
@@ -362,10 +363,9 @@ kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_g
     }
     bool dup = false; /* the same value may be listed twice as an output */
     for (size_t k = 0; k < i; k++) dup |= g->outputs[k] == id;
-    if (f.owned[id] && !dup) {
-      outputs[i] = f.vals[id];
-      f.owned[id] = false;
-      f.vals[id] = NULL;
+    if (f.own[id] && !dup) {
+      outputs[i] = f.own[id];
+      f.vals[id] = f.own[id] = NULL;
       /* later duplicates must still find it */
       for (size_t k = i + 1; k < g->n_outputs; k++)
         if (g->outputs[k] == id) {
@@ -382,10 +382,10 @@ kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_g
       outputs[i] = NULL;
     }
 done:
-  if (f.vals && f.owned) frame_release(&f);
+  if (f.vals && f.own) frame_release(&f);
   else {
     free(f.vals);
-    free(f.owned);
+    free(f.own);
   }
   if (planned) kiln_planner_end(&mem, rc == KILN_OK);
   return rc;

@@ -5,6 +5,7 @@
 #include "ir/graph.h"
 #include "ops/op.h"
 #include "opt/opt.h"
+#include "runtime/node_state.h"
 #include "runtime/planner.h"
 #include "runtime/profile.h"
 #include "runtime/schedule.h"
@@ -18,8 +19,9 @@ typedef struct kiln_op_hist {
 } kiln_op_hist;
 
 /* A compiled model (kiln.h): what loading, checking, optimising and packing made, shared by
- * every session created from it. Nothing here changes after kiln_model_load but the fused
- * nodes' fallback and verification flags (atomics on the nodes) and n_fallbacks. */
+ * every session created from it. Nothing here changes after kiln_model_load but the per-node
+ * states (caches, fused nodes' fallback and verification: atomics) and n_fallbacks; the IR
+ * never does. */
 struct kiln_model {
   int refs;                /* the caller's reference plus one per session (atomic) */
   kiln_ir_model *ir;
@@ -34,6 +36,7 @@ struct kiln_model {
   size_t n_fallbacks;      /* fused nodes that fell back to their original chain (atomic) */
   struct kiln_plugin_set *plugins; /* the model's plugin ops and patterns (NULL: none) */
   size_t n_prepacked;      /* nodes that packed their weights at load (prepack.c) */
+  kiln_state_table states; /* per-node compiled state of every graph (node_state.h) */
 };
 
 /* Take one more reference to m (released by kiln_model_free). */
@@ -57,12 +60,13 @@ size_t kiln_prepack(const kiln_session *s);
 /* One activation of a graph: the values its nodes produced. */
 typedef struct kiln_frame {
   const kiln_graph *g;
-  kiln_tensor **vals;       /* per value id; NULL until produced or bound */
-  bool *owned;              /* vals[i] is ours to free */
+  const kiln_tensor **vals; /* per value id; NULL until produced or bound (inputs borrowed) */
+  kiln_tensor **own;        /* per value id: the value this frame produced and frees, or NULL */
   struct kiln_frame *parent;
   const kiln_session *session;
   kiln_run_mem *mem;        /* arena for planned intermediates (main graph only), or NULL */
   const int *terminate;     /* the run options' flag (api_run.c), checked before each node */
+  kiln_node_state *states;  /* the compiled model's states of g's nodes, or NULL */
 } kiln_frame;
 
 /* The terminate flag of the run this thread is starting (kiln_session_run_with), or NULL. */

@@ -1,6 +1,6 @@
-/* The hot path of ai.kiln::Attention, included by fused_attention.c once per vector width:
- *   AT_FN(name)  the name of this instance's function     AT_VW      floats per vector (4 or 8)
- *   AT_TARGET    a target attribute for the instance (empty for the portable one)
+/* The hot path of ai.kiln::Attention, included once per vector width by attention_portable.c,
+ * attention_avx2.c and attention_avx512.c (each compiled with its own ISA flags):
+ *   AT_FN(name)  the name of this instance's function     AT_VW      floats per vector (4, 8, 16)
  * GNU C vectors (gcc and clang) are used explicitly: the auto-vectoriser picks the wrong loop of
  * these nests, and 8-float vectors without AVX are kept in memory by gcc. Loads and stores go
  * through memcpy (unaligned, no aliasing assumptions), and vectors are never passed by value
@@ -34,7 +34,7 @@ typedef uint32_t AT_VU __attribute__((vector_size(AT_VW * 4)));
 /* s[r][j] = sum_d q[r][d] * kp[d][j] for AT_QB rows and columns [0, ncols), ncols a multiple
  * of AT_NCI: the AT_QB x AT_NCI tile stays in registers over the whole d loop (the fixed-count
  * row loops are unrolled, so the accumulator arrays are registers). */
-AT_TARGET static void AT_FN(qk_tile)(const float *restrict q, int64_t D, const float *restrict kp,
+static void AT_FN(qk_tile)(const float *restrict q, int64_t D, const float *restrict kp,
                                      int64_t ncols, float *restrict s) {
   for (int64_t j0 = 0; j0 < ncols; j0 += AT_NCI) {
     AT_VF a[AT_QB], b[AT_QB], ka, kb;
@@ -62,7 +62,7 @@ AT_TARGET static void AT_FN(qk_tile)(const float *restrict q, int64_t D, const f
 
 /* acc[r][c] += sum_j p[r][j] * v[j][c] for j < nk, c < dvp (a multiple of AT_NCI); rows of v
  * vs floats apart. */
-AT_TARGET static void AT_FN(pv_tile)(const float *restrict p, const float *restrict v, int64_t vs, int64_t nk,
+static void AT_FN(pv_tile)(const float *restrict p, const float *restrict v, int64_t vs, int64_t nk,
                                      int64_t dvp, float *restrict acc) {
   for (int64_t c0 = 0; c0 < dvp; c0 += AT_NCI) {
     AT_VF a[AT_QB], b[AT_QB], va, vb;
@@ -92,7 +92,7 @@ AT_TARGET static void AT_FN(pv_tile)(const float *restrict p, const float *restr
 }
 
 /* Max of x[0..n), skipping NaN as the chain's Softmax does (a NaN then poisons the sum). */
-AT_TARGET static float AT_FN(row_max)(const float *x, int64_t n) {
+static float AT_FN(row_max)(const float *x, int64_t n) {
   AT_VF mv = AT_SPLAT(-INFINITY), v;
   int64_t j = 0;
   for (; j + AT_VW <= n; j += AT_VW) {
@@ -113,7 +113,7 @@ AT_TARGET static float AT_FN(row_max)(const float *x, int64_t n) {
 
 /* x[j] = exp(x[j] - m) for j < n, returning the sum: kiln_exp_le0 (kernels/vmath.h) on
  * AT_VW lanes at a time, the tail with the scalar version. */
-AT_TARGET static float AT_FN(exp_sum)(float *x, int64_t n, float m) {
+static float AT_FN(exp_sum)(float *x, int64_t n, float m) {
   const AT_VF lo = AT_SPLAT(-87.0f), shifter = AT_SPLAT(12582912.0f);
   AT_VF sum = AT_SPLAT(0.0f), v;
   int64_t j = 0;
@@ -152,8 +152,8 @@ AT_TARGET static float AT_FN(exp_sum)(float *x, int64_t n, float m) {
 
 /* One batch element, query rows [i_begin, i_end) (i_begin a multiple of AT_QB): Q rows through all
  * key blocks with the online softmax. */
-AT_TARGET static void AT_FN(attend)(const attn_plan *p, attn_work *w, const float *q, const float *m,
-                                    const uint8_t *cd, float *y, int64_t i_begin, int64_t i_end) {
+void AT_FN(kiln_attend)(const attn_plan *p, attn_work *w, const float *q, const float *m,
+                        const uint8_t *cd, float *y, int64_t i_begin, int64_t i_end) {
   int64_t qsr = p->q.stride[p->q.rank - 2], qsd = p->q.stride[p->q.rank - 1];
   int64_t msq = p->has_mask ? p->m.stride[p->m.rank - 2] : 0;
   int64_t csq = p->has_cond ? p->c.stride[p->c.rank - 2] : 0;

@@ -6,8 +6,8 @@
  * Accuracy (checked against double libm on a dense sweep, see tests/graph/test_fuse_norm_gelu_
  * embedding.py for the end-to-end checks): erf and tanh within 2e-7 relative, exp within 2 ulp.
  * Coefficients are weighted least-squares fits on Chebyshev nodes (near minimax). */
-#ifndef KILN_OPS_FUSED_NORM_MATH_H
-#define KILN_OPS_FUSED_NORM_MATH_H
+#ifndef KILN_KERNELS_NORM_MATH_H
+#define KILN_KERNELS_NORM_MATH_H
 
 #include <math.h>
 #include <stdint.h>
