@@ -14,6 +14,7 @@ if [ "${1:-}" = "--test" ]; then
   PKGS+=(prometheus) # promtool checks kiln serve's /metrics (tests/serve)
   PKGS+=(python3-dev python3-pip python3-setuptools) # the Python package (python/) and its pip test
   PKGS+=(nginx wrk curl yamllint) # deploy/tests: replicas behind nginx under wrk load, manifests
+  PKGS+=(qemu-user) # scripts/check-isa.sh: the tests on emulated CPUs without AVX-512 / AVX2
 fi
 missing=()
 for p in "${PKGS[@]}"; do

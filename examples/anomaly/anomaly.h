@@ -92,17 +92,22 @@ void am_eval_free(am_eval *e);
 typedef struct am_backend am_backend;
 /* In-process kiln session (threads: kernel threads, 1 by default). */
 am_backend *am_backend_kiln(const am_config *cfg, int threads, char *err);
-/* A KServe v2 server: base URL http://host[:port][/prefix], model name. */
-am_backend *am_backend_http(const am_config *cfg, const char *url, const char *model, char *err);
+/* A KServe v2 server: base URL http://host[:port][/prefix], model name; binary: tensors as raw
+ * bytes (the binary tensor data extension) instead of JSON numbers. */
+am_backend *am_backend_http(const am_config *cfg, const char *url, const char *model, int binary,
+                            char *err);
 /* Reconstruct n windows (n, W, C) into out (n, W, C). 0 on success. */
 int am_backend_run(am_backend *b, const float *in, int n, float *out, char *err);
 /* Optimisation summary (passes that rewrote, fused nodes by type) to `out`. */
 void am_backend_summary(const am_backend *b, FILE *out);
 void am_backend_free(am_backend *b);
 
-/* HTTP/1.1 POST of a JSON body to http://host:port/path; the response body (malloc'd). */
+/* HTTP/1.1 POST to http://host:port/path of a JSON body, or with json_len >= 0 of a binary
+ * tensor data body whose first json_len bytes are JSON. The response body (malloc'd) and its
+ * Inference-Header-Content-Length (-1 when absent). */
 int am_http_post(const char *host, int port, const char *path, const char *body, size_t len,
-                 char **resp, size_t *resp_len, int *status, char *err);
+                 long json_len, char **resp, size_t *resp_len, int *status, long *resp_json_len,
+                 char *err);
 
 /* ---- Prometheus metrics ------------------------------------------------------------------ */
 typedef struct am_metrics am_metrics;

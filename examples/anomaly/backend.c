@@ -12,7 +12,7 @@ struct am_backend {
   const am_config *cfg;
   kiln_session *session;             /* in-process */
   char host[256], path[1024], *body; /* HTTP */
-  int port;
+  int port, binary;
   size_t body_cap;
 };
 
@@ -110,9 +110,11 @@ static int parse_url(am_backend *b, const char *url, const char *model, char *er
   return 0;
 }
 
-am_backend *am_backend_http(const am_config *cfg, const char *url, const char *model, char *err) {
+am_backend *am_backend_http(const am_config *cfg, const char *url, const char *model, int binary,
+                            char *err) {
   am_backend *b = calloc(1, sizeof(*b));
   b->cfg = cfg;
+  b->binary = binary;
   if (parse_url(b, url, model, err)) {
     free(b);
     return NULL;
@@ -140,11 +142,56 @@ static size_t build_request(am_backend *b, const float *in, int n) {
   return len;
 }
 
+/* The binary extension's body: the JSON header, then the input's raw float32 values. */
+static size_t build_request_binary(am_backend *b, const float *in, int n, long *json_len) {
+  const am_config *cfg = b->cfg;
+  size_t bytes = (size_t)n * (size_t)cfg->window * (size_t)cfg->channels * sizeof(float);
+  body_grow(b, bytes + 1024);
+  int hl = snprintf(b->body, b->body_cap,
+                    "{\"inputs\":[{\"name\":\"%s\",\"shape\":[%d,%d,%d],\"datatype\":\"FP32\","
+                    "\"parameters\":{\"binary_data_size\":%zu}}],\"outputs\":[{\"name\":\"%s\","
+                    "\"parameters\":{\"binary_data\":true}}]}",
+                    cfg->input_name, n, cfg->window, cfg->channels, bytes, cfg->output_name);
+  memcpy(b->body + hl, in, bytes); /* little-endian, as the extension wants (x86, ARM) */
+  *json_len = hl;
+  return (size_t)hl + bytes;
+}
+
+/* A binary response: the output's bytes follow the JSON header, after those of any output
+ * before it. */
+static int parse_binary(const am_backend *b, json_t *outs, const char *raw, size_t raw_len,
+                        size_t count, float *out, char *err) {
+  size_t off = 0;
+  for (size_t i = 0; i < json_array_size(outs); i++) {
+    json_t *o = json_array_get(outs, i), *name = json_object_get(o, "name");
+    json_t *sz = json_object_get(json_object_get(o, "parameters"), "binary_data_size");
+    size_t n = json_is_integer(sz) ? (size_t)json_integer_value(sz) : 0;
+    if (json_is_string(name) && strcmp(json_string_value(name), b->cfg->output_name) == 0) {
+      if (n != count * sizeof(float) || off + n > raw_len) {
+        snprintf(err, AM_ERR_LEN, "server response: output \"%s\" has %zu binary bytes, "
+                 "expected %zu", b->cfg->output_name, n, count * sizeof(float));
+        return -1;
+      }
+      memcpy(out, raw + off, n);
+      return 0;
+    }
+    off += n;
+  }
+  snprintf(err, AM_ERR_LEN, "server response: no binary output \"%s\"", b->cfg->output_name);
+  return -1;
+}
+
 /* The output named like config.json's, else the only one; its data must hold `count` numbers. */
-static int parse_response(const am_backend *b, const char *resp, size_t count, float *out,
-                          char *err) {
+static int parse_response(const am_backend *b, const char *resp, size_t resp_len, long json_len,
+                          size_t count, float *out, char *err) {
   json_error_t jerr;
-  json_t *root = json_loads(resp, 0, &jerr), *outs = json_object_get(root, "outputs"), *o = NULL;
+  size_t jl = json_len >= 0 && (size_t)json_len <= resp_len ? (size_t)json_len : resp_len;
+  json_t *root = json_loadb(resp, jl, 0, &jerr), *outs = json_object_get(root, "outputs"), *o = NULL;
+  if (root && json_len >= 0 && json_is_array(outs)) {
+    int rc = parse_binary(b, outs, resp + jl, resp_len - jl, count, out, err);
+    json_decref(root);
+    return rc;
+  }
   for (size_t i = 0; json_is_array(outs) && i < json_array_size(outs); i++) {
     json_t *name = json_object_get(json_array_get(outs, i), "name");
     if (json_is_string(name) && strcmp(json_string_value(name), b->cfg->output_name) == 0)
@@ -175,10 +222,13 @@ static int parse_response(const am_backend *b, const char *resp, size_t count, f
 }
 
 static int run_http(am_backend *b, const float *in, int n, float *out, char *err) {
-  size_t len = build_request(b, in, n), resp_len = 0;
+  long json_len = -1, resp_json_len = -1;
+  size_t len = b->binary ? build_request_binary(b, in, n, &json_len) : build_request(b, in, n);
+  size_t resp_len = 0;
   char *resp = NULL;
   int status = 0;
-  if (am_http_post(b->host, b->port, b->path, b->body, len, &resp, &resp_len, &status, err))
+  if (am_http_post(b->host, b->port, b->path, b->body, len, json_len, &resp, &resp_len, &status,
+                   &resp_json_len, err))
     return -1;
   int rc = 0;
   if (status != 200) {
@@ -186,8 +236,8 @@ static int run_http(am_backend *b, const float *in, int n, float *out, char *err
              status, resp);
     rc = -1;
   } else {
-    rc = parse_response(b, resp, (size_t)n * (size_t)b->cfg->window * (size_t)b->cfg->channels,
-                        out, err);
+    rc = parse_response(b, resp, resp_len, resp_json_len,
+                        (size_t)n * (size_t)b->cfg->window * (size_t)b->cfg->channels, out, err);
   }
   free(resp);
   return rc;
@@ -199,7 +249,8 @@ int am_backend_run(am_backend *b, const float *in, int n, float *out, char *err)
 
 void am_backend_summary(const am_backend *b, FILE *out) {
   if (!b->session) {
-    fprintf(out, "optimisation: done by the server (http://%s:%d%s)\n", b->host, b->port, b->path);
+    fprintf(out, "optimisation: done by the server (http://%s:%d%s, %s tensors)\n", b->host,
+            b->port, b->path, b->binary ? "binary" : "JSON");
     return;
   }
   const char *pass;

@@ -1,5 +1,6 @@
 /* A small HTTP/1.1 client for http:// URLs: one POST per connection (Connection: close),
- * Content-Length or chunked responses, a 30 s socket timeout and a 256 MiB response cap.
+ * Content-Length or chunked responses, a 30 s socket timeout and a 256 MiB response cap; with
+ * json_len >= 0 the body is the binary tensor data extension's (JSON header, then raw bytes).
  * Written here rather than taken from libcurl: kiln-anomaly needs only plain-HTTP POSTs to a
  * KServe v2 endpoint, and this keeps the application's dependencies to jansson and
  * libmicrohttpd, which kiln already uses. */
@@ -111,7 +112,7 @@ static const char *header(const char *head, const char *name) {
 }
 
 static int parse_reply(char *buf, size_t n, char **resp, size_t *resp_len, int *status,
-                       char *err) {
+                       long *json_len, char *err) {
   char *sep = strstr(buf, "\r\n\r\n");
   if (!sep || sscanf(buf, "HTTP/%*d.%*d %d", status) != 1) {
     snprintf(err, AM_ERR_LEN, "not an HTTP response");
@@ -121,6 +122,8 @@ static int parse_reply(char *buf, size_t n, char **resp, size_t *resp_len, int *
   char *body = sep + 4;
   size_t blen = n - (size_t)(body - buf);
   const char *te = header(buf, "Transfer-Encoding"), *cl = header(buf, "Content-Length");
+  const char *ih = header(buf, "Inference-Header-Content-Length");
+  *json_len = ih ? strtol(ih, NULL, 10) : -1;
   if (te && strstr(te, "chunked")) {
     long d = dechunk(body, blen);
     if (d < 0) {
@@ -144,20 +147,24 @@ static int parse_reply(char *buf, size_t n, char **resp, size_t *resp_len, int *
 }
 
 int am_http_post(const char *host, int port, const char *path, const char *body, size_t len,
-                 char **resp, size_t *resp_len, int *status, char *err) {
+                 long json_len, char **resp, size_t *resp_len, int *status, long *resp_json_len,
+                 char *err) {
   int fd = connect_to(host, port, err);
   if (fd < 0) return -1;
-  char head[1536];
+  char head[1536], binary[96] = "";
+  if (json_len >= 0)
+    snprintf(binary, sizeof(binary), "Inference-Header-Content-Length: %ld\r\n", json_len);
   int hl = snprintf(head, sizeof(head),
-                    "POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+                    "POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: %s\r\n%s"
                     "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-                    path, host, port, len);
+                    path, host, port, json_len >= 0 ? "application/octet-stream" : "application/json",
+                    binary, len);
   size_t n = 0;
   char *buf = NULL;
   int rc = -1;
   if (send_all(fd, head, (size_t)hl, err) == 0 && send_all(fd, body, len, err) == 0 &&
       (buf = recv_all(fd, &n, err)) != NULL)
-    rc = parse_reply(buf, n, resp, resp_len, status, err);
+    rc = parse_reply(buf, n, resp, resp_len, status, resp_json_len, err);
   free(buf);
   close(fd);
   return rc;

@@ -25,6 +25,7 @@ static const char USAGE[] =
     "                     (default: INPUT's name with .kinds.csv for .csv, when it exists)\n"
     "  --serve URL        infer on a KServe v2 server (http://host:port) instead of in-process\n"
     "  --model-name NAME  the served model's name (default anomaly)\n"
+    "  --binary           with --serve: tensors as raw bytes (binary tensor data extension)\n"
     "  --threads N        kiln kernel threads (default 1: inference runs beside the reader)\n"
     "  --metrics-port P   Prometheus metrics on http://localhost:P/metrics while running\n"
     "  --scores FILE      dump every row's smoothed score per channel (CSV)\n";
@@ -48,7 +49,7 @@ typedef struct batch {
 typedef struct app {
   am_config cfg;
   const char *model_dir, *input, *events_path, *labels, *kinds, *serve, *model_name, *scores;
-  int batch_size, threads, metrics_port;
+  int batch_size, threads, metrics_port, binary;
   am_backend *backend;
   am_scorer *scorer;
   am_eval *eval;
@@ -233,6 +234,9 @@ static int parse_args(app *a, int argc, char **argv) {
     if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
       fputs(USAGE, stdout);
       exit(0);
+    } else if (strcmp(o, "--binary") == 0) {
+      a->binary = 1;
+      continue;
     } else if (o[0] != '-' || strcmp(o, "-") == 0) {
       if (a->model_dir) bad = 1;
       a->model_dir = o;
@@ -283,7 +287,7 @@ static int setup(app *a, char *err) {
              16384 / a->cfg.stride, a->cfg.stride);
     return -1;
   }
-  a->backend = a->serve ? am_backend_http(&a->cfg, a->serve, a->model_name, err)
+  a->backend = a->serve ? am_backend_http(&a->cfg, a->serve, a->model_name, a->binary, err)
                         : am_backend_kiln(&a->cfg, a->threads, err);
   if (!a->backend) return -1;
   a->events_out = a->events_path ? fopen(a->events_path, "w") : stdout;

@@ -3,7 +3,8 @@
 data (known anomalies found), every malformed-input case, stdin, the KServe v2 client against
 a stub server, and the Prometheus endpoint.
 
-Usage: test_anomaly.py PATH/TO/kiln-anomaly EXAMPLES_ANOMALY_DIR
+Usage: test_anomaly.py PATH/TO/kiln-anomaly EXAMPLES_ANOMALY_DIR [PATH/TO/kiln]
+With the kiln command given, --serve also runs end to end against `kiln serve`.
 """
 import http.server
 import json
@@ -17,6 +18,7 @@ import time
 import urllib.request
 
 BIN, HERE = sys.argv[1], sys.argv[2]
+KILN = sys.argv[3] if len(sys.argv) > 3 else None
 MODEL = os.path.join(HERE, "model")
 DATA = os.path.join(HERE, "data")
 CFG = json.load(open(os.path.join(MODEL, "config.json")))
@@ -180,10 +182,21 @@ class Stub(http.server.BaseHTTPRequestHandler):
     requests = []
 
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        jl = self.headers.get("Inference-Header-Content-Length")
+        body = json.loads(raw[:int(jl)] if jl else raw)
         Stub.requests.append((self.path, body))
         inp = body["inputs"][0]
-        if Stub.mode == "fail":
+        if jl is not None:  # binary tensor data extension: echo the input's bytes
+            size = inp["parameters"]["binary_data_size"]
+            ok = (len(raw) == int(jl) + size and
+                  body["outputs"][0]["parameters"]["binary_data"] is True)
+            head = json.dumps({"outputs": [{"name": "reconstruction", "shape": inp["shape"],
+                               "datatype": "FP32", "parameters": {"binary_data_size": size}}]}).encode()
+            payload = head + raw[int(jl):] if ok else b'{"error":"bad binary request"}'
+            self.send_response(200 if ok else 400)
+            self.send_header("Inference-Header-Content-Length", str(len(head)))
+        elif Stub.mode == "fail":
             self.send_response(500)
             payload = b'{"error":"model exploded"}'
         else:
@@ -217,6 +230,12 @@ def test_serve():
           f"--serve: {len(reqs)} v2 requests, well formed, batches of 32, every window sent")
     check(events_of(out) == [] and "served" in err,
           "--serve: a perfect reconstruction from the server gives no events")
+    Stub.requests = []
+    rc, out, err = run([MODEL, "--input", path, "--serve", url, "--binary"])
+    total = sum(b["inputs"][0]["shape"][0] for _, b in Stub.requests)
+    check(rc == 0 and events_of(out) == [] and total == 400 - W + 1 and "binary tensors" in err,
+          f"--serve --binary: {len(Stub.requests)} binary-extension requests, every window, no events"
+          + ("" if rc == 0 else ": " + err[-200:]))
     Stub.mode = "fail"
     rc, _, err = run([MODEL, "--input", path, "--serve", url])
     check(rc == 1 and "HTTP 500" in err and "model exploded" in err, "--serve: a server error is reported")
@@ -226,6 +245,39 @@ def test_serve():
     check(rc == 1 and "connect" in err, "--serve: no server: a clear error")
     rc, _, err = run([MODEL, "--input", path, "--serve", "https://example.com"])
     check(rc == 1 and "http://" in err, "--serve: https refused with a clear error")
+
+
+def test_kiln_serve():
+    """kiln-anomaly --serve against a real `kiln serve` of the same model: the same events as
+    in-process."""
+    if not KILN:
+        print("skip --serve against kiln serve: no kiln command given")
+        return
+    p = subprocess.Popen([KILN, "serve", os.path.join(MODEL, "model.onnx"), "--http-port", "0",
+                          "--model-name", "anomaly"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    port = None
+    try:
+        for line in p.stderr:
+            if "listening on http://" in line:
+                port = int(line.rsplit(":", 1)[1])
+                break
+        check(port is not None, "kiln serve started")
+        if port is None:
+            return
+        threading.Thread(target=p.stderr.read, daemon=True).start()
+        header, rows = head_rows(1500)
+        path = os.path.join(TMP, "kserve.csv")
+        open(path, "w").write(header + "\n" + "\n".join(rows) + "\n")
+        rc1, local, _ = run([MODEL, "--input", path])
+        for extra in ([], ["--binary"]):
+            rc2, served, err = run([MODEL, "--input", path, "--serve", f"http://127.0.0.1:{port}"] + extra)
+            check(rc1 == 0 and rc2 == 0 and served == local and len(events_of(local)) > 0,
+                  f"--serve {' '.join(extra)} against kiln serve: the same {len(events_of(local))} events "
+                  "as in-process" + ("" if rc2 == 0 else ": " + err[-300:]))
+    finally:
+        p.terminate()
+        p.wait(timeout=60)
 
 
 def free_port():
@@ -270,6 +322,7 @@ def main():
     test_malformed()
     test_headers()
     test_serve()
+    test_kiln_serve()
     test_metrics()
     print(f"{len(failures)} failures")
     sys.exit(1 if failures else 0)

@@ -341,10 +341,8 @@ static int scan_repo_dir(srv_repo *r, const char *only, int force, char *msg, si
     srv_msg(msg, n, "cannot read model repository '%s': %s", r->cfg->repo_dir, strerror(errno));
     return 500;
   }
-  pthread_mutex_lock(&r->mu);
-  for (int i = 0; i < r->n_models; i++) r->models[i]->present = 0;
-  pthread_mutex_unlock(&r->mu);
   int found = 0;
+  char seen[SRV_MAX_MODELS] = {0};
   struct dirent *e;
   while ((e = readdir(d))) {
     char path[4200];
@@ -353,6 +351,7 @@ static int scan_repo_dir(srv_repo *r, const char *only, int force, char *msg, si
     if (e->d_name[0] == '.' || stat(path, &st) || !S_ISDIR(st.st_mode)) continue;
     srv_model *m = srv_repo_find(r, e->d_name);
     if (!m && !(m = add_model(r, e->d_name, msg, n))) continue;
+    for (int i = 0; i < r->n_models; i++) seen[i] |= r->models[i] == m;
     snprintf(m->dir, sizeof m->dir, "%s", path);
     pthread_mutex_lock(&r->mu);
     m->present = 1;
@@ -363,6 +362,12 @@ static int scan_repo_dir(srv_repo *r, const char *only, int force, char *msg, si
     if (!m->unloaded) scan_model(r, m, force);
   }
   closedir(d);
+  /* Models whose directory is gone are marked only now: while a scan runs (loading another
+   * model, say), requests for the models that stay never find them absent (404). */
+  pthread_mutex_lock(&r->mu);
+  for (int i = 0; i < r->n_models; i++)
+    if (!seen[i]) r->models[i]->present = 0;
+  pthread_mutex_unlock(&r->mu);
   for (int i = 0; !only && i < r->n_models; i++) /* a model directory removed: unload it */
     while (!r->models[i]->present && r->models[i]->n_versions)
       remove_version(r, r->models[i], r->models[i]->versions[0]);

@@ -202,7 +202,10 @@ def test_switch_with_requests_in_flight(root):
             got["slow"] = (st, json.loads(b[:int(h.get("inference-header-content-length", len(b)))]) if st == 200 else b)
         t = threading.Thread(target=slow, args=(0,))
         t.start()
-        time.sleep(0.05)
+        def in_flight():
+            b = s.request("GET", "/metrics")[2].decode()
+            return any(l.startswith("kiln_inflight_requests ") and float(l.split()[1]) >= 1 for l in b.splitlines())
+        check(wait_for(in_flight, 30), "a request to version 1 is in flight")
         os.rename(os.path.join(root, "m", ".tmp-2"), os.path.join(root, "m", "2"))
         t0 = time.time()
         try:
