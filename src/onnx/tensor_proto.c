@@ -191,6 +191,10 @@ kiln_tensor *kiln_tensor_from_proto(const Onnx__TensorProto *p, const kiln_ext_c
       return NULL;
     }
   }
+  if (external && !ext) { /* a value file, not a model: nothing to resolve it against */
+    kiln_fail(err, KILN_ERR_MODEL, "tensor '%s': external data outside a model is not supported", tname(p));
+    return NULL;
+  }
   kiln_tensor *t = kiln_tensor_new(dt, (int)p->n_dims, p->dims, err);
   if (!t) {
     kiln_error_prefix(err, "tensor '%s'", tname(p));
