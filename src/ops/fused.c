@@ -24,7 +24,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemm_amx.h"
 #include "kernels/vec_f32.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 #include "ops/registry.h"
 #include "plugin/plugin.h"
 

@@ -15,7 +15,7 @@
 
 #include "kernels/vec_f32.h"
 #include "ops/fused.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 /* The loops below select between computed values (clamps, NaN checks, piecewise formulas).
  * GCC only if-converts, and so vectorises, those when FP operations may be speculated; kiln

@@ -24,7 +24,7 @@
 #include "kernels/norm_math.h"
 #include "kernels/vec_f32.h"
 #include "ops/fused.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 
 /* The session's pool is used from PAR_MIN values of output; a task is at least PAR_TASK values

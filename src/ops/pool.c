@@ -13,7 +13,7 @@
 #include "kernels/cpu.h"
 #include "kernels/pool_f32.h"
 #include "ops/op.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 typedef struct pool_geom {
   int nsp;                          /* spatial dims */

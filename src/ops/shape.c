@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "ops/op.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 #define MAXR KILN_MAX_RANK
 

@@ -181,8 +181,9 @@ static kiln_code run_node(kiln_frame *f, const kiln_node *n, kiln_error *err) {
   }
   for (size_t i = 0; i < n->n_out; i++) out[i] = NULL;
   kiln_kctx c = {.node = n, .opset = n->opset, .n_in = n->n_in, .n_out = n->n_out, .in = in,
-                 .out = out, .frame = f, .err = err, .state = f->states ? &f->states[n - f->g->nodes] : NULL};
-  const kiln_attr *orig = !strcmp(n->domain, "ai.kiln") ? kiln_node_attr(n, "original") : NULL;
+                 .out = out, .rt = &f->svc, .err = err, .state = f->states ? &f->states[n - f->g->nodes] : NULL};
+  /* a fused node (kiln's own or a plugin's) keeps the chain it replaced as "original" */
+  const kiln_attr *orig = *n->domain ? kiln_node_attr(n, "original") : NULL;
   kiln_profile *prof = !f->parent && f->session && f->g == f->session->model->ir->graph ? f->session->profile : NULL;
   uint64_t t0 = prof ? kiln_profile_now_ns() : 0;
   if (orig && orig->g)
@@ -320,6 +321,7 @@ kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_g
                   .own = kiln_calloc(g->n_values, sizeof(kiln_tensor *)), .parent = parent, .session = s,
                   .terminate = parent ? parent->terminate : kiln_run_terminate_flag(),
                   .states = s ? kiln_states_of(&s->model->states, g) : NULL};
+  kiln_frame_services(&f);
   kiln_code rc = KILN_OK;
   kiln_run_mem mem;
   bool planned = false;
@@ -390,9 +392,20 @@ done:
   return rc;
 }
 
-kiln_code kiln_subgraph_run(kiln_kctx *c, const kiln_graph *g, size_t n_inputs,
-                            const kiln_tensor *const *inputs, kiln_tensor **outputs) {
-  if (n_inputs > g->n_inputs)
-    return kiln_kfail(c, "subgraph '%s' takes %zu inputs, given %zu", g->name, g->n_inputs, n_inputs);
-  return kiln_graph_run(c->frame->session, c->frame, g, n_inputs, inputs, outputs, c->err);
+static kiln_code frame_subgraph(void *rt, kiln_kctx *c, const kiln_graph *g, size_t n_inputs,
+                                const kiln_tensor *const *inputs, kiln_tensor **outputs) {
+  kiln_frame *f = rt;
+  return kiln_graph_run(f->session, f, g, n_inputs, inputs, outputs, c->err);
+}
+
+static void *frame_out_slot(void *rt, const kiln_kctx *c, size_t i, size_t bytes) {
+  kiln_frame *f = rt;
+  return f->mem ? kiln_planner_slot(f->mem, c->node->out[i], bytes) : NULL;
+}
+
+void kiln_frame_services(kiln_frame *f) {
+  const kiln_session *s = f->session;
+  f->svc = (kiln_kservices){.rt = f, .graph = f->g, .pool = s ? s->pool : NULL, .opts = s ? &s->opts : NULL,
+                            .plugins = s ? s->model->plugins : NULL, .out_slot = frame_out_slot,
+                            .subgraph = frame_subgraph};
 }
