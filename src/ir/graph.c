@@ -10,6 +10,13 @@
 #include "ir/edit.h"
 #include "ir/meta.h"
 
+int64_t kiln_model_opset(const kiln_ir_model *m, const char *domain) {
+  if (!strcmp(domain, "ai.onnx")) domain = "";
+  for (size_t i = 0; i < m->n_opsets; i++)
+    if (!strcmp(m->opsets[i].domain, domain)) return m->opsets[i].version;
+  return -1;
+}
+
 kiln_graph *kiln_graph_new(kiln_graph *parent) {
   kiln_graph *g = calloc(1, sizeof *g);
   if (!g) return NULL;

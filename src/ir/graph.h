@@ -118,6 +118,9 @@ typedef struct kiln_ir_model {
   struct kiln_meta *meta;  /* what the ModelProto says about itself (ir/meta.h), or NULL */
 } kiln_ir_model;
 
+/* The version of `domain` the model imports, or -1. "ai.onnx" and "" are the same domain. */
+int64_t kiln_model_opset(const kiln_ir_model *m, const char *domain);
+
 kiln_graph *kiln_graph_new(kiln_graph *parent);
 void kiln_graph_free(kiln_graph *g);
 void kiln_ir_model_free(kiln_ir_model *m);

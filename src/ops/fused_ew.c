@@ -7,7 +7,7 @@
  * sigmoid, tanh, softplus, elu) uses a vectorisable polynomial with about 1 ulp of error
  * instead of a libm call per element. Results differ from the chain (which rounds every
  * intermediate to float and computes in double) by a few ulp. */
-#include "ops/fused_ew.h"
+#include "kernels/fused_ew.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -5,10 +5,19 @@
 
 #include "ir/graph.h"
 
+struct kiln_pass_ctx;
 typedef struct kiln_opt_config {
   int level;                  /* 0 none, 1 basic, 2 fusion */
   const char *disabled;       /* comma-separated pass names, or NULL */
   size_t fold_max_elems;      /* constant folding size cap (0: default) */
+  /* Resolve, sort and type the graph again after a pass changed it (the caller's op
+   * resolution, plugins included); `user` below is handed back. */
+  kiln_code (*prepare)(kiln_ir_model *m, const void *user, kiln_error *err);
+  /* One more pass (plugin fusion patterns), run before kiln's own fusions in every round at
+   * level 2 unless `disabled` names it; NULL: none. It finds `user` in ctx->cfg. */
+  const char *extra_name;
+  kiln_code (*extra)(struct kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+  const void *user;
 } kiln_opt_config;
 
 typedef struct kiln_pass_stat {
