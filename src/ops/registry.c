@@ -6,62 +6,14 @@
 
 #include "ops/fused.h"
 
-extern const kiln_op_schema kiln_ops_elementwise[];
-extern const kiln_op_schema kiln_ops_binary[];
-extern const kiln_op_schema kiln_ops_cast[];
-extern const kiln_op_schema kiln_ops_reduce[];
-extern const kiln_op_schema kiln_ops_softmax[];
-extern const kiln_op_schema kiln_ops_norm[];
-extern const kiln_op_schema kiln_ops_conv[];
-extern const kiln_op_schema kiln_ops_pool[];
-extern const kiln_op_schema kiln_ops_matmul[];
-extern const kiln_op_schema kiln_ops_quant[];
-extern const kiln_op_schema kiln_ops_shape[];
-extern const kiln_op_schema kiln_ops_shape2[];
-extern const kiln_op_schema kiln_ops_gather[];
-extern const kiln_op_schema kiln_ops_resize[];
-extern const kiln_op_schema kiln_ops_rnn[];
-extern const kiln_op_schema kiln_ops_control[];
-extern const kiln_op_schema kiln_ops_sequence[];
-extern const kiln_op_schema kiln_ops_misc[];
-extern const kiln_op_schema kiln_ops_loss[];
-extern const kiln_op_schema kiln_ops_random[];
-extern const kiln_op_schema kiln_ops_signal[];
-extern const kiln_op_schema kiln_ops_training[];
-extern const kiln_op_schema kiln_ops_string[];
-extern const kiln_op_schema kiln_ops_fused[];
-extern const kiln_op_schema kiln_ops_fused_attention[];
-extern const kiln_op_schema kiln_ops_fused_norm[];
-extern const kiln_op_schema kiln_ops_fused_ew[];
+#define KILN_OP_FAMILY(f) extern const kiln_op_schema kiln_ops_##f[];
+#include "ops/families.def"
+#undef KILN_OP_FAMILY
 
 static const kiln_op_schema *const families[] = {
-    kiln_ops_elementwise,
-    kiln_ops_binary,
-    kiln_ops_cast,
-    kiln_ops_reduce,
-    kiln_ops_softmax,
-    kiln_ops_norm,
-    kiln_ops_conv,
-    kiln_ops_pool,
-    kiln_ops_matmul,
-    kiln_ops_quant,
-    kiln_ops_shape,
-    kiln_ops_shape2,
-    kiln_ops_gather,
-    kiln_ops_resize,
-    kiln_ops_rnn,
-    kiln_ops_control,
-    kiln_ops_sequence,
-    kiln_ops_misc,
-    kiln_ops_loss,
-    kiln_ops_random,
-    kiln_ops_signal,
-    kiln_ops_training,
-    kiln_ops_string,
-    kiln_ops_fused,
-    kiln_ops_fused_attention,
-    kiln_ops_fused_norm,
-    kiln_ops_fused_ew,
+#define KILN_OP_FAMILY(f) kiln_ops_##f,
+#include "ops/families.def"
+#undef KILN_OP_FAMILY
 };
 
 /* Schemas registered by the layer above (kiln's own ops described through the plugin ABI,

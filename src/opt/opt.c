@@ -7,21 +7,9 @@
 
 
 static const kiln_pass passes[] = {
-    {"eliminate", 1, kiln_pass_eliminate},
-    {"constant_folding", 1, kiln_pass_fold},
-    {"fold_shapes", 1, kiln_pass_fold_shapes},
-    {"cse", 1, kiln_pass_cse},
-    {"dead_code", 1, kiln_pass_dead_code},
-    {"fuse_attention", 2, kiln_pass_fuse_attention},
-    {"fuse_layernorm", 2, kiln_pass_fuse_layernorm},
-    {"fuse_gelu", 2, kiln_pass_fuse_gelu},
-    {"fuse_embedding", 2, kiln_pass_fuse_embedding},
-    {"fuse_conv_bn", 2, kiln_pass_fuse_conv_bn},
-    {"fuse_conv_pool", 2, kiln_pass_fuse_conv_pool},
-    {"fuse_conv_act", 2, kiln_pass_fuse_conv_act},
-    {"fuse_matmul", 2, kiln_pass_fuse_matmul},
-    {"fuse_transpose", 2, kiln_pass_fuse_transpose},
-    {"fuse_elementwise", 2, kiln_pass_fuse_elementwise},
+#define KILN_PASS(fn, name, level) {name, level, kiln_pass_##fn},
+#include "opt/passes.def"
+#undef KILN_PASS
 };
 enum { N_PASSES = sizeof passes / sizeof passes[0], MAX_ROUNDS = 16 };
 

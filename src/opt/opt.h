@@ -56,20 +56,8 @@ size_t kiln_pass_count(void);
 const kiln_pass *kiln_pass_at(size_t i);
 
 /* Passes (one file each). */
-kiln_code kiln_pass_eliminate(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fold(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_dead_code(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_conv_bn(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_conv_act(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_conv_pool(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_matmul(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fold_shapes(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_cse(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_transpose(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_elementwise(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_attention(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_layernorm(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_gelu(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_embedding(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+#define KILN_PASS(fn, name, level) kiln_code kiln_pass_##fn(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+#include "opt/passes.def"
+#undef KILN_PASS
 
 #endif
