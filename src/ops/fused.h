@@ -7,7 +7,6 @@
 #include "kernels/act.h"
 #include "ops/op.h"
 
-#define KILN_FUSED_DOMAIN "ai.kiln"
 
 /* The node's activation (attributes activation, act_alpha, act_beta) as a GEMM epilogue
  * activation; false for an unknown name. */

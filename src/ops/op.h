@@ -165,6 +165,8 @@ typedef struct kiln_op_schema {
 } kiln_op_schema;
 
 #define KILN_VARIADIC (-1)
+/* The domain of kiln's fused ops. */
+#define KILN_FUSED_DOMAIN "ai.kiln"
 
 /* ---- helpers for kernels ---- */
 

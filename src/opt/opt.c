@@ -16,19 +16,6 @@ enum { N_PASSES = sizeof passes / sizeof passes[0], MAX_ROUNDS = 16 };
 size_t kiln_pass_count(void) { return N_PASSES; }
 const kiln_pass *kiln_pass_at(size_t i) { return i < N_PASSES ? &passes[i] : NULL; }
 
-static bool disabled(const char *list, const char *name) {
-  if (!list) return false;
-  size_t n = strlen(name);
-  for (const char *p = list; *p;) {
-    const char *end = strchr(p, ',');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
-    if (len == n && !strncmp(p, name, n)) return true;
-    if (!end) break;
-    p = end + 1;
-  }
-  return false;
-}
-
 /* The extra pass (plugin patterns): one pass, run before kiln's own fusions in every round (a
  * pattern the user loaded wins over a built-in fusion of the same nodes). */
 static kiln_code run_extra_pass(kiln_pass_ctx *ctx, kiln_opt_log *log, size_t *changed) {
@@ -56,14 +43,14 @@ kiln_code kiln_optimize(kiln_ir_model *m, const kiln_opt_config *cfg, kiln_opt_l
   log->nodes_before = m->graph->n_nodes;
   for (size_t i = 0; i < N_PASSES; i++) log->stats[i].pass = passes[i].name;
   log->n = N_PASSES;
-  bool plug = cfg->extra && cfg->level >= 2 && !disabled(cfg->disabled, cfg->extra_name);
+  bool plug = cfg->extra && cfg->level >= 2 && !kiln_list_has(cfg->disabled, cfg->extra_name);
   if (plug) log->stats[log->n++].pass = cfg->extra_name;
   kiln_pass_ctx ctx = {m, cfg, err};
   for (size_t round = 0; round < MAX_ROUNDS; round++) {
     size_t changed = 0;
     bool plug_ran = !plug;
     for (size_t i = 0; i < N_PASSES; i++) {
-      if (passes[i].level > cfg->level || disabled(cfg->disabled, passes[i].name)) continue;
+      if (passes[i].level > cfg->level || kiln_list_has(cfg->disabled, passes[i].name)) continue;
       if (!plug_ran && passes[i].level >= 2) {
         plug_ran = true;
         kiln_code prc = run_extra_pass(&ctx, log, &changed);

@@ -9,7 +9,6 @@
 #include "base/threadpool.h"
 #include "plugin/internal.h"
 
-#define FUSED_DOMAIN "ai.kiln"
 
 /* Element types a plugin tensor may have. */
 #define DT_VALID                                                                                 \
@@ -203,9 +202,9 @@ kiln_code kiln_adapt_op(const kiln_op_desc *desc, bool copy, kiln_adapted_op *ou
                      d.domain ? d.domain : "");
   if (!d.domain)
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "invalid description of op '%s': domain is NULL (use \"\" for ai.onnx)", lbl);
-  if (copy && !strcmp(d.domain, FUSED_DOMAIN))
+  if (copy && !strcmp(d.domain, KILN_FUSED_DOMAIN))
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "invalid description of op '%s': domain '%s' is reserved for kiln's own ops",
-                     lbl, FUSED_DOMAIN);
+                     lbl, KILN_FUSED_DOMAIN);
   if (d.since_version < 1 || (d.until_version != 0 && d.until_version < d.since_version))
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "invalid description of op '%s': opset range %d..%d is empty "
                      "(since_version >= 1, until_version 0 or >= since_version)", lbl, d.since_version, d.until_version);

@@ -28,17 +28,6 @@ static const kiln_tensor *lookup(const kiln_frame *f, int id) {
   return NULL;
 }
 
-static bool in_list(const char *list, const char *name) {
-  size_t n = strlen(name);
-  for (const char *p = list; p && *p;) {
-    const char *end = strchr(p, ',');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
-    if (len == n && !strncmp(p, name, n)) return true;
-    p = end ? end + 1 : NULL;
-  }
-  return false;
-}
-
 /* Run a fused node's original chain on the node's present inputs. */
 static kiln_code run_original(kiln_frame *f, const kiln_node *n, const kiln_graph *orig,
                               const kiln_tensor *const *in, kiln_tensor **out, kiln_error *err) {
@@ -96,7 +85,7 @@ static kiln_code verify_fused(kiln_frame *f, const kiln_node *n, const kiln_grap
   kiln_code rc = n->schema->run(c);
   /* Test hook: KILN_FUSION_SKEW=Op makes the kernel's first output wrong, to prove that a
    * disagreeing fusion is caught and disabled. */
-  if (!rc && s && s->model->force_skew && in_list(s->model->force_skew, n->op_type) && c->out[0] &&
+  if (!rc && s && s->model->force_skew && kiln_list_has(s->model->force_skew, n->op_type) && c->out[0] &&
       c->out[0]->kind == KILN_KIND_TENSOR && c->out[0]->numel && kiln_dtype_is_float(c->out[0]->dtype))
     kiln_set_f64(c->out[0], 0, kiln_get_f64(c->out[0], 0) + 1.0);
   kiln_error local = {0};
@@ -133,7 +122,7 @@ static kiln_code run_fused(kiln_frame *f, const kiln_node *n, const kiln_graph *
                            kiln_error *err) {
   kiln_node_state alone = {0}, *st = c->state ? c->state : &alone;
   const kiln_session *s = f->session;
-  bool forced = s && s->model->force_fail && in_list(s->model->force_fail, n->op_type);
+  bool forced = s && s->model->force_fail && kiln_list_has(s->model->force_fail, n->op_type);
   kiln_code rc = KILN_ERR_RUN;
   int unclaimed = 0; /* verified: 0 not yet, 2 claimed by a run, 1 done (a swap would undo 1) */
   if (!forced && s && c->state && s->opts.verify_fusions && !__atomic_load_n(&st->fallback, __ATOMIC_ACQUIRE) &&

@@ -33,7 +33,7 @@ static kiln_code resolve_node(kiln_node *n, const kiln_ir_model *m, const kiln_p
       return kiln_fail(err, KILN_ERR_UNSUPPORTED, "%s: kiln does not implement this op at opset %d",
                        label(n, lbl, sizeof lbl), n->opset);
     bool custom = *n->domain && strcmp(n->domain, "ai.onnx") && strcmp(n->domain, "ai.onnx.ml") &&
-                  strcmp(n->domain, "ai.kiln");
+                  strcmp(n->domain, KILN_FUSED_DOMAIN);
     return kiln_fail(err, KILN_ERR_UNSUPPORTED, "%s: unknown operator '%s' in domain '%s'%s",
                      label(n, lbl, sizeof lbl), n->op_type, *n->domain ? n->domain : "ai.onnx",
                      custom ? " (if a plugin provides it, load it: --plugin PATH.so or KILN_PLUGINS)" : "");
