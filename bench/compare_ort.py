@@ -15,7 +15,8 @@ process per round, so every peak belongs to one model). Prints a markdown table 
 kiln/ORT per row (and, for noisy machines, the ratio of the fastest rounds) and the geometric
 mean of the ratios, then kiln at --level 0 against --level 2 (same alternation) on the fusion
 micro-models (--fusion all: on every model). --report RAW.json prints the tables of an earlier
-run's --json again without measuring.
+run's --json again without measuring. Every table names the ISA level kiln ran at and AMX
+on or off (`kiln --version`; set KILN_ISA=avx2 or KILN_AMX=0 to measure a lower level).
 
 Repeat counts: --repeat is the most timed runs; slow models get fewer, so one process spends
 about --budget seconds timing (at least 5 runs); warmup is at most a tenth of that, at least 2.
@@ -144,6 +145,24 @@ def machine():
     return f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
 
 
+def kiln_isa(kiln):
+    """The ISA level and AMX state kiln runs at here (`kiln --version`'s cpu line; the
+    environment's KILN_ISA and KILN_AMX apply)."""
+    r = subprocess.run([kiln, "--version"], capture_output=True, text=True)
+    line = next((l for l in r.stdout.splitlines() if l.startswith("cpu: ")), "")
+    isa = line[5:].split(" ", 1)[0] if line else "unknown"
+    amx = "on" if line.endswith("amx on") else "off" if line.endswith("amx off") else "unknown"
+    env = " ".join(f"{k}={os.environ[k]}" for k in ("KILN_ISA", "KILN_AMX") if k in os.environ)
+    return {"isa": isa, "amx": amx, "cpu_line": line[5:], "env": env}
+
+
+def isa_label(raw):
+    i = raw.get("kiln_isa")
+    if not i:
+        return "kiln ISA not recorded"
+    return f"kiln ISA {i['isa']}, AMX {i['amx']}" + (f" ({i['env']})" if i["env"] else "")
+
+
 def git_commit():
     r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return r.stdout.strip() or "unknown"
@@ -196,11 +215,12 @@ def render(raw, out=sys.stdout):
     failed = 0
     ort_version = next((r["runtime"] for e in raw["peer"] if isinstance(e["ort"], list)
                         for r in e["ort"]), "ONNX Runtime")
-    p(f"# kiln vs ONNX Runtime\n\n{raw['machine']}; {raw['date']}; kiln {raw.get('kiln_commit', '?')}; "
+    p(f"# kiln vs ONNX Runtime ({isa_label(raw)})\n\n{raw['machine']}; {raw['date']}; kiln {raw.get('kiln_commit', '?')}; "
       f"{ort_version}; load average {raw.get('load_start', float('nan')):.2f} at the start, "
       f"{raw.get('load_end', float('nan')):.2f} at the end; {raw['rounds']} rounds A B A B per row. "
       "Latency, p90, load time and RSS: medians over the rounds; best: the ratio of the fastest "
-      "rounds' medians.\n")
+      "rounds' medians." + (f" kiln's CPU line: {raw['kiln_isa']['cpu_line']}." if raw.get("kiln_isa") else "")
+      + "\n")
     p("| model | threads | warmup+repeat | kiln ms | ORT ms | kiln/ORT | best kiln/ORT | kiln p90 | ORT p90 "
       "| kiln load ms | ORT load ms | kiln peak RSS MiB | ORT peak RSS MiB (net of Node) |")
     p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -232,7 +252,7 @@ def render(raw, out=sys.stdout):
     cold = [e for e in raw["peer"] if not isinstance(e["kiln"], str) and not isinstance(e["ort"], str)
             and all("first_run_ms" in r for r in e["kiln"] + e["ort"])]
     if cold:
-        p("\n# Cold start: load + first run (ms, medians over the rounds)\n")
+        p(f"\n# Cold start: load + first run (ms, medians over the rounds; {isa_label(raw)})\n")
         p("| model | threads | kiln load | kiln first run | ORT load | ORT first run | kiln/ORT (sum) |")
         p("|---|---:|---:|---:|---:|---:|---:|")
         for e in cold:
@@ -242,7 +262,7 @@ def render(raw, out=sys.stdout):
               f"| {med(o, 'load_ms'):.1f} | {med(o, 'first_run_ms'):.1f} | {ks / os_:.2f} |")
     if raw["fusion"]:
         t = raw["fusion"][0]["threads"]
-        p(f"\n# kiln fusion: --level 0 vs --level 2 ({t} thread{'s' if t > 1 else ''})\n")
+        p(f"\n# kiln fusion: --level 0 vs --level 2 ({t} thread{'s' if t > 1 else ''}; {isa_label(raw)})\n")
         p("| model | nodes level 0 -> 2 | warmup+repeat | level 0 ms | level 2 ms | speedup 0/2 "
           "| best speedup | level 0 peak RSS MiB | level 2 peak RSS MiB |")
         p("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -300,7 +320,7 @@ def main():
             ap.error("not in the manifest: " + ", ".join(missing))
         names = [n for n in names if n in want]
     raw = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-           "kiln_commit": git_commit(), "load_start": os.getloadavg()[0], "rounds": a.rounds,
+           "kiln_commit": git_commit(), "kiln_isa": kiln_isa(a.kiln), "load_start": os.getloadavg()[0], "rounds": a.rounds,
            "threads": threads, "command": sys.argv, "peer": [], "fusion": []}
     measure(a, manifest, names, threads, raw)
     raw["load_end"] = os.getloadavg()[0]

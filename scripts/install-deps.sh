@@ -2,15 +2,19 @@
 # Install what kiln needs on Debian 12 (run as root). Idempotent: packages already present are
 # not fetched again. Usage: scripts/install-deps.sh [--test]
 #   (default) build and run: compiler, cmake, protobuf-c, Debian's onnx.proto
-#   --test    also what the tests need: the ONNX conformance data, clang, and for the check
-#             against ONNX Runtime: python3 with onnx/numpy/torch (model export) and npm
+#   --test    also what the tests need: the ONNX conformance data, clang, chromium (headless,
+#             for the profile report), and for the check against ONNX Runtime: python3 with
+#             onnx/numpy/torch (model export) and npm
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config protobuf-c-compiler libprotobuf-c-dev libonnx-dev)
-PKGS+=(libmicrohttpd-dev libjansson-dev) # kiln serve (src/serve)
+PKGS+=(libmicrohttpd-dev libjansson-dev) # kiln serve (src/serve), kiln-anomaly (examples/anomaly)
 if [ "${1:-}" = "--test" ]; then
   PKGS+=(clang libonnx-testdata python3-onnx python3-numpy python3-torch python3-torchvision)
+  PKGS+=(chromium) # renders kiln profile's HTML report in tests/graph/test_profile_cli.py
   PKGS+=(prometheus) # promtool checks kiln serve's /metrics (tests/serve)
   PKGS+=(python3-dev python3-pip python3-setuptools) # the Python package (python/) and its pip test
+  PKGS+=(nginx wrk curl yamllint) # deploy/tests: replicas behind nginx under wrk load, manifests
+  PKGS+=(qemu-user) # scripts/check-isa.sh: the tests on emulated CPUs without AVX-512 / AVX2
 fi
 missing=()
 for p in "${PKGS[@]}"; do

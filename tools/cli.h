@@ -61,6 +61,16 @@ int cmd_validate(int argc, char **argv);
 int cmd_optimize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+
+/* One batch size's sorted latencies (ms) for kiln bench --plot. */
+typedef struct bench_series {
+  int64_t batch;
+  const double *sorted;
+  size_t n;
+} bench_series;
+/* Write the latency distributions of n batch sizes as one SVG; returns a CLI exit code. */
+int bench_plot_svg(FILE *f, const char *model, const bench_series *s, int n);
 
 #endif

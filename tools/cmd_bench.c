@@ -24,7 +24,7 @@ static void help(FILE *f) {
           "usage: kiln bench MODEL [--inputs DIR] [--input NAME=FILE.pb|.npy ...] [--dim NAME=VALUE ...]\n"
           "                  [--batch B1,B2,...] [--warmup N] [--repeat N] [--threads N] [--level N]\n"
           "                  [--seed N] [--inter-op] [--strict-fp32] [--lazy-weights] [--json FILE]\n"
-          "                  [--quiet]\n"
+          "                  [--quiet] [--profile] [--plot FILE.svg]\n"
           "Times MODEL: load time, then WARMUP untimed and REPEAT timed runs on the same inputs.\n"
           "Reports median/p90/p99/min/mean latency, throughput (batch * 1000 / median ms, inferences\n"
           "per second), the first run's latency and the process's peak RSS.\n"
@@ -42,6 +42,8 @@ static void help(FILE *f) {
           "  --json FILE       also write the results as JSON ('-' for stdout): one object, or a\n"
           "                    list of one object per batch size when --batch is given\n"
           "  --quiet           no report on stdout and no progress bar\n"
+          "  --plot FILE.svg   draw each batch size's latency distribution (quantile plot, p50/p99)\n"
+          "  --profile         time every node while benchmarking (what kiln profile costs a run)\n"
           "Inputs not given are random. Latencies are wall-clock (CLOCK_MONOTONIC) per run;\n"
           "percentiles interpolate linearly between order statistics. peak_rss_bytes is the\n"
           "process's high-water mark (getrusage ru_maxrss) so far, so it never falls across batch\n"
@@ -57,10 +59,11 @@ typedef struct bench_result {
   size_t arena, intermediates; /* memory plan of this batch size's shapes */
   char inputs[1024]; /* JSON array of the fed inputs' names, dtypes and shapes */
   char shapes[256];  /* the same, short, for the text report */
+  double *sorted;    /* the timed latencies, sorted (for --plot), or NULL */
 } bench_result;
 
 typedef struct bench_args {
-  const char *model, *inputs_dir, *json;
+  const char *model, *inputs_dir, *json, *plot;
   char *input_args[MAX_INPUT_ARGS];
   size_t n_input_args;
   cli_dims dims;
@@ -321,6 +324,10 @@ static int bench_one(kiln_session *s, const bench_args *a, int64_t batch, progre
   progress_draw(prog, r->batch, total, a->warmup, total, 1);
   progress_clear(prog);
   compute_stats(times, (size_t)a->repeat, r);
+  if (a->plot) { /* keep the sorted latencies */
+    r->sorted = times;
+    times = NULL;
+  }
   r->peak_rss = peak_rss_bytes();
   kiln_session_memory(s, &r->arena, &r->intermediates);
   rc = CLI_OK;
@@ -426,7 +433,7 @@ static void print_report(FILE *f, const bench_args *a, double load_ms, long long
 
 static int takes_value(const char *o) {
   static const char *const opts[] = {"--inputs", "--input", "--dim", "--batch", "--warmup", "--repeat",
-                                     "--threads", "--level", "--seed", "--json"};
+                                     "--threads", "--level", "--seed", "--json", "--plot"};
   for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
     if (!strcmp(o, opts[i])) return 1;
   return 0;
@@ -446,6 +453,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
       return CLI_OK;
     } else if (!strcmp(o, "--quiet") || !strcmp(o, "-q")) {
       a->quiet = 1;
+    } else if (!strcmp(o, "--profile")) {
+      a->opts.profile = 1;
     } else if (cli_session_flag(o, &a->opts)) {
     } else if (o[0] != '-' && !a->model) {
       a->model = o;
@@ -483,6 +492,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
       i++;
     } else if (!strcmp(o, "--json")) {
       a->json = argv[++i];
+    } else if (!strcmp(o, "--plot")) {
+      a->plot = argv[++i];
     }
   }
   if (!a->model) {
@@ -490,6 +501,19 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     return CLI_USAGE;
   }
   return -1;
+}
+
+static int write_plot(const bench_args *a, const bench_result *res, int n) {
+  bench_series series[MAX_BATCHES];
+  for (int i = 0; i < n; i++) series[i] = (bench_series){res[i].batch, res[i].sorted, res[i].sorted ? (size_t)a->repeat : 0};
+  FILE *f = fopen(a->plot, "w");
+  if (!f) {
+    fprintf(stderr, "kiln bench: cannot write '%s': %s\n", a->plot, strerror(errno));
+    return CLI_ERR;
+  }
+  int rc = bench_plot_svg(f, a->model, series, n);
+  if (fclose(f) && rc == CLI_OK) rc = CLI_ERR;
+  return rc;
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -547,6 +571,8 @@ int cmd_bench(int argc, char **argv) {
     fclose(json); /* no results: leave no empty file behind */
     remove(a.json);
   }
+  if (rc == CLI_OK && a.plot) rc = write_plot(&a, res, n);
+  for (int i = 0; i < n && res; i++) free(res[i].sorted);
   free(res);
   kiln_session_free(s);
   return rc;

@@ -1,7 +1,7 @@
-/* The register-only FMA loops that measure a core's float32 FMA peak, shared by `kiln profile`
- * and bench/gemm/gemm_bench (header-only: each includes it once). fma512(iters) and
- * fma256(iters) each run iters x 12 vector FMAs and return a value that depends on all of
- * them. x86-64 only. */
+/* The register-only FMA loops that measure a core's float32 FMA peak, shared by `kiln calibrate`
+ * and bench/gemm/gemm_bench (header-only: each includes it once). fma512(iters),
+ * fma256(iters) and fma128(iters) each run iters x 12 vector FMAs (16, 8 and 4 lanes) and
+ * return a value that depends on all of them. x86-64 only. */
 #ifndef KILN_TOOLS_FMA_LOOP_H
 #define KILN_TOOLS_FMA_LOOP_H
 
@@ -25,7 +25,7 @@
 #define V_REG(x) "+v"(x)
 #define X_REG(x) "+x"(x)
 
-__attribute__((target("avx512f"), noinline)) static float fma512(long iters) {
+__attribute__((target("avx512f"), noinline, unused)) static float fma512(long iters) {
   FMA_LOOP(__m512, _mm512_fmadd_ps, _mm512_set1_ps, _mm512_setzero_ps, V_REG)
   __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
                            _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7)));
@@ -33,7 +33,7 @@ __attribute__((target("avx512f"), noinline)) static float fma512(long iters) {
   return _mm512_reduce_add_ps(s);
 }
 
-__attribute__((target("avx2,fma"), noinline)) static float fma256(long iters) {
+__attribute__((target("avx2,fma"), noinline, unused)) static float fma256(long iters) {
   FMA_LOOP(__m256, _mm256_fmadd_ps, _mm256_set1_ps, _mm256_setzero_ps, X_REG)
   __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)),
                            _mm256_add_ps(_mm256_add_ps(c4, c5), _mm256_add_ps(c6, c7)));
@@ -41,6 +41,16 @@ __attribute__((target("avx2,fma"), noinline)) static float fma256(long iters) {
   float r[8];
   _mm256_storeu_ps(r, s);
   return r[0] + r[1] + r[2] + r[3] + r[4] + r[5] + r[6] + r[7];
+}
+
+__attribute__((target("fma"), noinline, unused)) static float fma128(long iters) {
+  FMA_LOOP(__m128, _mm_fmadd_ps, _mm_set1_ps, _mm_setzero_ps, X_REG)
+  __m128 s = _mm_add_ps(_mm_add_ps(_mm_add_ps(c0, c1), _mm_add_ps(c2, c3)),
+                        _mm_add_ps(_mm_add_ps(c4, c5), _mm_add_ps(c6, c7)));
+  s = _mm_add_ps(s, _mm_add_ps(_mm_add_ps(c8, c9), _mm_add_ps(c10, c11)));
+  float r[4];
+  _mm_storeu_ps(r, s);
+  return r[0] + r[1] + r[2] + r[3];
 }
 
 /* The instruction mix of a 6x64 GEMM micro-kernel step (4 vector loads of B, 6 broadcasts of

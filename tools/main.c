@@ -14,6 +14,7 @@ static const struct {
     {"run", cmd_run, "run a model on given or random inputs and print or save its outputs"},
     {"bench", cmd_bench, "time a model: latency percentiles, throughput, memory"},
     {"profile", cmd_profile, "time every node: op-type shares, slowest nodes, bottleneck advice"},
+    {"calibrate", cmd_calibrate, "measure this machine's FMA peak, cache/DRAM bandwidth and pool latency"},
     {"optimize", cmd_optimize, "write the optimised graph and show what each pass changed"},
     {"validate", cmd_validate, "check the optimised graph against the original on the same inputs"},
     {"serve", cmd_serve, "serve models over HTTP (KServe v2 protocol): batching, versions, metrics"},

@@ -39,11 +39,12 @@ PY
 hlen=$(cat "$tmp/hlen")
 run_one() { # $1 label, $2.. server flags
   local label=$1; shift
+  rm -f "$tmp/err"  # the new server writes its own port there: never read the last one's
   "$kiln" serve "$model" --http-port 0 --log-format off --drain-s 0 "$@" 2>"$tmp/err" &
   local pid=$!
   local port=""
   for _ in $(seq 200); do
-    port=$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$tmp/err" | sed 's/.*://' || true)
+    port=$(grep -so 'listening on http://[0-9.]*:[0-9]*' "$tmp/err" | sed 's/.*://' || true)
     [ -n "$port" ] && break; sleep 0.05
   done
   KILN_BODY=$tmp/body.json KILN_PATH=/v2/models/$name/infer KILN_HEADER_LEN=$hlen \

@@ -315,13 +315,31 @@ typedef struct kiln_node_profile {
   double flops;         /* per run */
   double bytes;         /* per run */
   const char *shape;    /* "float[1,64,56,56]": the first output's type */
+  double last_start_ms; /* the latest run: when the node started (CLOCK_MONOTONIC, ms) */
+  double last_ms;       /* the latest run: its wall time */
+  int threads;          /* threads with kiln_session_profile_thread entries (0: none, e.g. when
+                           inter_op lets nodes overlap or the session runs on one thread) */
 } kiln_node_profile;
 /* Entry i; returns KILN_ERR_INVALID_ARG past the end or when profiling is off. */
 kiln_code kiln_session_profile(const kiln_session *s, size_t i, kiln_node_profile *out);
+/* Thread t's share of profiled node i (t = 0: the thread calling kiln_session_run, busy for the
+ * node's whole wall time; 1 .. threads-1: the pool's workers, busy in the node's parallel
+ * tasks). Per-thread figures assume one run of the session at a time. */
+typedef struct kiln_thread_profile {
+  double busy_ms;        /* summed over runs */
+  double last_start_ms;  /* the latest run: start of its first task (CLOCK_MONOTONIC, ms; 0: idle) */
+  double last_busy_ms;   /* the latest run: its busy time */
+} kiln_thread_profile;
+kiln_code kiln_session_profile_thread(const kiln_session *s, size_t i, int t, kiln_thread_profile *out);
 /* Number of profiled nodes (0 when profiling is off). */
 size_t kiln_session_profile_count(const kiln_session *s);
 /* Forget the times so far (e.g. after warm-up runs). Not safe concurrently with runs. */
 void kiln_session_profile_reset(kiln_session *s);
+
+/* The thread pool's dispatch latency: the time (10th percentile), in ns, of one parallel loop of
+ * empty tasks (one per thread) on the pool of `threads` threads that sessions of that thread
+ * count share (threads <= 0: the default count). 0 for one thread (loops run inline). */
+kiln_code kiln_pool_dispatch_ns(int threads, double *ns, kiln_error *err);
 
 /* Op histogram entry i (sorted by count, descending); returns KILN_ERR_INVALID_ARG past the end. */
 kiln_code kiln_session_op_count(const kiln_session *s, size_t i, const char **op_type,
@@ -378,7 +396,6 @@ kiln_code kiln_session_run_with(kiln_session *s, const kiln_run_options *ro, siz
                                 const char *const *input_names, const kiln_tensor *const *inputs,
                                 size_t n_outputs, const char *const *output_names,
                                 kiln_tensor **outputs, kiln_error *err);
-
 /* The instruction-set level kiln's kernels run at in this process: "scalar", "avx2" or
  * "avx512" (the CPU's best, lowered by KILN_ISA=scalar|avx2|avx512). */
 const char *kiln_cpu_isa_level(void);

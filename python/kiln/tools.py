@@ -43,6 +43,7 @@ def bench(model, feeds=None, warmup=10, repeat=100, threads=0, level=2, dims=Non
     t0 = time.perf_counter_ns()
     isess = InferenceSession(model, so)
     load_ms = (time.perf_counter_ns() - t0) / 1e6
+    load_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     sess = isess._sess
     if feeds is None:
         feeds = _random_feeds(sess, dims)
@@ -62,14 +63,18 @@ def bench(model, feeds=None, warmup=10, repeat=100, threads=0, level=2, dims=Non
     info = sess.info()
     batch = next((v.shape[0] for v in feeds.values() if getattr(v, "ndim", 0)), 1)
     med = float(np.median(times))
-    return {"model": str(model), "batch": int(batch), "threads": info["threads"], "level": level,
+    return {"model": str(model), "kiln_version": _kiln.version, "batch": int(batch), "threads": threads,
+            "threads_used": info["threads"], "level": level,
             "warmup": warmup, "repeat": repeat, "load_ms": load_ms, "median_ms": med,
             "p90_ms": float(np.percentile(times, 90)), "p99_ms": float(np.percentile(times, 99)),
             "min_ms": float(times.min()), "max_ms": float(times.max()), "mean_ms": float(times.mean()),
             "stddev_ms": float(times.std()), "throughput": batch * 1000.0 / med if med else 0.0,
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "arena_bytes": info["arena_bytes"], "intermediate_bytes": info["intermediate_bytes"],
-            "first_run_ms": first_ms, "prepacked_nodes": info["prepacked_nodes"], "nodes": info["nodes"]}
+            "first_run_ms": first_ms, "prepacked_nodes": info["prepacked_nodes"], "nodes": info["nodes"],
+            "rewrites": info["rewrites"], "load_peak_rss_bytes": load_rss,
+            "inputs": [{"name": n, "dtype": _kiln.dtype_name(dt), "shape": list(np.shape(feeds[n]))}
+                       for n, _, dt, _, _ in sess.inputs() if n in feeds]}
 
 
 def profile(model, feeds=None, runs=10, threads=0, level=2, dims=None):

@@ -712,7 +712,10 @@ static PyObject *session_info(SessionObject *self, PyObject *unused) {
   kiln_session_prepacked(self->s, &packed);
   kiln_model_stats st;
   kiln_session_stats(self->s, &st);
-  return Py_BuildValue("{sisnsnsnsKsnsn}", "threads", kiln_session_threads(self->s), "arena_bytes", (Py_ssize_t)arena,
+  size_t rewrites = 0, n;
+  const char *pass;
+  for (size_t i = 0; kiln_session_pass_stat(self->s, i, &pass, &n) == KILN_OK; i++) rewrites += n;
+  return Py_BuildValue("{sisnsnsnsKsnsnsn}", "rewrites", (Py_ssize_t)rewrites, "threads", kiln_session_threads(self->s), "arena_bytes", (Py_ssize_t)arena,
                        "intermediate_bytes", (Py_ssize_t)inter, "nodes", (Py_ssize_t)st.n_nodes, "param_bytes",
                        (unsigned long long)st.param_bytes, "prepacked_nodes", (Py_ssize_t)packed, "fallbacks",
                        (Py_ssize_t)kiln_session_fallback_count(self->s));

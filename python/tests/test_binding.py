@@ -202,6 +202,13 @@ def test_errors_and_options():
     raises(lambda: s.run(None, {"image": x}, ro), kiln.Fail, "terminate flag", "terminated run")
     ro.terminate = False
     check(s.run(None, {"image": x}, ro)[0].shape == (1, 10), "run after terminate cleared")
+    # log_severity_level: 1 (info) shows kiln's load diagnostics on stderr, 2 (default) does not
+    code = ("import kiln, sys; so = kiln.SessionOptions(); so.log_severity_level = int(sys.argv[1]); "
+            "kiln.InferenceSession(%r, so)" % kt.TINY_CNN)
+    for level, shown in ((1, True), (2, False)):
+        r = subprocess.run([sys.executable, "-c", code, str(level)], capture_output=True, text=True)
+        check(r.returncode == 0 and ("kiln: model compiled" in r.stderr) == shown,
+              "log_severity_level %d: %r" % (level, r.stderr[-300:]))
     # providers
     import warnings
     with warnings.catch_warnings(record=True) as w:

@@ -33,9 +33,11 @@ js = subprocess.run([kt.KILN_BIN, "bench", kt.TINY_CNN, "--warmup", "2", "--repe
 c = json.loads(js)
 missing = [k for k in ("model", "batch", "threads", "level", "warmup", "repeat", "load_ms", "median_ms", "p90_ms",
                        "p99_ms", "min_ms", "max_ms", "mean_ms", "stddev_ms", "throughput", "peak_rss_bytes",
-                       "arena_bytes", "intermediate_bytes", "first_run_ms", "prepacked_nodes", "nodes") if k not in r]
+                       "arena_bytes", "intermediate_bytes", "first_run_ms", "prepacked_nodes", "nodes", "rewrites",
+                       "load_peak_rss_bytes", "inputs") if k not in r]
 check(not missing, "bench lacks %s" % missing)
-check(all(k in c for k in r), "bench fields are kiln bench --json's: %s" % [k for k in r if k not in c])
+check(sorted(r) == sorted(c), "bench fields are kiln bench --json's: %s" % sorted(set(r) ^ set(c)))
+check(r["inputs"] == c["inputs"] and r["rewrites"] == c["rewrites"], "bench inputs/rewrites %r" % r)
 check(r["repeat"] == 20 and r["threads"] == 1 and r["nodes"] == c["nodes"] and 0 < r["min_ms"] <= r["median_ms"],
       "bench values %r" % r)
 p = kiln.profile(kt.TINY_CNN, runs=3, threads=1)

@@ -28,6 +28,12 @@
 
 #define CACHE_LINE 64
 
+/* One thread's busy-time counters (kiln_threadpool_timing), a cache line each. */
+typedef struct thread_slot {
+  alignas(CACHE_LINE) _Atomic unsigned long long busy_ns;
+  _Atomic unsigned long long first_ns; /* start of its first task since the last reset, 0: none */
+} thread_slot;
+
 struct kiln_threadpool {
   int n;                /* threads in all, caller included */
   int n_workers;        /* started workers: n - 1 */
@@ -37,6 +43,8 @@ struct kiln_threadpool {
   pthread_cond_t cv_work;
   pthread_cond_t cv_done;
   atomic_uint spin_ns;
+  atomic_int timing;    /* > 0: threads add their task time to slots[] */
+  thread_slot *slots;   /* n entries */
 
   /* The current job: written by the dispatcher before it bumps `generation`, and only while
    * no worker is looking at the previous one (pending == 0). */
@@ -68,11 +76,20 @@ static void run_job(kiln_threadpool *p, int tid) {
   kiln_task_fn fn = p->fn;
   void *ctx = p->ctx;
   size_t n = p->n_tasks, chunk = p->chunk;
+  int timing = atomic_load_explicit(&p->timing, memory_order_relaxed) > 0;
   for (;;) {
     size_t b = atomic_fetch_add_explicit(&p->next, chunk, memory_order_relaxed);
     if (b >= n) break;
     size_t e = n - b < chunk ? n : b + chunk;
+    unsigned long long t0 = timing ? now_ns() : 0;
     fn(ctx, b, e, tid);
+    if (timing) {
+      thread_slot *sl = &p->slots[tid];
+      atomic_fetch_add_explicit(&sl->busy_ns, now_ns() - t0, memory_order_relaxed);
+      unsigned long long none = 0;
+      atomic_compare_exchange_strong_explicit(&sl->first_ns, &none, t0, memory_order_relaxed,
+                                              memory_order_relaxed);
+    }
     /* the caller reads the results after seeing done == n */
     if (atomic_fetch_add(&p->done, e - b) + (e - b) == n && /* seq_cst: see wait_for */
         atomic_load(&p->caller_sleeping)) {
@@ -186,10 +203,18 @@ kiln_threadpool *kiln_threadpool_create(int n_threads) {
   if (!p) return NULL;
   memset(p, 0, sizeof *p);
   p->threads = calloc((size_t)n_threads, sizeof *p->threads);
-  if (!p->threads) {
+  p->slots = aligned_alloc(CACHE_LINE, (size_t)n_threads * sizeof *p->slots);
+  if (!p->threads || !p->slots) {
+    free(p->threads);
+    free(p->slots);
     free(p);
     return NULL;
   }
+  for (int i = 0; i < n_threads; i++) {
+    atomic_init(&p->slots[i].busy_ns, 0);
+    atomic_init(&p->slots[i].first_ns, 0);
+  }
+  atomic_init(&p->timing, 0);
   pthread_mutex_init(&p->busy, NULL);
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv_work, NULL);
@@ -233,7 +258,22 @@ void kiln_threadpool_free(kiln_threadpool *p) {
   pthread_mutex_destroy(&p->mu);
   pthread_mutex_destroy(&p->busy);
   free(p->threads);
+  free(p->slots);
   free(p);
+}
+
+void kiln_threadpool_timing(kiln_threadpool *p, int on) {
+  if (p) atomic_fetch_add(&p->timing, on ? 1 : -1);
+}
+
+void kiln_threadpool_thread_times(kiln_threadpool *p, unsigned long long *busy_ns,
+                                  unsigned long long *first_ns) {
+  if (!p) return;
+  for (int t = 0; t < p->n; t++) {
+    if (busy_ns) busy_ns[t] = atomic_load_explicit(&p->slots[t].busy_ns, memory_order_relaxed);
+    if (first_ns)
+      first_ns[t] = atomic_exchange_explicit(&p->slots[t].first_ns, 0, memory_order_relaxed);
+  }
 }
 
 int kiln_threadpool_size(const kiln_threadpool *p) { return p ? p->n : 1; }
@@ -244,15 +284,29 @@ void kiln_threadpool_set_spin_us(kiln_threadpool *p, unsigned us) {
   atomic_store(&p->spin_ns, us * 1000u);
 }
 
+/* A loop run on the calling thread alone, counted as thread 0's (or, nested in a task, the
+ * enclosing task's) busy time: a nested loop's time is already inside its task's. */
+static void run_inline(kiln_threadpool *p, kiln_task_fn fn, void *ctx, size_t n_tasks) {
+  bool timing = p && tl_depth == 0 && atomic_load_explicit(&p->timing, memory_order_relaxed) > 0;
+  unsigned long long t0 = timing ? now_ns() : 0;
+  tl_depth++;
+  fn(ctx, 0, n_tasks, 0);
+  tl_depth--;
+  if (timing) {
+    atomic_fetch_add_explicit(&p->slots[0].busy_ns, now_ns() - t0, memory_order_relaxed);
+    unsigned long long none = 0;
+    atomic_compare_exchange_strong_explicit(&p->slots[0].first_ns, &none, t0, memory_order_relaxed,
+                                            memory_order_relaxed);
+  }
+}
+
 void kiln_parallel_for(kiln_threadpool *p, size_t n_tasks, kiln_task_fn fn, void *ctx,
                        size_t chunk) {
   if (n_tasks == 0) return;
   size_t n_thr = p ? (size_t)p->n : 1;
   if (chunk == 0) chunk = (n_tasks + n_thr - 1) / n_thr;
   if (n_thr <= 1 || tl_depth > 0 || chunk >= n_tasks || pthread_mutex_trylock(&p->busy) != 0) {
-    tl_depth++;
-    fn(ctx, 0, n_tasks, 0);
-    tl_depth--;
+    run_inline(p, fn, ctx, n_tasks);
     return;
   }
   /* Every worker must have let go of the previous job before its fields are rewritten. A
@@ -261,9 +315,7 @@ void kiln_parallel_for(kiln_threadpool *p, size_t n_tasks, kiln_task_fn fn, void
    * alone, as on a busy pool (tasks give the same results however they are spread). */
   if (!pending_clear(p)) {
     pthread_mutex_unlock(&p->busy);
-    tl_depth++;
-    fn(ctx, 0, n_tasks, 0);
-    tl_depth--;
+    run_inline(p, fn, ctx, n_tasks);
     return;
   }
   p->fn = fn;

@@ -44,6 +44,16 @@ void kiln_threadpool_set_spin_us(kiln_threadpool *pool, unsigned us);
 void kiln_parallel_for(kiln_threadpool *pool, size_t n_tasks, kiln_task_fn fn, void *ctx,
                        size_t chunk);
 
+/* Busy-time accounting for the profiler: while the count of timing(on=1) calls exceeds that
+ * of timing(on=0), every thread adds the time it spends in tasks to its own counter (two clock
+ * reads per piece of work; nothing when off). */
+void kiln_threadpool_timing(kiln_threadpool *pool, int on);
+/* Per thread t of [0, kiln_threadpool_size): busy_ns[t], its task time so far, and first_ns[t],
+ * the CLOCK_MONOTONIC start of its first task since the previous call (0: none), which this
+ * call resets. Either array may be NULL. */
+void kiln_threadpool_thread_times(kiln_threadpool *pool, unsigned long long *busy_ns,
+                                  unsigned long long *first_ns);
+
 /* 1 while the calling thread is running a kiln_parallel_for task (where a nested call would
  * run serially). */
 int kiln_in_parallel_region(void);

@@ -45,16 +45,6 @@ int kiln_isa_parse(const char *name, kiln_isa *out);
 /* One line for logs, e.g. "avx512 (max avx512; avx2 fma avx512f/bw/vl/dq vnni bf16)". */
 void kiln_cpu_describe(char *buf, size_t cap);
 
-/* For hot loops left to the compiler's vectoriser: compile the function for AVX-512, AVX2 and
- * baseline x86-64 and let the loader pick by CPU (target_clones). The project builds for
- * baseline x86-64, so without this such loops use 128-bit SSE only. The clones run the same
- * operations in the same order per element, so results do not depend on which is picked. */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KILN_NO_TARGET_CLONES)
-#define KILN_VECTORIZE __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define KILN_VECTORIZE
-#endif
-
 /* The dispatch rule: a kernel's ISA variants live in files of their own under src/kernels/,
  * compiled with that ISA's flags (src/kernels/isa_flags.cmake), and are entered only from
  * plain-C code that chose them from kiln_cpu_isa() (the older kernels use target attributes on

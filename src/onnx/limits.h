@@ -35,4 +35,9 @@ int64_t kiln_limits_memory(const kiln_limits *lim);
 kiln_code kiln_wire_check(const uint8_t *bytes, size_t len, const kiln_limits *lim,
                           kiln_error *err);
 
+/* The same for a serialised value (SequenceProto / OptionalProto / MapProto / TensorProto):
+ * nesting of sequences, optionals and maps within the default max_subgraph_depth. Bytes it
+ * cannot follow are left to the decoder. */
+kiln_code kiln_wire_check_value(const uint8_t *bytes, size_t len, kiln_error *err);
+
 #endif

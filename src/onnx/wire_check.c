@@ -17,7 +17,8 @@
 
 typedef enum {
   M_SKIP, M_MODEL, M_GRAPH, M_NODE, M_ATTR, M_VALUEINFO, M_TYPE, M_TTENSOR, M_SHAPE, M_DIM,
-  M_TSEQ, M_TMAP, M_TOPT, M_TENSOR, M_SPARSE, M_FUNCTION, M_TRAINING, M_STRING
+  M_TSEQ, M_TMAP, M_TOPT, M_TENSOR, M_SPARSE, M_FUNCTION, M_TRAINING, M_STRING,
+  M_VALUE, M_VMAP /* SequenceProto / OptionalProto (same numbers), MapProto: onnx-data.proto */
 } msg_kind;
 
 /* The kind of field `field` (length-delimited) inside a message of kind `m`. */
@@ -46,6 +47,8 @@ static msg_kind child_kind(msg_kind m, uint32_t field) {
     case M_TMAP: return field == 2 ? M_TYPE : M_SKIP;
     case M_TENSOR: return field == 6 || field == 8 ? M_STRING : M_SKIP;
     case M_SPARSE: return field == 1 || field == 2 ? M_TENSOR : M_SKIP;
+    case M_VALUE: return field == 5 || field == 7 ? M_VALUE : field == 6 ? M_VMAP : M_SKIP;
+    case M_VMAP: return field == 5 ? M_VALUE : M_SKIP;
     default: return M_SKIP;
   }
 }
@@ -63,12 +66,17 @@ typedef struct scan {
   frame *st;
   size_t depth, cap;
   int64_t graphs, types, nodes; /* graphs and types open on the stack; nodes seen */
+  int64_t values;               /* M_VALUE open on the stack */
+  bool lenient;                 /* malformed bytes end the scan quietly (the decoder decides) */
+  bool stop;
   kiln_error *err;
 } scan;
 
+/* A varint that ends within the current message. */
 static bool varint(scan *s, uint64_t *v) {
   *v = 0;
-  for (int shift = 0; shift < 64 && s->pos < s->len; shift += 7) {
+  size_t end = s->st[s->depth - 1].end;
+  for (int shift = 0; shift < 64 && s->pos < end; shift += 7) {
     uint8_t b = s->p[s->pos++];
     *v |= (uint64_t)(b & 0x7f) << shift;
     if (!(b & 0x80)) return true;
@@ -77,6 +85,10 @@ static bool varint(scan *s, uint64_t *v) {
 }
 
 static kiln_code corrupt(scan *s) {
+  if (s->lenient) {
+    s->stop = true;
+    return KILN_OK;
+  }
   return kiln_fail(s->err, KILN_ERR_MODEL,
                    "not an ONNX model: protobuf decoding failed (truncated or corrupt file?)");
 }
@@ -93,6 +105,9 @@ static kiln_code push(scan *s, msg_kind k, size_t end) {
     return over(s, "subgraph nesting depth", s->graphs - 1, "max_subgraph_depth", s->lim->max_subgraph_depth);
   if (k == M_TYPE && ++s->types > s->lim->max_subgraph_depth)
     return over(s, "type nesting depth", s->types, "max_subgraph_depth", s->lim->max_subgraph_depth);
+  if (k == M_VALUE && ++s->values > s->lim->max_subgraph_depth + 1)
+    return kiln_fail(s->err, KILN_ERR_MODEL, "sequences, maps and optionals nested deeper than %lld "
+                     "levels (the limit max_subgraph_depth's default)", (long long)s->lim->max_subgraph_depth);
   if (k == M_NODE && ++s->nodes > s->lim->max_nodes)
     return over(s, "node count", s->nodes, "max_nodes", s->lim->max_nodes);
   if (s->depth == s->cap) {
@@ -110,6 +125,7 @@ static void pop(scan *s) {
   msg_kind k = s->st[--s->depth].kind;
   if (k == M_GRAPH) s->graphs--;
   if (k == M_TYPE) s->types--;
+  if (k == M_VALUE) s->values--;
 }
 
 /* Values of an attribute: s (4), floats (7), ints (8), strings (9), in bytes on the wire; a
@@ -157,21 +173,30 @@ static kiln_code field(scan *s) {
   return push(s, k, end);
 }
 
-kiln_code kiln_wire_check(const uint8_t *bytes, size_t len, const kiln_limits *lim,
+static kiln_code run_scan(const uint8_t *bytes, size_t len, const kiln_limits *lim, msg_kind root,
                           kiln_error *err) {
   kiln_limits dflt;
   if (!lim) {
     kiln_limits_from_options(NULL, &dflt);
     lim = &dflt;
   }
-  scan s = {.p = bytes, .len = len, .lim = lim, .err = err};
-  kiln_code rc = push(&s, M_MODEL, len);
-  while (!rc && s.depth > 0) {
+  scan s = {.p = bytes, .len = len, .lim = lim, .err = err, .lenient = root == M_VALUE};
+  kiln_code rc = push(&s, root, len);
+  while (!rc && !s.stop && s.depth > 0) {
     if (s.pos == s.st[s.depth - 1].end) pop(&s);
     else rc = field(&s);
   }
   free(s.st);
   return rc;
+}
+
+kiln_code kiln_wire_check(const uint8_t *bytes, size_t len, const kiln_limits *lim,
+                          kiln_error *err) {
+  return run_scan(bytes, len, lim, M_MODEL, err);
+}
+
+kiln_code kiln_wire_check_value(const uint8_t *bytes, size_t len, kiln_error *err) {
+  return run_scan(bytes, len, NULL, M_VALUE, err);
 }
 
 void kiln_limits_from_options(const kiln_options *opts, kiln_limits *lim) {

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/cost.h"
 #include "ops/op.h"
 
 typedef enum binop {
@@ -601,14 +602,16 @@ static kiln_code infer_where(kiln_ictx *c) {
 
 #define OP2(op, ver, fn, inf)                                                                   \
   {.domain = "", .name = op, .since = ver, .inputs = {2, 2}, .outputs = {1, 1}, .infer = inf,   \
-   .run = fn##_run, .flow = KILN_FLOW_BROADCAST}
+   .run = fn##_run, .flow = KILN_FLOW_BROADCAST, .cost = kiln_cost_elementwise}
 /* binary_run's row loops read a[i * s], b[i * s] before writing y[i]: safe in place */
 #define OP2_IN_PLACE(op, ver, fn, flw)                                                          \
   {.domain = "", .name = op, .since = ver, .inputs = {2, 2}, .outputs = {1, 1},               \
-   .infer = infer_arith, .run = fn##_run, .flags = KILN_OPF_IN_PLACE, .flow = flw}
+   .infer = infer_arith, .run = fn##_run, .flags = KILN_OPF_IN_PLACE, .flow = flw,           \
+   .cost = kiln_cost_elementwise}
 #define OPN(op, ver, fn)                                                                        \
   {.domain = "", .name = op, .since = ver, .inputs = {1, KILN_VARIADIC}, .outputs = {1, 1},   \
-   .infer = infer_arith_new, .run = fn##_run, .flow = KILN_FLOW_BROADCAST}
+   .infer = infer_arith_new, .run = fn##_run, .flow = KILN_FLOW_BROADCAST,    \
+   .cost = kiln_cost_elementwise}
 
 const kiln_op_schema kiln_ops_binary[] = {
     OP2_IN_PLACE("Add", 1, add, KILN_FLOW_ADD),

@@ -77,3 +77,62 @@ void kiln_cost_gemm(const kiln_kctx *c, double *flops, double *bytes) {
   if (!y || !a || a->rank != 2 || y->rank != 2 || y->dims[0] <= 0) return;
   *flops = 2.0 * numel(y) * (numel(a) / (double)y->dims[0]);
 }
+
+/* ---- the other families: a few flops per element, so that their roofs are memory roofs ---- */
+
+static void per_elem(const kiln_kctx *c, double *flops, double k) {
+  const kiln_tensor *y = out0(c);
+  if (y) *flops = k * numel(y);
+}
+
+void kiln_cost_elementwise(const kiln_kctx *c, double *flops, double *bytes) {
+  (void)bytes;
+  per_elem(c, flops, 1);
+}
+
+void kiln_cost_fused_elementwise(const kiln_kctx *c, double *flops, double *bytes) {
+  (void)bytes;
+  size_t np = 0;
+  kiln_attr_ints(c->node, "program", &np);
+  per_elem(c, flops, np > 0 ? (double)(np + 3) / 4 : 1); /* about one op per 4 program words */
+}
+
+void kiln_cost_batchnorm(const kiln_kctx *c, double *flops, double *bytes) {
+  (void)bytes;
+  per_elem(c, flops, 2);
+}
+
+void kiln_cost_norm(const kiln_kctx *c, double *flops, double *bytes) {
+  (void)bytes;
+  per_elem(c, flops, 8);
+}
+
+void kiln_cost_softmax(const kiln_kctx *c, double *flops, double *bytes) {
+  (void)bytes;
+  per_elem(c, flops, 5);
+}
+
+void kiln_cost_reduce(const kiln_kctx *c, double *flops, double *bytes) {
+  (void)bytes;
+  *flops = numel(kiln_in(c, 0));
+}
+
+void kiln_cost_pool(const kiln_kctx *c, double *flops, double *bytes) {
+  (void)bytes;
+  size_t nk = 0;
+  const int64_t *k = kiln_attr_ints(c->node, "kernel_shape", &nk);
+  double taps = 1;
+  for (size_t i = 0; k && i < nk; i++) taps *= (double)k[i];
+  per_elem(c, flops, taps);
+}
+
+void kiln_cost_global_pool(const kiln_kctx *c, double *flops, double *bytes) {
+  (void)bytes;
+  *flops = numel(kiln_in(c, 0));
+}
+
+void kiln_cost_view(const kiln_kctx *c, double *flops, double *bytes) {
+  (void)flops;
+  const kiln_tensor *x = kiln_in(c, 0), *y = out0(c);
+  if (x && y && x->data == y->data) *bytes = 0; /* the output shares the input's memory */
+}

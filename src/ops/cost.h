@@ -15,5 +15,19 @@ void kiln_cost_matmul(const kiln_kctx *c, double *flops, double *bytes);
 void kiln_cost_gemm(const kiln_kctx *c, double *flops, double *bytes);
 /* ai.kiln Attention: Q K^T and the product with V. */
 void kiln_cost_attention(const kiln_kctx *c, double *flops, double *bytes);
+/* The other families count a few flops per output element (their roofs are memory roofs):
+ * elementwise 1 (transcendentals too), FusedElementwise about one per operation of its program,
+ * BatchNormalization 2, layer/instance/group norms 8, softmax 5, reductions and global pools
+ * one per input element, pools one per kernel tap. Views (Reshape and the like) move no bytes
+ * when their output shares the input's memory. */
+void kiln_cost_elementwise(const kiln_kctx *c, double *flops, double *bytes);
+void kiln_cost_fused_elementwise(const kiln_kctx *c, double *flops, double *bytes);
+void kiln_cost_batchnorm(const kiln_kctx *c, double *flops, double *bytes);
+void kiln_cost_norm(const kiln_kctx *c, double *flops, double *bytes);
+void kiln_cost_softmax(const kiln_kctx *c, double *flops, double *bytes);
+void kiln_cost_reduce(const kiln_kctx *c, double *flops, double *bytes);
+void kiln_cost_pool(const kiln_kctx *c, double *flops, double *bytes);
+void kiln_cost_global_pool(const kiln_kctx *c, double *flops, double *bytes);
+void kiln_cost_view(const kiln_kctx *c, double *flops, double *bytes);
 
 #endif

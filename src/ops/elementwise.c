@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/cost.h"
 #include "ops/op.h"
 
 /* Element classes an op accepts. */
@@ -357,7 +358,8 @@ static kiln_code prelu_run(kiln_kctx *c) {
 /* ys[i] = f(xs[i]): safe in place */
 #define U(op, ver, fn)                                                                          \
   {.domain = "", .name = op, .since = ver, .inputs = {1, 1}, .outputs = {1, 1},               \
-   .infer = kiln_infer_unary, .run = fn##_run, .flags = KILN_OPF_IN_PLACE, .flow = KILN_FLOW_SAME}
+   .infer = kiln_infer_unary, .run = fn##_run, .flags = KILN_OPF_IN_PLACE, .flow = KILN_FLOW_SAME,      \
+   .cost = kiln_cost_elementwise}
 
 const kiln_op_schema kiln_ops_elementwise[] = {
     U("Abs", 1, abs),

@@ -8,6 +8,7 @@
  * instead of a libm call per element. Results differ from the chain (which rounds every
  * intermediate to float and computes in double) by a few ulp. */
 #include "kernels/fused_ew.h"
+#include "ops/cost.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -195,6 +196,6 @@ static kiln_code fused_ew_infer(kiln_ictx *c) { return kiln_infer_broadcast(c, K
 const kiln_op_schema kiln_ops_fused_ew[] = {
     {.domain = KILN_FUSED_DOMAIN, .name = "FusedElementwise", .since = 1,
      .inputs = {1, KILN_VARIADIC}, .outputs = {1, 1},
-     .infer = fused_ew_infer, .run = fused_ew_run, .flow = KILN_FLOW_BROADCAST},
+     .infer = fused_ew_infer, .run = fused_ew_run, .flow = KILN_FLOW_BROADCAST, .cost = kiln_cost_fused_elementwise},
     {0},
 };

@@ -23,6 +23,8 @@
 
 #include "kernels/norm_math.h"
 #include "kernels/vec_f32.h"
+#include "kernels/cpu.h"
+#include "ops/cost.h"
 #include "ops/fused.h"
 #include "base/threadpool.h"
 
@@ -400,13 +402,13 @@ static kiln_code embedding_infer(kiln_ictx *c) {
 
 const kiln_op_schema kiln_ops_fused_norm[] = {
     {.domain = KILN_FUSED_DOMAIN, .name = "LayerNorm", .since = 1, .inputs = {1, 3}, .outputs = {1, 1},
-     .infer = infer_one, .run = layernorm_run},
+     .infer = infer_one, .run = layernorm_run, .cost = kiln_cost_norm},
     {.domain = KILN_FUSED_DOMAIN, .name = "SkipLayerNorm", .since = 1, .inputs = {2, 4}, .outputs = {1, 2},
-     .infer = infer_two, .run = skip_layernorm_run},
+     .infer = infer_two, .run = skip_layernorm_run, .cost = kiln_cost_norm},
     {.domain = KILN_FUSED_DOMAIN, .name = "Gelu", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = infer_one, .run = gelu_run},
+     .infer = infer_one, .run = gelu_run, .cost = kiln_cost_elementwise},
     {.domain = KILN_FUSED_DOMAIN, .name = "BiasGelu", .since = 1, .inputs = {2, 2}, .outputs = {1, 1},
-     .infer = infer_two, .run = bias_gelu_run},
+     .infer = infer_two, .run = bias_gelu_run, .cost = kiln_cost_elementwise},
     {.domain = KILN_FUSED_DOMAIN, .name = "FusedEmbedding", .since = 1, .inputs = {3, 7}, .outputs = {1, 2},
      .infer = embedding_infer, .run = embedding_run},
     {0},

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "ops/cost.h"
 #include "ops/op.h"
 
 static bool is_float_tensor(const kiln_tensor *t) {
@@ -389,13 +390,13 @@ static kiln_code mvn_run(kiln_kctx *c) {
 
 const kiln_op_schema kiln_ops_norm[] = {
     {.domain = "", .name = "BatchNormalization", .since = 1, .inputs = {5, 5}, .outputs = {1, 5},
-     .infer = batchnorm_infer, .run = batchnorm_run, .flow = KILN_FLOW_SAME},
+     .infer = batchnorm_infer, .run = batchnorm_run, .flow = KILN_FLOW_SAME, .cost = kiln_cost_batchnorm},
     {.domain = "", .name = "BatchNormalization", .since = 14, .inputs = {5, 5}, .outputs = {1, 3},
-     .infer = batchnorm_infer, .run = batchnorm_run, .flow = KILN_FLOW_SAME},
+     .infer = batchnorm_infer, .run = batchnorm_run, .flow = KILN_FLOW_SAME, .cost = kiln_cost_batchnorm},
     {.domain = "", .name = "InstanceNormalization", .since = 1, .inputs = {3, 3}, .outputs = {1, 1},
-     .infer = kiln_infer_unary, .run = instancenorm_run, .flow = KILN_FLOW_SAME},
+     .infer = kiln_infer_unary, .run = instancenorm_run, .flow = KILN_FLOW_SAME, .cost = kiln_cost_norm},
     {.domain = "", .name = "LayerNormalization", .since = 17, .inputs = {2, 3}, .outputs = {1, 3},
-     .infer = layernorm_infer, .run = layernorm_run, .flow = KILN_FLOW_SAME},
+     .infer = layernorm_infer, .run = layernorm_run, .flow = KILN_FLOW_SAME, .cost = kiln_cost_norm},
     {.domain = "", .name = "LRN", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
      .infer = kiln_infer_unary, .run = lrn_run, .flow = KILN_FLOW_SAME},
     {.domain = "", .name = "MeanVarianceNormalization", .since = 9, .inputs = {1, 1}, .outputs = {1, 1},

@@ -12,6 +12,8 @@
 
 #include "kernels/cpu.h"
 #include "kernels/pool_f32.h"
+#include "kernels/gemm_internal.h"
+#include "ops/cost.h"
 #include "ops/op.h"
 #include "base/threadpool.h"
 
@@ -722,17 +724,17 @@ static kiln_code maxunpool_infer(kiln_ictx *c) {
 
 const kiln_op_schema kiln_ops_pool[] = {
     {.domain = "", .name = "MaxPool", .since = 1, .inputs = {1, 1}, .outputs = {1, 2},
-     .infer = pool_infer, .run = maxpool_run, .flow = KILN_FLOW_BATCH},
+     .infer = pool_infer, .run = maxpool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_pool},
     {.domain = "", .name = "AveragePool", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = pool_infer, .run = avgpool_run, .flow = KILN_FLOW_BATCH},
+     .infer = pool_infer, .run = avgpool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_pool},
     {.domain = "", .name = "LpPool", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = pool_infer, .run = lppool_run, .flow = KILN_FLOW_BATCH},
+     .infer = pool_infer, .run = lppool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_pool},
     {.domain = "", .name = "GlobalMaxPool", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = global_infer, .run = gmaxpool_run, .flow = KILN_FLOW_BATCH},
+     .infer = global_infer, .run = gmaxpool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_global_pool},
     {.domain = "", .name = "GlobalAveragePool", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = global_infer, .run = gavgpool_run, .flow = KILN_FLOW_BATCH},
+     .infer = global_infer, .run = gavgpool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_global_pool},
     {.domain = "", .name = "GlobalLpPool", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = global_infer, .run = glppool_run, .flow = KILN_FLOW_BATCH},
+     .infer = global_infer, .run = glppool_run, .flow = KILN_FLOW_BATCH, .cost = kiln_cost_global_pool},
     {.domain = "", .name = "MaxUnpool", .since = 9, .inputs = {2, 3}, .outputs = {1, 1},
      .infer = maxunpool_infer, .run = maxunpool_run},
     {.domain = "", .name = "MaxRoiPool", .since = 1, .inputs = {2, 2}, .outputs = {1, 1},

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/cost.h"
 #include "ops/op.h"
 #include "base/threadpool.h"
 
@@ -643,19 +644,19 @@ static kiln_code run_split(kiln_kctx *c) {
 
 const kiln_op_schema kiln_ops_shape[] = {
     {.domain = "", .name = "Reshape", .since = 5, .inputs = {2, 2}, .outputs = {1, 1},
-     .infer = infer_reshape, .run = run_reshape, .flow = KILN_FLOW_RESHAPE},
+     .infer = infer_reshape, .run = run_reshape, .flow = KILN_FLOW_RESHAPE, .cost = kiln_cost_view},
     {.domain = "", .name = "Shape", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
      .infer = infer_shape, .run = run_shape, .flow = KILN_FLOW_SHAPE},
     {.domain = "", .name = "Size", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
      .infer = infer_size, .run = run_size, .flow = KILN_FLOW_SIZE},
     {.domain = "", .name = "Flatten", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = infer_flatten, .run = run_flatten, .flow = KILN_FLOW_FLATTEN},
+     .infer = infer_flatten, .run = run_flatten, .flow = KILN_FLOW_FLATTEN, .cost = kiln_cost_view},
     {.domain = "", .name = "Squeeze", .since = 1, .inputs = {1, 2}, .outputs = {1, 1},
-     .infer = infer_squeeze, .run = run_squeeze, .flow = KILN_FLOW_SQUEEZE},
+     .infer = infer_squeeze, .run = run_squeeze, .flow = KILN_FLOW_SQUEEZE, .cost = kiln_cost_view},
     {.domain = "", .name = "Unsqueeze", .since = 1, .inputs = {1, 2}, .outputs = {1, 1},
-     .infer = infer_unsqueeze, .run = run_unsqueeze, .flow = KILN_FLOW_UNSQUEEZE},
+     .infer = infer_unsqueeze, .run = run_unsqueeze, .flow = KILN_FLOW_UNSQUEEZE, .cost = kiln_cost_view},
     {.domain = "", .name = "Identity", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = kiln_infer_unary, .run = run_identity, .flow = KILN_FLOW_COPY},
+     .infer = kiln_infer_unary, .run = run_identity, .flow = KILN_FLOW_COPY, .cost = kiln_cost_view},
     {.domain = "", .name = "Concat", .since = 1, .inputs = {1, KILN_VARIADIC}, .outputs = {1, 1},
      .infer = infer_concat, .run = run_concat, .flow = KILN_FLOW_CONCAT, .flags = KILN_OPF_CONCAT},
     {.domain = "", .name = "Split", .since = 1, .inputs = {1, 2}, .outputs = {1, KILN_VARIADIC},

@@ -11,6 +11,8 @@
 
 #include "kernels/cpu.h"
 #include "kernels/vec_f32.h"
+#include "kernels/vmath.h"
+#include "ops/cost.h"
 #include "ops/op.h"
 #include "base/threadpool.h"
 
@@ -141,10 +143,10 @@ static kiln_code hm_run(kiln_kctx *c) { return softmax_run(c, SM_HARDMAX); }
 
 const kiln_op_schema kiln_ops_softmax[] = {
     {.domain = "", .name = "Softmax", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = softmax_infer, .run = sm_run, .flow = KILN_FLOW_SAME},
+     .infer = softmax_infer, .run = sm_run, .flow = KILN_FLOW_SAME, .cost = kiln_cost_softmax},
     {.domain = "", .name = "LogSoftmax", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = softmax_infer, .run = lsm_run, .flow = KILN_FLOW_SAME},
+     .infer = softmax_infer, .run = lsm_run, .flow = KILN_FLOW_SAME, .cost = kiln_cost_softmax},
     {.domain = "", .name = "Hardmax", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = softmax_infer, .run = hm_run, .flow = KILN_FLOW_SAME},
+     .infer = softmax_infer, .run = hm_run, .flow = KILN_FLOW_SAME, .cost = kiln_cost_softmax},
     {0},
 };

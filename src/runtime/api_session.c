@@ -34,8 +34,9 @@ kiln_code kiln_session_create_from_model(kiln_model *m, const kiln_options *opts
     rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   if (!rc && !(s->planner = kiln_planner_new(g, s->sched ? s->sched->level : NULL)))
     rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
-  if (!rc && s->opts.profile && !(s->profile = kiln_profile_new(g->n_nodes)))
+  if (!rc && s->opts.profile && !(s->profile = kiln_profile_new(g->n_nodes, s->pool, !s->sched)))
     rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  if (!rc && s->profile) kiln_threadpool_timing(s->pool, 1);
   if (rc) {
     kiln_session_free(s);
     return rc;
@@ -76,6 +77,7 @@ kiln_code kiln_session_create_from_memory(const void *bytes, size_t len, const c
 void kiln_session_free(kiln_session *s) {
   if (!s) return;
   kiln_planner_free(s->planner);
+  if (s->profile) kiln_threadpool_timing(s->pool, 0);
   kiln_pool_release(s->pool);
   kiln_profile_free(s->profile);
   kiln_schedule_free(s->sched);
@@ -327,10 +329,23 @@ kiln_code kiln_session_profile(const kiln_session *s, size_t i, kiln_node_profil
   out->flops = out->runs ? e->flops : 0;
   out->bytes = out->runs ? e->bytes : 0;
   out->shape = out->runs ? e->shape : "";
+  out->last_start_ms = (double)__atomic_load_n(&e->last_start_ns, __ATOMIC_RELAXED) * 1e-6;
+  out->last_ms = (double)__atomic_load_n(&e->last_ns, __ATOMIC_RELAXED) * 1e-6;
+  out->threads = s->profile->thr ? s->profile->n_threads : 0;
+  return KILN_OK;
+}
+
+kiln_code kiln_session_profile_thread(const kiln_session *s, size_t i, int t, kiln_thread_profile *out) {
+  if (!s || !out || !s->profile || i >= s->profile->n || !s->profile->thr || t < 0 ||
+      t >= s->profile->n_threads)
+    return KILN_ERR_INVALID_ARG;
+  const kiln_prof_thread *th = &s->profile->thr[i * (size_t)s->profile->n_threads + (size_t)t];
+  out->busy_ms = (double)th->busy_ns * 1e-6;
+  out->last_start_ms = (double)th->last_start_ns * 1e-6;
+  out->last_busy_ms = (double)th->last_busy_ns * 1e-6;
   return KILN_OK;
 }
 
 void kiln_session_profile_reset(kiln_session *s) {
-  if (!s || !s->profile) return;
-  memset(s->profile->e, 0, s->profile->n * sizeof *s->profile->e);
+  if (s) kiln_profile_reset(s->profile);
 }

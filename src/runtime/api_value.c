@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "onnx/limits.h"
 #include "onnx/proto.h"
 
 kiln_code kiln_tensor_create(kiln_dtype dtype, int rank, const int64_t *dims, kiln_tensor **out,
@@ -151,6 +152,10 @@ kiln_code kiln_value_load_pb(const char *path, kiln_pb_format format, kiln_tenso
   uint8_t *buf;
   size_t len;
   kiln_code rc = read_all(path, &buf, &len, err);
+  if (!rc && (rc = kiln_wire_check_value(buf, len, err))) { /* bounds the decoder's recursion */
+    free(buf);
+    kiln_error_prefix(err, "%s", path);
+  }
   if (rc) return rc;
   kiln_tensor *v = NULL;
   if (format == KILN_PB_AUTO) {

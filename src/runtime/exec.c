@@ -174,13 +174,14 @@ static kiln_code run_node(kiln_frame *f, const kiln_node *n, kiln_error *err) {
   /* a fused node (kiln's own or a plugin's) keeps the chain it replaced as "original" */
   const kiln_attr *orig = *n->domain ? kiln_node_attr(n, "original") : NULL;
   kiln_profile *prof = !f->parent && f->session && f->g == f->session->model->ir->graph ? f->session->profile : NULL;
+  if (prof) kiln_profile_begin(prof);
   uint64_t t0 = prof ? kiln_profile_now_ns() : 0;
   if (orig && orig->g)
     rc = run_fused(f, n, orig->g, &c, err);
   else
     rc = n->schema->run(&c);
   if (prof && rc == KILN_OK)
-    kiln_profile_record(prof, (size_t)(n - f->g->nodes), &c, kiln_profile_now_ns() - t0);
+    kiln_profile_record(prof, (size_t)(n - f->g->nodes), &c, t0, kiln_profile_now_ns());
   if (rc == KILN_OK) {
     for (size_t i = 0; i < n->n_out; i++) {
       if (n->out[i] < 0) continue;

@@ -1,5 +1,6 @@
 /* Per-node profile: see profile.h. Times are summed with atomics so concurrent runs of one
- * session add up; flops/bytes/shape describe the first run since creation or reset. */
+ * session add up; flops/bytes/shape describe the first run since creation or reset. The
+ * per-thread shares assume one run at a time (they are for kiln profile's trace). */
 #include "runtime/profile.h"
 
 #include <stdlib.h>
@@ -9,13 +10,20 @@
 #include "base/status.h"
 #include "ops/op.h"
 
-kiln_profile *kiln_profile_new(size_t n_nodes) {
+kiln_profile *kiln_profile_new(size_t n_nodes, kiln_threadpool *pool, bool per_thread) {
   kiln_profile *p = kiln_calloc(1, sizeof *p);
   if (!p) return NULL;
   p->n = n_nodes;
+  p->pool = pool;
+  p->n_threads = kiln_threadpool_size(pool);
   p->e = kiln_calloc(n_nodes ? n_nodes : 1, sizeof *p->e);
-  if (!p->e) {
-    free(p);
+  bool thr = per_thread && pool;
+  if (thr) {
+    p->thr = kiln_calloc((n_nodes ? n_nodes : 1) * (size_t)p->n_threads, sizeof *p->thr);
+    p->snap = kiln_calloc((size_t)p->n_threads, sizeof *p->snap);
+  }
+  if (!p->e || (thr && (!p->thr || !p->snap))) {
+    kiln_profile_free(p);
     return NULL;
   }
   return p;
@@ -24,7 +32,35 @@ kiln_profile *kiln_profile_new(size_t n_nodes) {
 void kiln_profile_free(kiln_profile *p) {
   if (!p) return;
   free(p->e);
+  free(p->thr);
+  free(p->snap);
   free(p);
+}
+
+void kiln_profile_reset(kiln_profile *p) {
+  if (!p) return;
+  memset(p->e, 0, p->n * sizeof *p->e);
+  if (p->thr) memset(p->thr, 0, p->n * (size_t)p->n_threads * sizeof *p->thr);
+}
+
+void kiln_profile_begin(kiln_profile *p) {
+  if (p && p->thr) kiln_threadpool_thread_times(p->pool, p->snap, NULL);
+}
+
+/* Each worker's task time and first start during node idx (thread 0, the caller, is busy for
+ * the node's whole wall time). */
+static void record_threads(kiln_profile *p, size_t idx, uint64_t t0, uint64_t t1) {
+  enum { CAP = 256 };
+  unsigned long long busy[CAP], first[CAP];
+  if (!p->thr || p->n_threads > CAP) return;
+  kiln_threadpool_thread_times(p->pool, busy, first);
+  kiln_prof_thread *th = &p->thr[idx * (size_t)p->n_threads];
+  for (int t = 0; t < p->n_threads; t++) {
+    uint64_t b = t ? busy[t] - p->snap[t] : t1 - t0;
+    th[t].busy_ns += b;
+    th[t].last_busy_ns = b;
+    th[t].last_start_ns = t ? (b ? first[t] : 0) : t0;
+  }
 }
 
 uint64_t kiln_profile_now_ns(void) {
@@ -43,10 +79,13 @@ void kiln_node_cost(const kiln_kctx *c, double *flops, double *bytes) {
   if (c->node->schema && c->node->schema->cost) c->node->schema->cost(c, flops, bytes);
 }
 
-void kiln_profile_record(kiln_profile *p, size_t idx, const kiln_kctx *c, uint64_t ns) {
+void kiln_profile_record(kiln_profile *p, size_t idx, const kiln_kctx *c, uint64_t t0, uint64_t t1) {
   if (!p || idx >= p->n) return;
   kiln_prof_entry *e = &p->e[idx];
-  __atomic_add_fetch(&e->ns, ns, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&e->ns, t1 - t0, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->last_start_ns, t0, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->last_ns, t1 - t0, __ATOMIC_RELAXED);
+  record_threads(p, idx, t0, t1);
   /* the work and shape of the first run since creation or reset: one writer, no race */
   if (__atomic_add_fetch(&e->runs, 1, __ATOMIC_ACQ_REL) != 1) return;
   kiln_node_cost(c, &e->flops, &e->bytes);

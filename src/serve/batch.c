@@ -123,9 +123,9 @@ static void set_error(srv_job *j, const kiln_error *err) {
 }
 
 static void run_one(srv_version *v, kiln_session *s, srv_job *j) {
-  const char *in_names[256], *out_names[256];
-  for (size_t i = 0; i < v->n_in && i < 256; i++) in_names[i] = v->in[i].name;
-  for (size_t i = 0; i < j->n_out && i < 256; i++) out_names[i] = v->out[j->out_idx[i]].name;
+  const char *in_names[SRV_MAX_IO], *out_names[SRV_MAX_IO];
+  for (size_t i = 0; i < v->n_in; i++) in_names[i] = v->in[i].name;
+  for (size_t i = 0; i < j->n_out; i++) out_names[i] = v->out[j->out_idx[i]].name;
   kiln_error err = {0};
   if (kiln_session_run(s, v->n_in, in_names, (const kiln_tensor *const *)j->inputs, j->n_out,
                        out_names, j->outputs, &err) != KILN_OK)
@@ -192,7 +192,7 @@ static int run_batch(srv_version *v, kiln_session *s, srv_job **jobs, int k, int
   srv_job big = {0};
   big.n_out = jobs[0]->n_out;
   big.out_idx = jobs[0]->out_idx;
-  kiln_tensor *ins[256] = {0}, *outs[256] = {0};
+  kiln_tensor *ins[SRV_MAX_IO] = {0}, *outs[SRV_MAX_IO] = {0};
   big.inputs = ins;
   big.outputs = outs;
   int rc = -1;

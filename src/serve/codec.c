@@ -122,8 +122,7 @@ typedef struct fill_ctx {
   size_t n;
 } fill_ctx;
 
-static int nonfinite(const json_t *j, double *out) {
-  const char *s = json_string_value(j);
+static int nonfinite(const char *s, double *out) {
   if (!s) return 0;
   if (!strcmp(s, "nan") || !strcmp(s, "NaN")) *out = NAN;
   else if (!strcmp(s, "inf") || !strcmp(s, "Infinity")) *out = INFINITY;
@@ -145,53 +144,84 @@ static int int_range(kiln_dtype t, json_int_t v) {
   }
 }
 
-static int put_scalar(fill_ctx *c, const json_t *j) {
+/* Store scalar v as element c->pos of c->t, converted to its dtype. */
+static int put_value(fill_ctx *c, const srv_scalar *v) {
   kiln_dtype t = kiln_tensor_dtype(c->t);
   void *p = kiln_tensor_data(c->t);
   int64_t i = c->pos;
   if (t == KILN_STRING) {
-    if (!json_is_string(j)) goto bad;
-    return kiln_tensor_set_string(c->t, i, json_string_value(j), NULL) ? -1 : 0;
+    if (v->kind != SRV_SC_STR) goto bad;
+    return kiln_tensor_set_string(c->t, i, v->s, NULL) ? -1 : 0;
   }
   if (t == KILN_BOOL) {
-    if (json_is_boolean(j)) ((uint8_t *)p)[i] = json_is_true(j);
-    else if (json_is_integer(j) && (json_integer_value(j) == 0 || json_integer_value(j) == 1))
-      ((uint8_t *)p)[i] = (uint8_t)json_integer_value(j);
+    if (v->kind == SRV_SC_BOOL || (v->kind == SRV_SC_INT && (v->i == 0 || v->i == 1)))
+      ((uint8_t *)p)[i] = (uint8_t)v->i;
     else goto bad;
     return 0;
   }
   if (t == KILN_FLOAT || t == KILN_DOUBLE || t == KILN_FLOAT16 || t == KILN_BFLOAT16) {
-    double d;
-    if (json_is_number(j)) d = json_number_value(j);
-    else if (!nonfinite(j, &d)) goto bad;
+    double d = v->d;
+    if (v->kind == SRV_SC_STR ? !nonfinite(v->s, &d) : v->kind != SRV_SC_INT && v->kind != SRV_SC_BIGINT && v->kind != SRV_SC_REAL)
+      goto bad;
     if (t == KILN_FLOAT) ((float *)p)[i] = (float)d;
     else if (t == KILN_DOUBLE) ((double *)p)[i] = d;
     else if (t == KILN_FLOAT16) ((uint16_t *)p)[i] = srv_f32_to_f16((float)d);
     else ((uint16_t *)p)[i] = srv_f32_to_bf16((float)d);
     return 0;
   }
-  if (!json_is_integer(j)) goto bad;
-  json_int_t v = json_integer_value(j);
-  if (!int_range(t, v)) {
-    srv_msg(c->msg, c->n, "input '%s': value %lld at element %lld is out of range for %s", c->name,
-            (long long)v, (long long)i, srv_v2_dtype(t));
+  if (v->kind != SRV_SC_INT && v->kind != SRV_SC_BIGINT) goto bad;
+  long long x = v->i;
+  if (v->kind == SRV_SC_BIGINT || !int_range(t, x)) {
+    srv_msg(c->msg, c->n, "input '%s': value %.17g at element %lld is out of range for %s", c->name,
+            v->d, (long long)i, srv_v2_dtype(t));
     return -1;
   }
   switch (t) {
-  case KILN_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
-  case KILN_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
-  case KILN_UINT16: ((uint16_t *)p)[i] = (uint16_t)v; break;
-  case KILN_INT16: ((int16_t *)p)[i] = (int16_t)v; break;
-  case KILN_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
-  case KILN_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
-  case KILN_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
-  default: ((int64_t *)p)[i] = (int64_t)v; break;
+  case KILN_UINT8: ((uint8_t *)p)[i] = (uint8_t)x; break;
+  case KILN_INT8: ((int8_t *)p)[i] = (int8_t)x; break;
+  case KILN_UINT16: ((uint16_t *)p)[i] = (uint16_t)x; break;
+  case KILN_INT16: ((int16_t *)p)[i] = (int16_t)x; break;
+  case KILN_UINT32: ((uint32_t *)p)[i] = (uint32_t)x; break;
+  case KILN_INT32: ((int32_t *)p)[i] = (int32_t)x; break;
+  case KILN_UINT64: ((uint64_t *)p)[i] = (uint64_t)x; break;
+  default: ((int64_t *)p)[i] = (int64_t)x; break;
   }
   return 0;
 bad:
   srv_msg(c->msg, c->n, "input '%s': element %lld is not a valid %s value", c->name, (long long)i,
           srv_v2_dtype(t));
   return -1;
+}
+
+static int put_scalar(fill_ctx *c, const json_t *j) {
+  srv_scalar v = {SRV_SC_OTHER, 0, 0, NULL};
+  if (json_is_integer(j)) {
+    v.kind = SRV_SC_INT;
+    v.i = json_integer_value(j);
+    v.d = (double)v.i;
+  } else if (json_is_real(j)) {
+    v.kind = SRV_SC_REAL;
+    v.d = json_real_value(j);
+  } else if (json_is_boolean(j)) {
+    v.kind = SRV_SC_BOOL;
+    v.i = json_is_true(j);
+  } else if (json_is_string(j)) {
+    v.kind = SRV_SC_STR;
+    v.s = json_string_value(j);
+  }
+  return put_value(c, &v);
+}
+
+/* The fast path's callback (datascan.c): one scalar of a data array read from the text. */
+static int put_scanned(void *ctx, const srv_scalar *v) {
+  fill_ctx *c = ctx;
+  if (c->pos >= c->numel) {
+    c->pos++;
+    return 0; /* counted, reported by the caller */
+  }
+  if (put_value(c, v)) return -1;
+  c->pos++;
+  return 0;
 }
 
 static int fill(fill_ctx *c, const json_t *a) {
@@ -305,10 +335,32 @@ static int parse_shape(const srv_version *v, int idx, const json_t *shape, int64
   return 0;
 }
 
+/* What parse_input reads besides the JSON tree: the binary data after the JSON header, and the
+ * numeric data arrays the fast path took out of jansson's copy (datascan.c). */
 typedef struct bin_cursor {
   const unsigned char *p;
   size_t left;
+  const char *text;       /* the JSON header as received */
+  const srv_span *spans;
+  int n_spans;
+  size_t index;           /* of the input being parsed in "inputs" */
 } bin_cursor;
+
+/* The input's data array as taken out by the fast path, or NULL. */
+static const srv_span *scanned_data(const bin_cursor *bin) {
+  for (int i = 0; i < bin->n_spans; i++)
+    if (bin->spans[i].input == bin->index) return &bin->spans[i];
+  return NULL;
+}
+
+static int fill_scanned(fill_ctx *c, const bin_cursor *bin, const srv_span *sp) {
+  size_t off = 0;
+  int rc = srv_scan_numbers(bin->text + sp->start, sp->end - sp->start, put_scanned, c, &off);
+  if (rc < 0)
+    srv_msg(c->msg, c->n, "malformed JSON in the \"data\" of input '%s' at byte %zu", c->name,
+            sp->start + off);
+  return rc ? -1 : 0;
+}
 
 static int parse_input(const srv_version *v, const json_t *in, srv_request *req, bin_cursor *bin,
                        const srv_limits *lim, char *msg, size_t n) {
@@ -370,7 +422,8 @@ static int parse_input(const srv_version *v, const json_t *in, srv_request *req,
     return -1;
   }
   fill_ctx c = {req->inputs[idx], name, 0, kiln_tensor_numel(req->inputs[idx]), msg, n};
-  if (fill(&c, data)) return -1;
+  const srv_span *sp = json_array_size(data) ? NULL : scanned_data(bin);
+  if (sp ? fill_scanned(&c, bin, sp) : fill(&c, data)) return -1;
   if (c.pos != c.numel) {
     srv_msg(msg, n, "input '%s': \"data\" has %lld values, its shape needs %lld", name,
             (long long)c.pos, (long long)c.numel);
@@ -445,7 +498,10 @@ static int decode_root(const srv_version *v, const json_t *root, bin_cursor *bin
   }
   size_t k;
   json_t *in;
-  json_array_foreach(inputs, k, in) if (parse_input(v, in, req, bin, lim, msg, n)) return -1;
+  json_array_foreach(inputs, k, in) {
+    bin->index = k;
+    if (parse_input(v, in, req, bin, lim, msg, n)) return -1;
+  }
   for (size_t i = 0; i < v->n_in; i++)
     if (!req->inputs[i]) {
       srv_msg(msg, n, "missing input '%s'", v->in[i].name);
@@ -471,14 +527,29 @@ int srv_decode_request(const srv_version *v, const char *body, size_t len, size_
     srv_msg(msg, n, "JSON nested %ld deep, more than --max-json-depth %ld", depth, lim->max_json_depth);
     return 400;
   }
+  /* numeric data arrays are read by datascan.c: jansson parses a copy without them */
+  srv_span spans[SRV_MAX_IO];
+  int n_spans = srv_find_data_spans(body, json_len, spans, SRV_MAX_IO);
+  char *copy = n_spans ? malloc(json_len) : NULL;
+  if (copy) {
+    memcpy(copy, body, json_len);
+    for (int i = 0; i < n_spans; i++) {
+      memset(copy + spans[i].start, ' ', spans[i].end - spans[i].start);
+      copy[spans[i].start] = '[';
+      copy[spans[i].start + 1] = ']';
+    }
+  } else {
+    n_spans = 0;
+  }
   json_error_t je;
-  json_t *root = json_loadb(body, json_len, JSON_REJECT_DUPLICATES, &je);
+  json_t *root = json_loadb(copy ? copy : body, json_len, JSON_REJECT_DUPLICATES, &je);
+  free(copy);
   if (!root) {
     srv_msg(msg, n, "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
     return 400;
   }
   req->inputs = calloc(v->n_in + 1, sizeof *req->inputs);
-  bin_cursor bin = {(const unsigned char *)body + json_len, len - json_len};
+  bin_cursor bin = {(const unsigned char *)body + json_len, len - json_len, body, spans, n_spans, 0};
   int rc = req->inputs ? decode_root(v, root, &bin, lim, req, msg, n) : -1;
   json_decref(root);
   if (rc) {

@@ -23,6 +23,7 @@ struct srv_server {
   const srv_config *cfg;
   int draining, quiesced;
   long active;
+  MHD_socket listen_fd; /* after srv_http_quiesce */
 };
 
 enum { ST_NEW = 0, ST_QUEUED = 1, ST_DONE = 2, ST_ANSWERED = 3 };
@@ -437,6 +438,7 @@ srv_server *srv_http_start(srv_repo *r, const srv_config *cfg, char *msg, size_t
   if (!s) return NULL;
   s->repo = r;
   s->cfg = cfg;
+  s->listen_fd = MHD_INVALID_SOCKET;
   struct sockaddr_in sa;
   memset(&sa, 0, sizeof sa);
   sa.sin_family = AF_INET;
@@ -472,8 +474,10 @@ void srv_http_set_draining(srv_server *s) { __atomic_store_n(&s->draining, 1, __
 
 void srv_http_quiesce(srv_server *s) {
   __atomic_store_n(&s->quiesced, 1, __ATOMIC_RELAXED);
-  MHD_socket fd = MHD_quiesce_daemon(s->d);
-  if (fd != MHD_INVALID_SOCKET) close(fd);
+  s->listen_fd = MHD_quiesce_daemon(s->d);
+  /* MHD's threads may still hold the socket until MHD_stop_daemon, so it is closed only then;
+   * shutting it down now makes the kernel refuse new connections instead of queueing them */
+  if (s->listen_fd != MHD_INVALID_SOCKET) shutdown(s->listen_fd, SHUT_RDWR);
 }
 
 long srv_http_active(srv_server *s) { return __atomic_load_n(&s->active, __ATOMIC_RELAXED); }
@@ -481,5 +485,6 @@ long srv_http_active(srv_server *s) { return __atomic_load_n(&s->active, __ATOMI
 void srv_http_stop(srv_server *s) {
   if (!s) return;
   MHD_stop_daemon(s->d);
+  if (s->listen_fd != MHD_INVALID_SOCKET) close(s->listen_fd);
   free(s);
 }

@@ -119,6 +119,33 @@ static int wanted(const srv_model_config *c, const long *avail, int n, long *out
   return k;
 }
 
+static void *retire_main(void *arg) {
+  srv_version_retire(arg);
+  return NULL;
+}
+
+/* Retire v on a thread of its own. The caller may be an HTTP thread (the load and unload API),
+ * and a retiring version waits for its last request to be answered, which may be on a
+ * connection of that same thread: waiting there would never end. Finished retirements are
+ * joined here and in srv_repo_free. */
+static void retire_later(srv_repo *r, srv_version *v) {
+  pthread_mutex_lock(&r->mu);
+  int k = 0;
+  for (int i = 0; i < r->n_reapers; i++)
+    if (pthread_tryjoin_np(r->reapers[i], NULL)) r->reapers[k++] = r->reapers[i];
+  r->n_reapers = k;
+  int room = r->n_reapers < SRV_MAX_REAPERS;
+  pthread_mutex_unlock(&r->mu);
+  pthread_t t;
+  if (!room || pthread_create(&t, NULL, retire_main, v)) {
+    srv_version_retire(v); /* no thread to spare: in place (only the API's callers risk a wait) */
+    return;
+  }
+  pthread_mutex_lock(&r->mu);
+  r->reapers[r->n_reapers++] = t;
+  pthread_mutex_unlock(&r->mu);
+}
+
 static void insert_version(srv_repo *r, srv_model *m, srv_version *v) {
   pthread_mutex_lock(&r->mu);
   int i = m->n_versions;
@@ -141,7 +168,7 @@ static void remove_version(srv_repo *r, srv_model *m, srv_version *v) {
   m->n_versions = k;
   pthread_mutex_unlock(&r->mu);
   fprintf(stderr, "kiln serve: model '%s' version %s unloaded\n", m->name, v->vstr);
-  srv_version_retire(v);
+  retire_later(r, v);
 }
 
 static void load_one(srv_repo *r, srv_model *m, long version, const char *path, int force) {
@@ -274,7 +301,7 @@ static void scan_single(srv_repo *r, srv_model *m, int force) {
   m->n_versions = 1;
   clear_failure(m, 1);
   pthread_mutex_unlock(&r->mu);
-  if (old) srv_version_retire(old);
+  if (old) retire_later(r, old);
   fprintf(stderr, "kiln serve: model '%s' serving %s\n", m->name, m->single_path);
 }
 
@@ -314,8 +341,8 @@ static int scan_repo_dir(srv_repo *r, const char *only, int force, char *msg, si
     srv_msg(msg, n, "cannot read model repository '%s': %s", r->cfg->repo_dir, strerror(errno));
     return 500;
   }
-  for (int i = 0; i < r->n_models; i++) r->models[i]->present = 0;
   int found = 0;
+  char seen[SRV_MAX_MODELS] = {0};
   struct dirent *e;
   while ((e = readdir(d))) {
     char path[4200];
@@ -324,14 +351,23 @@ static int scan_repo_dir(srv_repo *r, const char *only, int force, char *msg, si
     if (e->d_name[0] == '.' || stat(path, &st) || !S_ISDIR(st.st_mode)) continue;
     srv_model *m = srv_repo_find(r, e->d_name);
     if (!m && !(m = add_model(r, e->d_name, msg, n))) continue;
+    for (int i = 0; i < r->n_models; i++) seen[i] |= r->models[i] == m;
     snprintf(m->dir, sizeof m->dir, "%s", path);
+    pthread_mutex_lock(&r->mu);
     m->present = 1;
+    if (only && !strcmp(only, m->name)) m->unloaded = 0;
+    pthread_mutex_unlock(&r->mu);
     if (only && strcmp(only, m->name)) continue;
     found = 1;
-    if (only) m->unloaded = 0;
     if (!m->unloaded) scan_model(r, m, force);
   }
   closedir(d);
+  /* Models whose directory is gone are marked only now: while a scan runs (loading another
+   * model, say), requests for the models that stay never find them absent (404). */
+  pthread_mutex_lock(&r->mu);
+  for (int i = 0; i < r->n_models; i++)
+    if (!seen[i]) r->models[i]->present = 0;
+  pthread_mutex_unlock(&r->mu);
   for (int i = 0; !only && i < r->n_models; i++) /* a model directory removed: unload it */
     while (!r->models[i]->present && r->models[i]->n_versions)
       remove_version(r, r->models[i], r->models[i]->versions[0]);
@@ -353,7 +389,9 @@ int srv_repo_scan(srv_repo *r, const char *name, int force, char *msg, size_t n)
       srv_msg(msg, n, "no model '%s'", name);
       rc = 404;
     } else {
+      pthread_mutex_lock(&r->mu);
       m->unloaded = name ? 0 : m->unloaded;
+      pthread_mutex_unlock(&r->mu);
       if (!m->unloaded) scan_model(r, m, force);
     }
   } else {
@@ -388,13 +426,17 @@ int srv_repo_unload(srv_repo *r, const char *name, char *msg, size_t n) {
     pthread_mutex_unlock(&r->load_mu);
     return 404;
   }
+  pthread_mutex_lock(&r->mu);
   m->unloaded = 1;
+  pthread_mutex_unlock(&r->mu);
   while (m->n_versions) remove_version(r, m, m->versions[m->n_versions - 1]);
   pthread_mutex_unlock(&r->load_mu);
   return 0;
 }
 
 void srv_repo_free(srv_repo *r) {
+  for (int i = 0; i < r->n_reapers; i++) pthread_join(r->reapers[i], NULL);
+  r->n_reapers = 0;
   for (int i = 0; i < r->n_models; i++) {
     srv_model *m = r->models[i];
     while (m->n_versions) {

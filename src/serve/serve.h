@@ -33,6 +33,8 @@
 #define SRV_MAX_PLUGINS 8
 #define SRV_MAX_FAILURES 8
 #define SRV_NAME_MAX 128
+#define SRV_MAX_IO 256 /* inputs or outputs of a served model */
+#define SRV_MAX_REAPERS 64
 
 /* ---- util.c -------------------------------------------------------------------------- */
 
@@ -235,6 +237,8 @@ typedef struct srv_repo {
   srv_model *models[SRV_MAX_MODELS];
   int n_models;
   uint64_t scan_failures;
+  pthread_t reapers[SRV_MAX_REAPERS]; /* versions retiring (repo.c, retire_later) */
+  int n_reapers;
 } srv_repo;
 
 int srv_repo_init(srv_repo *r, const srv_config *cfg, char *msg, size_t n);
@@ -282,6 +286,28 @@ uint16_t srv_f32_to_bf16(float f);
 float srv_bf16_to_f32(uint16_t h);
 /* Deepest nesting of [ and { outside strings. */
 long srv_json_depth(const char *s, size_t n);
+
+/* ---- datascan.c: the fast path for numeric data in JSON ------------------------------ */
+
+typedef struct srv_span {
+  size_t input;       /* index in the request's "inputs" array */
+  size_t start, end;  /* the "data" array's text, brackets included */
+} srv_span;
+
+enum { SRV_SC_INT, SRV_SC_BIGINT, SRV_SC_REAL, SRV_SC_BOOL, SRV_SC_STR, SRV_SC_OTHER };
+typedef struct srv_scalar {
+  int kind;
+  long long i;       /* SRV_SC_INT, SRV_SC_BOOL */
+  double d;          /* every number */
+  const char *s;     /* SRV_SC_STR */
+} srv_scalar;
+
+/* Find the inputs[k].data arrays of s[0, n) holding only numbers, true/false and arrays. */
+int srv_find_data_spans(const char *s, size_t n, srv_span *out, int max);
+/* Read one such array, calling put for every scalar in order. 0 ok; -1 malformed (at
+ * *err_off); 1 when put failed. */
+int srv_scan_numbers(const char *s, size_t n, int (*put)(void *ctx, const srv_scalar *v), void *ctx,
+                     size_t *err_off);
 
 /* ---- http.c -------------------------------------------------------------------------- */
 

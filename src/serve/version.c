@@ -133,7 +133,8 @@ static int same_value(const kiln_tensor *a, const kiln_tensor *b, double atol, d
   if (kiln_tensor_kind(a) != KILN_KIND_TENSOR || kiln_tensor_kind(b) != KILN_KIND_TENSOR) return 1;
   kiln_dtype t = kiln_tensor_dtype(a);
   if (t != kiln_tensor_dtype(b) || kiln_tensor_rank(a) != kiln_tensor_rank(b) ||
-      memcmp(kiln_tensor_dims(a), kiln_tensor_dims(b), sizeof(int64_t) * (size_t)kiln_tensor_rank(a))) {
+      (kiln_tensor_rank(a) &&
+       memcmp(kiln_tensor_dims(a), kiln_tensor_dims(b), sizeof(int64_t) * (size_t)kiln_tensor_rank(a)))) {
     srv_msg(why, n, "type or shape differs");
     return 0;
   }
@@ -154,7 +155,7 @@ static int same_value(const kiln_tensor *a, const kiln_tensor *b, double atol, d
       }
     }
   }
-  if (!fl && t != KILN_STRING &&
+  if (!fl && t != KILN_STRING && numel &&
       memcmp(kiln_tensor_cdata(a), kiln_tensor_cdata(b), (size_t)numel * kiln_dtype_size(t))) {
     srv_msg(why, n, "values differ");
     return 0;
@@ -266,6 +267,11 @@ static int open_instances(srv_version *v, const char *path, char *msg, size_t n)
     }
   v->n_in = kiln_session_input_count(v->inst[0]);
   v->n_out = kiln_session_output_count(v->inst[0]);
+  if (v->n_in > SRV_MAX_IO || v->n_out > SRV_MAX_IO) {
+    srv_msg(msg, n, "%zu inputs and %zu outputs: kiln serve takes at most %d of each", v->n_in,
+            v->n_out, SRV_MAX_IO);
+    return -1;
+  }
   v->in = calloc(v->n_in + 1, sizeof *v->in);
   v->out = calloc(v->n_out + 1, sizeof *v->out);
   if (!v->in || !v->out) return -1;

@@ -10,6 +10,7 @@ written straight to protobuf bytes (pb.py) so sizes no ONNX tool would build cos
   expand_plan(dims)   x float[1] Expanded to these static dims, then ReduceSum (the plan)
   expand_pair(dims)   two such Expands live at once (the plan's peak, not one value)
   expand_dynamic()    the same with the shape fed at run time (checked as the node runs)
+  deep_sequence(n)    an input value (.pb): a SequenceProto nested n deep, and a model taking it
 """
 import os
 import sys
@@ -112,3 +113,19 @@ def expand_dynamic(path):
     g = graph([node("Expand", ["x", "shape"], ["big"]), node("ReduceSum", ["big"], ["y"], [])],
               [value_info("x", FLOAT, [1]), value_info("shape", INT64, [2])], [value_info("y", FLOAT, None)])
     return _write(path, [model(g)])
+
+
+def deep_sequence(path, depth):
+    """SequenceProto{sequence_values{... {elem_type TENSOR}}} `depth` deep, written to `path`;
+    returns (value path, a model whose input s is a sequence of float tensors)."""
+    inner = vint(2, 1)
+    heads, length = [], len(inner)
+    for _ in range(depth):
+        h = vint(2, 3) + ld_head(5, length)
+        length += len(h)
+        heads.append(h)
+    heads.reverse()
+    _write(path, heads + [inner])
+    seq = ld(1, "s") + ld(2, ld(4, ld(1, ld(1, vint(1, FLOAT)))))
+    g = ld(11, seq) + graph([node("SequenceLength", ["s"], ["n"])], [], [value_info("n", INT64, [])])
+    return path, _write(path + ".onnx", [model(g)])

@@ -108,5 +108,10 @@ dyn = gen.expand_dynamic(p("dynamic"))
 refused("run_time_tensor_over_limit", dyn, "max_memory_bytes", "--limit", "max_memory_bytes=64M",
         "--input", "shape=" + npy("shape", np.array([30000, 30000], np.int64)))
 
+# input values: a SequenceProto nested 100,000 deep (the decoder recurses per level)
+seq_pb, seq_model = gen.deep_sequence(os.path.join(TMP, "deep_seq.pb"), 100000)
+rc, text, secs = run(seq_model, "--input", "s=" + seq_pb)
+check(rc == 1 and "nested deeper than 64" in text, f"deep SequenceProto input: {rc} in {secs:.1f} s: {text[-300:]}")
+
 print(f"test_hostile: {checks} checks, {failures} failed")
 sys.exit(1 if failures or not checks else 0)

@@ -101,10 +101,13 @@ class Server:
             return None
 
     def stop(self):
+        """SIGTERM, and check the exit is clean (0: no sanitizer report, no leak)."""
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGTERM)
-            if self.wait(60) is None:
-                check(False, "server stopped by SIGTERM within 60 s")
+            rc = self.wait(60)
+            if rc != 0:
+                print(self.stderr()[-4000:])
+            check(rc == 0, "server exits 0 on SIGTERM (%s)" % rc)
         os.unlink(self.err.name)
 
 

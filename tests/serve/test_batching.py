@@ -5,7 +5,6 @@ rows back (Y = 2X + 1, each client's values distinct), while the batch-size hist
 of several requests; a request with more rows than max_batch_size runs alone and is right; a full
 queue answers 503 with Retry-After and the others are served; two instances share one compiled
 model; a failing model run answers 500 and the server keeps serving."""
-import json
 import os
 import shutil
 import sys
@@ -15,8 +14,8 @@ import numpy as np
 from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.dirname(__file__))
-from serve_util import (Server, affine_model, check, finish, in_threads, json_input,  # noqa: E402
-                        save_model, slow_model)
+from serve_util import (Server, affine_model, binary_request, check, finish, in_threads,  # noqa: E402
+                        json_input, save_model, slow_model)
 
 
 def metric(s, prefix):
@@ -40,7 +39,7 @@ def test_batching(root):
     path = os.path.join(root, "affine.onnx")
     affine_model(path)
     s = Server([path, "--model-name", "affine", "--max-batch-size", "8", "--preferred-batch-sizes", "4,8",
-                "--max-queue-delay-us", "20000", "--drain-s", "0", "--log-format", "off", "--http-threads", "2"])
+                "--max-queue-delay-us", "100000", "--drain-s", "0", "--log-format", "off", "--http-threads", "2"])
     try:
         for rnd in range(3):
             res = in_threads(lambda i: client(s, i + 16 * rnd), 16)
@@ -70,16 +69,16 @@ def test_batching(root):
 def test_queue_full_and_instances(root):
     path = os.path.join(root, "slow.onnx")
     slow_model(path)
-    s = Server([path, "--max-queue-size", "2", "--instances", "2", "--threads", "1", "--drain-s", "0",
+    s = Server([path, "--max-queue-size", "1", "--instances", "2", "--threads", "1", "--drain-s", "0",
                 "--log-format", "off", "--http-threads", "2"])
     try:
         st, _, meta = s.get_json("/v2/models/slow")
         check(st == 200 and meta["parameters"]["instances"] == 2, "two instances of one compiled model")
-        x = np.ones((8, 768), np.float32)
-        body = json.dumps({"inputs": [json_input("X", x)]}).encode()
+        x = np.ones((256, 768), np.float32)  # about 2.4 GFLOP a run: the 24 requests arrive during it
+        body, headers = binary_request([("X", x)], binary_outputs=True)
 
         def one(_):
-            st, h, b = s.request("POST", "/v2/models/slow/infer", body)
+            st, h, b = s.request("POST", "/v2/models/slow/infer", body, headers)
             return st, h.get("retry-after"), b
         res = in_threads(one, 24)
         codes = [r[0] for r in res if isinstance(r, tuple)]
@@ -89,7 +88,7 @@ def test_queue_full_and_instances(root):
         check(all(r[1] == "1" and b"queue full" in r[2] for r in full), "each 503 has Retry-After and says the queue is full")
         check(metric(s, 'kiln_inference_requests_total{model="slow",version="1",outcome="rejected"}') == len(full),
               "rejections counted in kiln_inference_requests_total{outcome=\"rejected\"}")
-        check(s.post_json("/v2/models/slow/infer", json.loads(body))[0] == 200, "served again once the queue drains")
+        check(s.request("POST", "/v2/models/slow/infer", body, headers)[0] == 200, "served again once the queue drains")
     finally:
         s.stop()
 

@@ -166,6 +166,15 @@ def test_errors(s):
     deep = b'{"inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 4], "data": ' + b"[" * 40 + b"1" + b"]" * 40 + b"}]}"
     expect_400(s, deep, "deep", "JSON nested too deep")
     expect_400(s, {"inputs": [dict(good, shape=[100000, 4], data=[])]}, "max-tensor-elements", "too many elements")
+    raw = b'{"inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 4], "data": %s}]}'
+    for data in (b"[1,,2,3]", b"[1 2 3 4]", b"[1,2,3,4,]", b"[01,2,3,4]", b"[1.,2,3,4]", b"[1e,2,3,4]",
+                 b"[-,2,3,4]", b"[[1,2],[3,4]", b"[1,2,3,4]]", b"[nan,2,3,4]"):
+        expect_400(s, raw % data, "malformed JSON", "data %s" % data.decode())
+    st, _, r = s.post_json("/v2/models/affine/infer", json.loads(raw % b"[[1, 2e0], [ 3.5E-1 ,-0]]"))
+    want = np.array([1, 2, 0.35, 0], np.float32) * np.float32(2) + np.float32(1)
+    check(st == 200 and np.array_equal(np.array(r["outputs"][0]["data"], np.float32), want),
+          "numbers in every JSON form, nested")
+    expect_400(s, raw % b"[true,2,3,4]", "not a valid FP32", "a boolean for a float")
     body, headers = binary_request([("X", x)])
     expect_400(s, body[:-4], "binary_data_size 16 is more", "binary data cut short", headers)
     expect_400(s, body + b"xx", "2 bytes of binary data follow", "binary data left over", headers)
@@ -180,6 +189,12 @@ def test_errors(s):
             [{"name": "X_BYTES", "datatype": "BYTES", "shape": [1, 3], "data": ["", "", ""]}]}
     ints["inputs"][3]["data"] = [1, 2, 300]  # INT8
     expect_400(s, ints, "out of range for INT8", "an INT8 value out of range", path="/v2/models/types/infer")
+    ints["inputs"][3]["data"] = [1, 2, 3]
+    ints["inputs"][5]["data"] = [1, 2.5, 3]  # INT32
+    expect_400(s, ints, "not a valid INT32", "a fraction for an INT32", path="/v2/models/types/infer")
+    ints["inputs"][5]["data"] = [1, 2, 3]
+    ints["inputs"][10]["data"] = [1, 2, 18446744073709551615]  # UINT64 past int64: binary only
+    expect_400(s, ints, "out of range for UINT64", "a UINT64 past int64 in JSON", path="/v2/models/types/infer")
     c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
     c.sendall(b"POST /v2/models/affine/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 2097152\r\n\r\n")
     reply = c.recv(4096).decode(errors="replace")

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from serve_util import Server, affine_model, check, finish, json_input  # noqa: E402
+from serve_util import Server, affine_model, binary_request, check, finish, json_input, slow_model  # noqa: E402
 
 TOKEN = {"Authorization": "Bearer tok"}
 X = np.arange(8, dtype=np.float32).reshape(2, 4)
@@ -183,8 +183,51 @@ def test_poll(root):
         s.stop()
 
 
+def test_switch_with_requests_in_flight(root):
+    """The load API retires the old version while a request to it is in flight on the same HTTP
+    thread: the switch must not wait for that request there (it would never end)."""
+    for v in (1, 2):
+        tmp = os.path.join(root, "m", ".tmp-%d" % v)
+        os.makedirs(tmp)
+        slow_model(os.path.join(tmp, "model.onnx"))
+        if v == 1:
+            os.rename(tmp, os.path.join(root, "m", "1"))
+    s = Server(["--model-repository", root, "--admin-token", "tok", "--http-threads", "1", "--threads", "1",
+                "--drain-s", "0", "--log-format", "off"])
+    try:
+        body, headers = binary_request([("X", np.ones((256, 768), np.float32))])
+        got = {}
+        def slow(_):
+            st, h, b = s.request("POST", "/v2/models/m/infer", body, headers, timeout=60)
+            got["slow"] = (st, json.loads(b[:int(h.get("inference-header-content-length", len(b)))]) if st == 200 else b)
+        t = threading.Thread(target=slow, args=(0,))
+        t.start()
+        def in_flight():
+            b = s.request("GET", "/metrics")[2].decode()
+            return any(l.startswith("kiln_inflight_requests ") and float(l.split()[1]) >= 1 for l in b.splitlines())
+        check(wait_for(in_flight, 30), "a request to version 1 is in flight")
+        os.rename(os.path.join(root, "m", ".tmp-2"), os.path.join(root, "m", "2"))
+        t0 = time.time()
+        try:
+            st = s.post_json("/v2/repository/models/m/load", {}, headers=TOKEN, timeout=30)[0]
+        except OSError as e:
+            st = str(e)
+        t.join(60)
+        check(st == 200, "load API while a request to the old version is in flight: 200 in %.1f s (%s)" % (time.time() - t0, st))
+        slow_st = got.get("slow", (None, None))
+        check(slow_st[0] == 200 and slow_st[1]["model_version"] == "1", "the request in flight finished on version 1")
+        check(infer_slow(s, body, headers) == "2", "new requests go to version 2")
+    finally:
+        s.stop()
+
+
+def infer_slow(s, body, headers):
+    st, h, b = s.request("POST", "/v2/models/m/infer", body, headers, timeout=60)
+    return json.loads(b[:int(h["inference-header-content-length"])])["model_version"] if st == 200 else st
+
+
 def main():
-    for fn in (test_rollback, test_poll):
+    for fn in (test_rollback, test_poll, test_switch_with_requests_in_flight):
         root = tempfile.mkdtemp(prefix="kiln-serve-roll-")
         try:
             fn(root)

@@ -393,13 +393,15 @@ static void test_act(void) {
 }
 
 /* KILN_ISA lowers the level (never raises it); an unknown value is ignored. The variable is
- * read once per process, so each setting runs in a child: this binary with --print-isa. */
+ * read once per process, so each setting runs in a child: this binary with --print-isa (under
+ * KILN_TEST_WRAPPER, e.g. the CPU emulator of scripts/check-isa.sh, when set). */
 static void test_isa_env(const char *self) {
   static const char *names[] = {"scalar", "avx2", "avx512", "bogus"};
   kiln_isa max = kiln_cpu_isa_max();
+  const char *wrap = getenv("KILN_TEST_WRAPPER");
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     char cmd[1024], out[256];
-    snprintf(cmd, sizeof cmd, "KILN_ISA=%s '%s' --print-isa", names[i], self);
+    snprintf(cmd, sizeof cmd, "KILN_ISA=%s %s '%s' --print-isa", names[i], wrap ? wrap : "", self);
     int rc = kt_run(cmd, out, sizeof out);
     kiln_isa want = max;
     kiln_isa parsed;

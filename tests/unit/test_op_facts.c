@@ -49,7 +49,7 @@ static void test_hooks(void) {
   CHECK(fmm && fmm->prepare && fmm->cost == kiln_cost_matmul && fmm->flow == KILN_FLOW_MATMUL);
   CHECK(fgemm && fgemm->prepare && fgemm->cost == kiln_cost_gemm && fgemm->flow == KILN_FLOW_GEMM);
   const kiln_op_schema *relu = find("", "Relu");
-  CHECK(relu && !relu->prepare && !relu->cost && relu->flow == KILN_FLOW_SAME);
+  CHECK(relu && !relu->prepare && relu->cost == kiln_cost_elementwise && relu->flow == KILN_FLOW_SAME);
   const kiln_op_schema *att = find(kiln, "Attention");
   CHECK(att && att->cost == kiln_cost_attention && att->flow == KILN_FLOW_NONE);
 }

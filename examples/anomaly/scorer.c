@@ -1,0 +1,216 @@
+/* The scorer: reconstructions of windows -> per-row scores -> flags -> events, exactly as
+ * scoring.py defines them (see there). Rows live in a ring until they are final: their error
+ * is final once every window covering them has been seen, their smoothed score once the rows
+ * `smooth / 2` ahead are final, their stuck-sensor flag once each channel's current run of
+ * identical values has either ended or reached its limit. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "anomaly.h"
+
+struct am_scorer {
+  const am_config *cfg;
+  am_sink sink;
+  FILE *dump;
+  int C;
+  long cap, mask;
+  long added, final_next, err_upto;
+  double *err;   /* (cap, C): smallest squared error over the windows seen, INFINITY: none */
+  double *raw;   /* (cap, C) */
+  uint8_t *flat; /* (cap, C) */
+  long *file_row;
+  int *label;
+  char **ts;
+  long *run_start; /* per channel: accepted row where the current run of one value began */
+  double *sm;      /* (C) scratch */
+  int ev_open;
+  long ev_last;    /* accepted row of the open event's last flagged row */
+  am_event ev;
+};
+
+static long pow2_at_least(long n) {
+  long p = 64;
+  while (p < n) p *= 2;
+  return p;
+}
+
+am_scorer *am_scorer_create(const am_config *cfg, const am_sink *sink, FILE *scores_dump) {
+  am_scorer *s = calloc(1, sizeof(*s));
+  s->cfg = cfg;
+  s->sink = *sink;
+  s->dump = scores_dump;
+  s->C = cfg->channels;
+  long maxflat = 0;
+  for (int c = 0; c < s->C; c++) maxflat = cfg->flat_limit[c] > maxflat ? cfg->flat_limit[c] : maxflat;
+  /* rows pending at once: a window, the smoothing span, an undecided run; main.c's batches add
+   * at most AM_RING_ROWS more before their windows arrive */
+  s->cap = pow2_at_least(2 * (cfg->window + cfg->smooth + maxflat) + (1L << 16));
+  s->mask = s->cap - 1;
+  size_t cells = (size_t)s->cap * (size_t)s->C;
+  s->err = malloc(cells * sizeof(double));
+  s->raw = malloc(cells * sizeof(double));
+  s->flat = calloc(cells, 1);
+  s->file_row = calloc((size_t)s->cap, sizeof(long));
+  s->label = calloc((size_t)s->cap, sizeof(int));
+  s->ts = calloc((size_t)s->cap, sizeof(char *));
+  s->run_start = calloc((size_t)s->C, sizeof(long));
+  s->sm = calloc((size_t)s->C, sizeof(double));
+  if (s->dump) {
+    fprintf(s->dump, "row");
+    for (int c = 0; c < s->C; c++) fprintf(s->dump, ",%s", cfg->names[c]);
+    fprintf(s->dump, "\n");
+  }
+  return s;
+}
+
+/* Rows the ring can still take before the oldest needed one would be overwritten. */
+static long room(const am_scorer *s) {
+  long keep = s->final_next - s->cfg->smooth;
+  if (keep < 0) keep = 0;
+  return s->cap - (s->added - keep);
+}
+
+static void track_flat(am_scorer *s, long seq, const double *raw) {
+  for (int c = 0; c < s->C; c++) {
+    long limit = s->cfg->flat_limit[c];
+    if (limit <= 0) continue;
+    if (seq == 0 || raw[c] != s->raw[((seq - 1) & s->mask) * s->C + c]) s->run_start[c] = seq;
+    long len = seq - s->run_start[c] + 1;
+    if (len == limit) {
+      for (long r = s->run_start[c]; r <= seq; r++) s->flat[(r & s->mask) * s->C + c] = 1;
+    } else if (len > limit) {
+      s->flat[(seq & s->mask) * s->C + c] = 1;
+    }
+  }
+}
+
+int am_scorer_add_row(am_scorer *s, long file_row, const char *ts, int label, const double *raw) {
+  if (room(s) <= 0) return -1;
+  long i = s->added & s->mask;
+  free(s->ts[i]);
+  s->ts[i] = strdup(ts);
+  s->file_row[i] = file_row;
+  s->label[i] = label;
+  for (int c = 0; c < s->C; c++) {
+    s->err[i * s->C + c] = INFINITY;
+    s->raw[i * s->C + c] = raw[c];
+    s->flat[i * s->C + c] = 0;
+  }
+  track_flat(s, s->added, raw);
+  s->added++;
+  return 0;
+}
+
+void am_scorer_add_window(am_scorer *s, long start, const float *x, const float *xhat) {
+  int C = s->C;
+  for (int t = 0; t < s->cfg->window; t++) {
+    double *e = &s->err[((start + t) & s->mask) * C];
+    for (int c = 0; c < C; c++) {
+      double d = (double)x[t * C + c] - (double)xhat[t * C + c];
+      if (d * d < e[c]) e[c] = d * d;
+    }
+  }
+  if (start + s->cfg->stride > s->err_upto) s->err_upto = start + s->cfg->stride;
+}
+
+static void smooth_row(am_scorer *s, long r, long total) {
+  int k = s->cfg->smooth;
+  long lo = r - (k - 1) / 2, hi = r + k / 2 + 1;
+  if (lo < 0) lo = 0;
+  if (hi > total) hi = total;
+  for (int c = 0; c < s->C; c++) s->sm[c] = 0;
+  for (long q = lo; q < hi; q++) {
+    const double *e = &s->err[(q & s->mask) * s->C];
+    for (int c = 0; c < s->C; c++) s->sm[c] += isinf(e[c]) ? 0.0 : e[c];
+  }
+  for (int c = 0; c < s->C; c++) s->sm[c] /= (double)(hi - lo);
+}
+
+static void close_event(am_scorer *s) {
+  if (!s->ev_open) return;
+  if (s->sink.event) s->sink.event(s->sink.ctx, &s->ev);
+  free(s->ev.start_ts);
+  free(s->ev.end_ts);
+  memset(&s->ev, 0, sizeof(s->ev));
+  s->ev_open = 0;
+}
+
+static void event_row(am_scorer *s, long r, double score, uint64_t chans) {
+  long i = r & s->mask;
+  if (s->ev_open && r - s->ev_last > s->cfg->merge_gap + 1) close_event(s);
+  if (!s->ev_open) {
+    s->ev_open = 1;
+    s->ev.start_row = s->file_row[i];
+    s->ev.start_ts = strdup(s->ts[i]);
+  }
+  s->ev.end_row = s->file_row[i];
+  free(s->ev.end_ts);
+  s->ev.end_ts = strdup(s->ts[i]);
+  s->ev.channels |= chans;
+  if (score > s->ev.score) s->ev.score = score;
+  s->ev_last = r;
+}
+
+static void finalize_row(am_scorer *s, long r, long total) {
+  long i = r & s->mask;
+  smooth_row(s, r, total);
+  double score = 0;
+  uint64_t chans = 0;
+  int flat = 0;
+  for (int c = 0; c < s->C; c++) {
+    double z = s->sm[c] / s->cfg->threshold[c];
+    if (z > score) score = z;
+    int f = s->flat[i * s->C + c];
+    flat |= f;
+    if ((z > 1 || f) && c < 64) chans |= 1ULL << c;
+  }
+  int flagged = score > 1 || flat;
+  if (s->dump) {
+    fprintf(s->dump, "%ld", s->file_row[i]);
+    for (int c = 0; c < s->C; c++) fprintf(s->dump, ",%.9g", s->sm[c]);
+    fprintf(s->dump, "\n");
+  }
+  if (s->sink.row) s->sink.row(s->sink.ctx, s->file_row[i], s->label[i], flagged, score);
+  if (flagged) event_row(s, r, score, chans);
+  else if (s->ev_open && r - s->ev_last > s->cfg->merge_gap) close_event(s);
+}
+
+/* Rows below this have a decided stuck-sensor flag. */
+static long flat_decided(const am_scorer *s) {
+  long upto = s->added;
+  for (int c = 0; c < s->C; c++) {
+    long limit = s->cfg->flat_limit[c];
+    if (limit <= 0 || s->added == 0) continue;
+    long len = s->added - s->run_start[c];
+    if (len < limit && s->run_start[c] < upto) upto = s->run_start[c];
+  }
+  return upto;
+}
+
+void am_scorer_flush(am_scorer *s, int eof) {
+  long upto = s->added;
+  if (!eof) {
+    long e = s->err_upto - s->cfg->smooth / 2;
+    long f = flat_decided(s);
+    upto = e < upto ? e : upto;
+    upto = f < upto ? f : upto;
+  }
+  while (s->final_next < upto) finalize_row(s, s->final_next++, s->added);
+  if (eof) close_event(s);
+}
+
+void am_scorer_free(am_scorer *s) {
+  if (!s) return;
+  close_event(s);
+  for (long i = 0; i < s->cap; i++) free(s->ts[i]);
+  free(s->ts);
+  free(s->err);
+  free(s->raw);
+  free(s->flat);
+  free(s->file_row);
+  free(s->label);
+  free(s->run_start);
+  free(s->sm);
+  free(s);
+}

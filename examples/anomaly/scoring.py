@@ -1,0 +1,97 @@
+"""The anomaly score, in NumPy: what kiln-anomaly computes in C (anomaly_score.c), used by
+train.py to calibrate the threshold and by evaluate.py. Keep the two in step.
+
+For a stream of normalised rows x (n, C) and the autoencoder's reconstructions of the windows
+starting at rows 0, s, 2s, ... (each (W, C)):
+  err[r, c]   mean over the windows covering row r of (x[r, c] - xhat[r, c])^2
+  sm[r, c]    err averaged over the `smooth` rows centred on r (fewer at the stream's ends)
+  z[r, c]     sm[r, c] / threshold[c]; a row is anomalous when max_c z[r, c] > 1
+Rows no window covers (a tail shorter than a stride) get err 0.
+
+A stuck sensor repeats one value exactly; an autoencoder trained on noisy data reconstructs such
+a flat line well (measured: most stuck channels scored below their threshold), so the score has
+a second part: a row is also anomalous on channel c when it lies in a run of at least
+flat_limit[c] identical consecutive values of c (the limit calibrated on clean data: twice the
+longest run seen there, plus 2).
+"""
+import csv
+
+import numpy as np
+
+
+def read_csv(path, label_column=None):
+    """(timestamps, channel names, values (n, C) float64, labels or None)."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    header = rows[0]
+    lab_idx = header.index(label_column) if label_column else None
+    chan_idx = [i for i in range(1, len(header)) if i != lab_idx]
+    data = [r for r in rows[1:] if r]
+    ts = [r[0] for r in data]
+    x = np.array([[float(r[i]) for i in chan_idx] for r in data], dtype=np.float64)
+    y = np.array([int(float(r[lab_idx])) for r in data]) if lab_idx is not None else None
+    return ts, [header[i] for i in chan_idx], x, y
+
+
+def windows(x, w, stride):
+    starts = np.arange(0, len(x) - w + 1, stride)
+    return starts, np.stack([x[s:s + w] for s in starts]).astype(np.float32)
+
+
+AGG = "min"
+
+
+def row_errors(x, starts, recon):
+    n, c = x.shape
+    w = recon.shape[1]
+    if AGG == "mean":
+        tot = np.zeros((n, c))
+        cnt = np.zeros(n)
+        for s, r in zip(starts, recon):
+            tot[s:s + w] += (x[s:s + w] - r) ** 2
+            cnt[s:s + w] += 1
+        return tot / np.maximum(cnt, 1)[:, None]
+    best = np.full((n, c), np.inf)
+    for s, r in zip(starts, recon):
+        best[s:s + w] = np.minimum(best[s:s + w], (x[s:s + w] - r) ** 2)
+    best[np.isinf(best)] = 0
+    return best
+
+
+def smooth(err, k):
+    if k <= 1:
+        return err
+    n = len(err)
+    cs = np.vstack([np.zeros((1, err.shape[1])), np.cumsum(err, axis=0)])
+    lo = np.clip(np.arange(n) - (k - 1) // 2, 0, n)
+    hi = np.clip(np.arange(n) + k // 2 + 1, 0, n)
+    return (cs[hi] - cs[lo]) / (hi - lo)[:, None]
+
+
+def events(flags, merge_gap):
+    """Runs of flagged rows, joined across gaps of at most merge_gap rows: [(first, last)]."""
+    out = []
+    idx = np.flatnonzero(flags)
+    for r in idx:
+        if out and r - out[-1][1] <= merge_gap + 1:
+            out[-1][1] = r
+        else:
+            out.append([r, r])
+    return [tuple(e) for e in out]
+
+
+def flat_runs(x):
+    """(n, C): the length of the run of identical consecutive values each row lies in."""
+    n, c = x.shape
+    out = np.zeros((n, c), dtype=np.int64)
+    for j in range(c):
+        start = 0
+        for r in range(1, n + 1):
+            if r == n or x[r, j] != x[r - 1, j]:
+                out[start:r, j] = r - start
+                start = r
+    return out
+
+
+def flat_limits(x):
+    return [int(2 * m + 2) for m in flat_runs(x).max(axis=0)]

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Seed corpora for the libFuzzer targets (tests/fuzz), built from the ONNX conformance data
+# (Debian's libonnx-testdata) rather than committed: OUT/model and OUT/optimize get every
+# model.onnx, OUT/inputs every input .pb (behind the target's selector byte) and a few .npy
+# files, OUT/plugin_desc a few descriptions. Usage: scripts/fuzz-corpus.sh OUT
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: scripts/fuzz-corpus.sh OUT}
+data=/usr/share/libonnx-testdata/data
+[ -d "$data" ] || { echo "fuzz-corpus: $data missing; run scripts/install-deps.sh --test" >&2; exit 1; }
+mkdir -p "$out"/model "$out"/optimize "$out"/inputs "$out"/plugin_desc
+n=0
+for m in "$data"/*/*/model.onnx examples/models/*.onnx; do
+  name=$(basename "$(dirname "$m")")_$(basename "$m" .onnx)
+  cp "$m" "$out/model/$name"
+  cp "$m" "$out/optimize/$name"
+  n=$((n + 1))
+done
+# inputs: selector byte 0 (guess), 1 TensorProto, 2 SequenceProto, 3 OptionalProto, 4 .npy
+i=0
+for f in "$data"/node/*/test_data_set_0/input_*.pb; do
+  sel=1
+  case "$f" in *sequence*) sel=2 ;; *optional*) sel=3 ;; esac
+  { printf "\\x0$sel"; cat "$f"; } > "$out/inputs/pb_$i"
+  i=$((i + 1))
+  [ $i -ge 400 ] && break
+done
+/usr/bin/python3 - "$out/inputs" <<'PY'
+import io, sys
+import numpy as np
+for k, a in enumerate([np.zeros((2, 3), np.float32), np.arange(5, dtype=np.int64), np.array(True),
+                       np.ones((1, 2, 2), np.uint8), np.array([1.5], np.float64), np.zeros((0, 4), np.int32)]):
+    b = io.BytesIO()
+    np.save(b, a)
+    open(f"{sys.argv[1]}/npy_{k}", "wb").write(b"\x04" + b.getvalue())
+PY
+# plugin descriptions: a few byte strings that decode to plausible descriptions
+printf 'x\x01\x05my.op\x04Relu\x03\x00\x01\x02in\x00\x00\x00\x00\x00\x01\x03out\x00\x00\x00\x00\x00\x00\x01' > "$out/plugin_desc/simple"
+printf 'x\x01\x05my.op\x04Conv\x03\x00\x02\x01X\x00\x00\x00\x00\x01\x01W\x00\x00\x00\x00\x01\x01\x01Y\x00\x00\x00\x00\x00\x02\x05alpha\x02\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x04mode\x03\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x07' > "$out/plugin_desc/attrs"
+echo "fuzz-corpus: $n models, $(ls "$out/inputs" | wc -l) input files, $(ls "$out/plugin_desc" | wc -l) descriptions in $out"
