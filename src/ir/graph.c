@@ -138,6 +138,12 @@ static const char *node_label(const kiln_node *n, char *buf, size_t len) {
   return buf;
 }
 
+const char *kiln_node_label(const kiln_node *n, char *buf, size_t len) {
+  snprintf(buf, len, "node '%s' (%s%s%s)", n && n->name && *n->name ? n->name : "<unnamed>",
+           n && *n->domain ? n->domain : "", n && *n->domain ? "::" : "", n ? n->op_type : "?");
+  return buf;
+}
+
 kiln_code kiln_graph_toposort(kiln_graph *g, kiln_error *err) {
   size_t nv = g->n_values, nn = g->n_nodes;
   char lbl[300];

@@ -137,6 +137,9 @@ int kiln_graph_add_node(kiln_graph *g);
  * defines them. */
 kiln_code kiln_graph_toposort(kiln_graph *g, kiln_error *err);
 
+/* "node 'name' (domain::Op)" (no domain for ai.onnx) into buf; returns buf. */
+const char *kiln_node_label(const kiln_node *n, char *buf, size_t len);
+
 /* Attribute lookup on a node; the typed getters return `def` when absent. */
 const kiln_attr *kiln_node_attr(const kiln_node *n, const char *name);
 int64_t kiln_attr_int(const kiln_node *n, const char *name, int64_t def);

@@ -402,12 +402,6 @@ static kiln_status api_attr_floats(const kiln_op_attrs *at, const char *name, co
   return st;
 }
 
-static const char *node_label(const kiln_node *n, char *buf, size_t len) {
-  snprintf(buf, len, "node '%s' (%s%s%s)", n && n->name && *n->name ? n->name : "<unnamed>",
-           n && *n->domain ? n->domain : "", n && *n->domain ? "::" : "", n ? n->op_type : "?");
-  return buf;
-}
-
 KILN_PRINTF(3, 4)
 static kiln_status api_attrs_error(const kiln_op_attrs *at, kiln_status code, const char *fmt, ...) {
   if (code == KILN_STATUS_OK) code = KILN_STATUS_ERROR;
@@ -419,7 +413,7 @@ static kiln_status api_attrs_error(const kiln_op_attrs *at, kiln_status code, co
   va_end(ap);
   kiln_code rc = kiln_code_from_status(code);
   if (at->code) *at->code = rc;
-  kiln_fail(at->err, rc, "%s: %s", node_label(at->node, lbl, sizeof lbl), msg);
+  kiln_fail(at->err, rc, "%s: %s", kiln_node_label(at->node, lbl, sizeof lbl), msg);
   return code;
 }
 
@@ -578,7 +572,7 @@ static kiln_status api_kernel_error(kiln_kernel_ctx *c, kiln_status code, const 
   kiln_code rc = code == KILN_STATUS_UNSUPPORTED ? KILN_ERR_UNSUPPORTED
                  : code == KILN_STATUS_NOMEM     ? KILN_ERR_NOMEM
                                                  : KILN_ERR_RUN;
-  kiln_fail(c->c->err, rc, "%s: %s", node_label(c->c->node, lbl, sizeof lbl), msg);
+  kiln_fail(c->c->err, rc, "%s: %s", kiln_node_label(c->c->node, lbl, sizeof lbl), msg);
   c->failed = true;
   return code;
 }
