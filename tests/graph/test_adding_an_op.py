@@ -102,7 +102,11 @@ for path, body in files.items():
 with open(os.path.join(work, "harness.c"), "w") as f:
     f.write(harness)
 exe = os.path.join(work, "harness")
-cmd = ["cc", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Wpedantic", "-Wshadow", "-Wstrict-prototypes",
+# a sanitizer build's library links only with its sanitizer
+cache = open(os.path.join(BUILD, "CMakeCache.txt")).read() if os.path.exists(os.path.join(BUILD, "CMakeCache.txt")) else ""
+san = (["-fsanitize=address,undefined"] if "KILN_SANITIZE:BOOL=ON" in cache else []) + \
+      (["-fsanitize=thread"] if "KILN_TSAN:BOOL=ON" in cache else [])
+cmd = ["cc", *san, "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Wpedantic", "-Wshadow", "-Wstrict-prototypes",
        "-Werror", "-I" + os.path.join(ROOT, "src"),
        "-I" + os.path.join(ROOT, "include"), os.path.join(work, "harness.c"), *srcs,
        os.path.join(BUILD, "libkiln.a"), "-lprotobuf-c", "-lm", "-lpthread", "-ldl", "-o", exe]
