@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Send one KServe v2 inference request built from the model's own metadata, and check the answer.
 
-usage: probe.py URL/v2/models/NAME[/versions/V]/infer [--field F] [--token T] [--seed N]
+usage: probe.py URL/v2/models/NAME[/versions/V]/infer [--field F] [--seed N]
 
 Reads GET .../v2/models/NAME[/versions/V] for the inputs (name, datatype, shape; a dynamic dim,
 -1, becomes 1), posts deterministic random values as JSON, and checks that the answer is 200

@@ -10,7 +10,8 @@ cd "$(dirname "$0")/../.."
 kiln=${1:-build/kiln}; model=${2:-examples/models/tiny_cnn.onnx}
 conns=${3:-16}; secs=${4:-10}; rounds=${5:-3}
 batch_flags=${KILN_BATCH_FLAGS:---max-batch-size 16}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+tmp=$(mktemp -d); pid=""
+trap '[ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT  # never leave a server behind
 name=$(basename "$model" .onnx)
 /usr/bin/python3 - "$model" "$tmp/body.json" "${KILN_BINARY:-0}" > "$tmp/hlen" <<'PY'
 import json, sys, numpy as np, onnx
@@ -41,7 +42,7 @@ run_one() { # $1 label, $2.. server flags
   local label=$1; shift
   rm -f "$tmp/err"  # the new server writes its own port there: never read the last one's
   "$kiln" serve "$model" --http-port 0 --log-format off --drain-s 0 "$@" 2>"$tmp/err" &
-  local pid=$!
+  pid=$!
   local port=""
   for _ in $(seq 200); do
     port=$(grep -so 'listening on http://[0-9.]*:[0-9]*' "$tmp/err" | sed 's/.*://' || true)
@@ -57,7 +58,7 @@ run_one() { # $1 label, $2.. server flags
   curl -s "http://127.0.0.1:$port/metrics" > "$tmp/metrics"
   batch=$(awk '/^kiln_batch_size_sum/ {s=$2} /^kiln_batch_size_count/ {c=$2} END {if (c) printf "%.2f", s/c}' "$tmp/metrics")
   grep '^kiln_http_responses_total' "$tmp/metrics" | grep -v 'code="200"' >&2 || true
-  kill -TERM $pid; wait $pid || true
+  kill -TERM "$pid"; wait "$pid" || true; pid=""
   echo "$label $rps $p50 $p99 $non2xx $batch" | tee -a "$tmp/results"
 }
 echo "label requests/s p50 p99 non-2xx mean-batch"

@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 
 def save(model, out, kind):

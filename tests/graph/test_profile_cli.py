@@ -49,10 +49,10 @@ for level in ["0", "2"]:
     check(mm and mm["flops"] == 2 * 10 * 288, f"level {level}: matmul flops: {mm}")
     check(all(n["ms_per_run"] >= 0 and n["bytes"] > 0 for n in r["nodes"]),
           f"level {level}: every node has a time and moves bytes")
-    # nodes are timed inside the runs; the mean of their sums may exceed the median run under
-    # load, so only a gross excess is an error
-    check(sum(n["ms_per_run"] for n in r["nodes"]) <= r["median_ms"] * 5 + 1.0,
-          f"level {level}: node times add up to about a run")
+    # nodes are timed inside the runs: the sum of their mean times is at most the mean run (the
+    # median may be far lower under load)
+    check(sum(n["ms_per_run"] for n in r["nodes"]) <= r["mean_ms"] * 1.02 + 0.01,
+          f"level {level}: node times add up to at most the mean run: {r['node_ms']} {r['mean_ms']}")
     if level == "0":
         check("--level 2" in text, "advice at level 0 suggests --level 2")
 

@@ -221,13 +221,37 @@ def test_switch_with_requests_in_flight(root):
         s.stop()
 
 
+def test_other_model_loads(root):
+    """Loading one model never makes another unknown: requests for m stay 200 while b loads."""
+    os.makedirs(os.path.join(root, "m"))
+    add_version(root, 1)
+    os.makedirs(os.path.join(root, "b", "1"))
+    slow_model(os.path.join(root, "b", "1", "model.onnx"))
+    with open(os.path.join(root, "b", "config.json"), "w") as f:
+        json.dump({"warmup_runs": 8}, f)  # a load that takes a while
+    s = Server(["--model-repository", root, "--admin-token", "tok", "--drain-s", "0", "--log-format", "off"])
+    try:
+        traffic = Traffic(s)
+        for _ in range(4):
+            s.post_json("/v2/repository/models/b/unload", {}, headers=TOKEN)
+            s.post_json("/v2/repository/models/b/load", {}, headers=TOKEN)
+        s.signal(signal.SIGHUP)
+        time.sleep(0.3)
+        traffic.stop()
+        bad = [c for c in traffic.codes if c != 200]
+        check(traffic.codes and not bad, "model m answered 200 to all %d requests while b loaded and unloaded (%s)"
+              % (len(traffic.codes), bad[:5]))
+    finally:
+        s.stop()
+
+
 def infer_slow(s, body, headers):
     st, h, b = s.request("POST", "/v2/models/m/infer", body, headers, timeout=60)
     return json.loads(b[:int(h["inference-header-content-length"])])["model_version"] if st == 200 else st
 
 
 def main():
-    for fn in (test_rollback, test_poll, test_switch_with_requests_in_flight):
+    for fn in (test_rollback, test_poll, test_switch_with_requests_in_flight, test_other_model_loads):
         root = tempfile.mkdtemp(prefix="kiln-serve-roll-")
         try:
             fn(root)
