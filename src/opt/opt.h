@@ -10,6 +10,10 @@ typedef struct kiln_opt_config {
   int level;                  /* 0 none, 1 basic, 2 fusion */
   const char *disabled;       /* comma-separated pass names, or NULL */
   size_t fold_max_elems;      /* constant folding size cap (0: default) */
+  /* The kernels the compiled model will run on can do Conv + MaxPool in one pass (the direct
+   * AVX-512 kernel): fuse_conv_pool applies. Chosen by the caller from the CPU, so the
+   * optimizer itself never asks the CPU. */
+  bool conv_pool_one_pass;
   /* Resolve, sort and type the graph again after a pass changed it (the caller's op
    * resolution, plugins included); `user` below is handed back. */
   kiln_code (*prepare)(kiln_ir_model *m, const void *user, kiln_error *err);
