@@ -178,7 +178,7 @@ kiln_tensor *kiln_tensor_from_proto(const Onnx__TensorProto *p, const kiln_ext_c
    * shape over a few bytes of data. */
   bool external = p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
   int64_t numel = kiln_numel((int)p->n_dims, p->dims), bytes = kiln_tensor_bytes(dt, (int)p->n_dims, p->dims);
-  if (!external && numel >= 0 && bytes >= 0) {
+  if (!external && numel >= 0 && (bytes >= 0 || dt == KILN_STRING)) {
     bool raw = p->has_raw_data && dt != KILN_STRING;
     int64_t have = raw ? (int64_t)p->raw_data.len
                        : (int64_t)(p->n_float_data + p->n_int32_data + p->n_string_data + p->n_int64_data +
@@ -190,6 +190,10 @@ kiln_tensor *kiln_tensor_from_proto(const Onnx__TensorProto *p, const kiln_ext_c
                 kiln_dims_str((int)p->n_dims, p->dims, (char[256]){0}, 256), kiln_dtype_name(dt), (long long)want);
       return NULL;
     }
+  }
+  if (external && !ext) { /* a value file, not a model: nothing to resolve it against */
+    kiln_fail(err, KILN_ERR_MODEL, "tensor '%s': external data outside a model is not supported", tname(p));
+    return NULL;
   }
   kiln_tensor *t = kiln_tensor_new(dt, (int)p->n_dims, p->dims, err);
   if (!t) {

@@ -249,7 +249,7 @@ static kiln_code gemm_run(kiln_kctx *c) {
     float *py = y->data;
     if (cc) {
       const float *pc = cc->data;
-      if (cc->numel == n && cc->dims[cc->rank - 1] == n) { /* a row vector: the common bias */
+      if (cc->numel == n && cc->rank > 0 && cc->dims[cc->rank - 1] == n) { /* a row vector: the common bias */
         for (int64_t i = 0; i < m; i++)
           for (int64_t j = 0; j < n; j++) py[i * n + j] = (float)beta * pc[j];
       } else {

@@ -634,6 +634,8 @@ static kiln_code roialign_run(kiln_kctx *c) {
       if (rh < 1) rh = 1;
     }
     double bh = rh / (double)oh, bw = rw / (double)ow;
+    if (!(fabs(bh) < 1e9) || !(fabs(bw) < 1e9)) /* NaN, infinite or absurd: no sampling grid */
+      return kiln_kfail(c, "roi %lld is not finite or too large", (long long)r);
     int64_t gh = sr > 0 ? sr : (int64_t)ceil(rh / (double)oh);
     int64_t gw = sr > 0 ? sr : (int64_t)ceil(rw / (double)ow);
     double count = gh * gw > 1 ? (double)(gh * gw) : 1;

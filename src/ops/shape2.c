@@ -418,7 +418,7 @@ static const char *pad_read(const kiln_node *node, int opset, int r, const kiln_
     if (np > 2 * MAXR) return "pads has too many entries";
     memcpy(pads, p, np * sizeof *p);
   } else {
-    if (!pt) return "pads (input 1) is required from opset 11";
+    if (!pt || pt->kind != KILN_KIND_TENSOR) return "pads (input 1) is required from opset 11";
     if (!kiln_dtype_is_int(pt->dtype) || pt->numel > 2 * MAXR || pt->rank > 1)
       return "pads must be a short 1-D integer tensor";
     np = (size_t)pt->numel;

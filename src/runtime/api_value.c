@@ -320,6 +320,11 @@ kiln_code kiln_tensor_load_npy(const char *path, kiln_tensor **out, kiln_error *
     dims[rank++] = d;
     p = end;
   }
+  int64_t need = kiln_tensor_bytes(dt, rank, dims);
+  if (need < 0 || (uint64_t)need > len - hoff - hlen) { /* before allocating: the shape may be huge */
+    kiln_fail(err, KILN_ERR_IO, "'%s': data is shorter than its shape needs", path);
+    goto done;
+  }
   kiln_tensor *t = kiln_tensor_new(dt, rank, dims, err);
   if (!t) {
     rc = err ? err->code : KILN_ERR_NOMEM;

@@ -1,8 +1,8 @@
 /* libFuzzer target: arbitrary bytes as a model must give a session or a clear error, never a
  * crash, a sanitizer report or a leak. A session that loads is also run once on zero inputs.
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude tests/fuzz/fuzz_model.c \
- *     build-fuzz/libkiln.a -lprotobuf-c -lm -lpthread -ldl -o fuzz_model
- *   ./fuzz_model -max_total_time=300 corpus/   (corpus: model.onnx files of the test data) */
+ * Built and run by scripts/check-fuzz.sh (clang, ASan + UBSan, seed corpus from the
+ * conformance models by scripts/fuzz-corpus.sh); crashes found and fixed stay as inputs in
+ * tests/fuzz/regress/fuzz_model/. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
