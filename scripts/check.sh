@@ -12,6 +12,9 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
 jobs=$(nproc)
 
+echo "== layers: every include under src/ points down, no file over 1,000 lines"
+/usr/bin/python3 scripts/check-layers.py
+
 echo "== clang build (warnings are errors)"
 CC=clang scripts/build.sh build-clang
 

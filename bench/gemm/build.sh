@@ -24,7 +24,7 @@ for f in "$root"/src/kernels/*.c; do
   "$CC" -O3 -DNDEBUG -std=c11 -D_GNU_SOURCE -I"$root/include" -I"$root/src" "${isa[@]}" -c "$f" \
     -o "$kobj/$(basename "$f" .c).o"
 done
-kernels=("$kobj"/*.o "$root/src/runtime/threadpool.c" "$root/src/base/status.c")
+kernels=("$kobj"/*.o "$root/src/base/threadpool.c" "$root/src/base/status.c")
 srcs=("$here/gemm_bench.c" "${kernels[@]}")
 if [ -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ] && [ "${NO_OPENBLAS:-0}" != 1 ]; then
   flags+=(-DHAVE_OPENBLAS -I/usr/include/x86_64-linux-gnu/openblas-pthread)

@@ -20,7 +20,7 @@
 #include "kernels/conv_internal.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 static double clock_s(clockid_t id) {
   struct timespec t;

@@ -25,7 +25,7 @@
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_internal.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 #include "fma_loop.h" /* tools/: the FMA peak loops kiln profile uses */
 
 #ifdef HAVE_OPENBLAS

@@ -86,3 +86,14 @@ const char *kiln_code_name(kiln_code c) {
   }
   return "unknown";
 }
+
+bool kiln_list_has(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; p && *p;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len == n && !strncmp(p, name, n)) return true;
+    p = end ? end + 1 : NULL;
+  }
+  return false;
+}

@@ -2,6 +2,8 @@
 #ifndef KILN_BASE_STATUS_H
 #define KILN_BASE_STATUS_H
 
+#include <stdbool.h>
+
 #include <stdarg.h>
 #include "kiln/kiln.h"
 
@@ -36,5 +38,8 @@ void *kiln_malloc_big(size_t n);
 /* Log a message (log.c): to opts->log_fn when set, else stderr, if `level` (kiln_log_level)
  * is at opts->log_level or more severe. opts may be NULL: stderr at warning level. */
 void kiln_log(const kiln_options *opts, int level, const char *fmt, ...) KILN_PRINTF(3, 4);
+
+/* Whether the comma-separated `list` (may be NULL) names `name` exactly ("a,b": a and b). */
+bool kiln_list_has(const char *list, const char *name);
 
 #endif

@@ -10,6 +10,13 @@
 #include "ir/edit.h"
 #include "ir/meta.h"
 
+int64_t kiln_model_opset(const kiln_ir_model *m, const char *domain) {
+  if (!strcmp(domain, "ai.onnx")) domain = "";
+  for (size_t i = 0; i < m->n_opsets; i++)
+    if (!strcmp(m->opsets[i].domain, domain)) return m->opsets[i].version;
+  return -1;
+}
+
 kiln_graph *kiln_graph_new(kiln_graph *parent) {
   kiln_graph *g = calloc(1, sizeof *g);
   if (!g) return NULL;
@@ -128,6 +135,12 @@ static bool defined_outside(const kiln_graph *g, const char *name) {
 
 static const char *node_label(const kiln_node *n, char *buf, size_t len) {
   snprintf(buf, len, "'%s' (%s)", n->name && *n->name ? n->name : "<unnamed>", n->op_type);
+  return buf;
+}
+
+const char *kiln_node_label(const kiln_node *n, char *buf, size_t len) {
+  snprintf(buf, len, "node '%s' (%s%s%s)", n && n->name && *n->name ? n->name : "<unnamed>",
+           n && *n->domain ? n->domain : "", n && *n->domain ? "::" : "", n ? n->op_type : "?");
   return buf;
 }
 

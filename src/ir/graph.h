@@ -118,6 +118,9 @@ typedef struct kiln_ir_model {
   struct kiln_meta *meta;  /* what the ModelProto says about itself (ir/meta.h), or NULL */
 } kiln_ir_model;
 
+/* The version of `domain` the model imports, or -1. "ai.onnx" and "" are the same domain. */
+int64_t kiln_model_opset(const kiln_ir_model *m, const char *domain);
+
 kiln_graph *kiln_graph_new(kiln_graph *parent);
 void kiln_graph_free(kiln_graph *g);
 void kiln_ir_model_free(kiln_ir_model *m);
@@ -133,6 +136,9 @@ int kiln_graph_add_node(kiln_graph *g);
  * that nothing produces. Outer-scope names become is_outer values when `g` has a parent that
  * defines them. */
 kiln_code kiln_graph_toposort(kiln_graph *g, kiln_error *err);
+
+/* "node 'name' (domain::Op)" (no domain for ai.onnx) into buf; returns buf. */
+const char *kiln_node_label(const kiln_node *n, char *buf, size_t len);
 
 /* Attribute lookup on a node; the typed getters return `def` when absent. */
 const kiln_attr *kiln_node_attr(const kiln_node *n, const char *name);

@@ -48,7 +48,7 @@
 #include "base/status.h"
 #include "kernels/act.h"
 #include "kernels/gemm.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 typedef struct kiln_conv2d_f32_params {
   int64_t n, c, h, w;         /* input [n, c, h, w] */

@@ -33,7 +33,7 @@
 #include "kernels/act.h"
 #include "kernels/cpu.h"
 #include "kiln/kiln.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 /* Fused epilogue; a zero-initialised struct (or NULL where accepted) means "none". */
 typedef struct kiln_gemm_epilogue {

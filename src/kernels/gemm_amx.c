@@ -28,7 +28,7 @@
 #include "kernels/cpu.h"
 #include "kernels/gemm_amx_internal.h"
 #include "kernels/scratch.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 #ifdef KILN_AMX_BUILD
 #include <sys/syscall.h>

@@ -14,7 +14,7 @@
 #include "base/status.h"
 #include "kernels/gemm_amx_internal.h"
 #include "kernels/scratch.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 enum { A_GROUP_BYTES = 512 * 1024 };
 

@@ -12,7 +12,7 @@
 #include "kernels/norm_math.h"
 #include "kernels/vec_f32.h"
 #include "kernels/vmath.h"
-#include "ops/fused_ew.h"
+#include "kernels/fused_ew.h"
 
 #ifndef VEC_FN
 #error "define VEC_FN before including vec_f32_tmpl.h"

@@ -237,13 +237,6 @@ static kiln_code convert_graph(const Onnx__GraphProto *gp, kiln_graph *g, const 
   return KILN_OK;
 }
 
-int64_t kiln_model_opset(const kiln_ir_model *m, const char *domain) {
-  if (!strcmp(domain, "ai.onnx")) domain = "";
-  for (size_t i = 0; i < m->n_opsets; i++)
-    if (!strcmp(m->opsets[i].domain, domain)) return m->opsets[i].version;
-  return -1;
-}
-
 static kiln_code unpack_model(const void *bytes, size_t len, const kiln_limits *lim,
                               Onnx__ModelProto **mp, kiln_error *err) {
   if (len == 0) return kiln_fail(err, KILN_ERR_MODEL, "not an ONNX model: the file is empty");

@@ -12,7 +12,5 @@ kiln_code kiln_model_read_file(const char *path, const kiln_limits *lim, kiln_ir
 /* Decode model bytes; base_dir (may be NULL) is where external data files live. */
 kiln_code kiln_model_read_memory(const void *bytes, size_t len, const char *base_dir,
                                  const kiln_limits *lim, kiln_ir_model **out, kiln_error *err);
-/* The version of `domain` the model imports, or -1. "ai.onnx" and "" are the same domain. */
-int64_t kiln_model_opset(const kiln_ir_model *m, const char *domain);
 
 #endif

@@ -24,7 +24,6 @@
 #include "ops/cost.h"
 #include "ops/fused.h"
 #include "ops/op.h"
-#include "runtime/session.h"
 
 typedef struct conv_geom {
   int nsp;                          /* number of spatial dims */

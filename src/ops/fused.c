@@ -12,7 +12,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "kiln/kiln_op.h"
 #include "ops/cost.h"
 #include "ops/fused.h"
 
@@ -24,9 +23,8 @@
 #include "kernels/gemm.h"
 #include "kernels/gemm_amx.h"
 #include "kernels/vec_f32.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 #include "ops/registry.h"
-#include "plugin/plugin.h"
 
 typedef enum { ACT_NONE, ACT_RELU, ACT_LEAKY, ACT_CLIP, ACT_SIGMOID, ACT_HSIGMOID, ACT_HSWISH, ACT_TANH, ACT_GELU, ACT_GELU_TANH } act_kind;
 
@@ -338,7 +336,7 @@ kiln_code kiln_fused_gemm_prepare(kiln_kctx *c) {
   return prepare_b(c, b, tb, rows_of(a, !ta), !ta && alpha == 1.0f);
 }
 
-static kiln_code fused_matmul_run(kiln_kctx *c) {
+kiln_code kiln_fused_matmul_run(kiln_kctx *c) {
   bool done;
   kiln_code rc = fused_matmul_fast(c, &done);
   if (rc || done) return rc;
@@ -382,7 +380,7 @@ static kiln_code fused_gemm_fast(kiln_kctx *c, bool *done) {
   return rc;
 }
 
-static kiln_code fused_gemm_run(kiln_kctx *c) {
+kiln_code kiln_fused_gemm_run(kiln_kctx *c) {
   bool done;
   kiln_code rc = fused_gemm_fast(c, &done);
   if (rc || done) return rc;
@@ -416,102 +414,5 @@ const kiln_op_schema kiln_ops_fused[] = {
      .prepare = kiln_conv2d_f32_prepare, .cost = kiln_cost_conv, .flow = KILN_FLOW_BATCH},
     {.domain = KILN_FUSED_DOMAIN, .name = "FusedConvMaxPool", .since = 1, .inputs = {2, 3}, .outputs = {1, 1},
      .infer = fused_conv_pool_infer, .run = fused_conv_pool_run, .cost = kiln_cost_conv_pool},
-    {0},
-};
-
-/* ---- FusedGemm and FusedMatMul, described through the plugin ABI (kiln/kiln_op.h) --------
- * The same description a plugin gives, adapted to a schema by src/plugin/adapter.c: arity,
- * element types, attributes with defaults and shape inference use only the ABI's functions;
- * compute hands the internal kernel context to the kernels above. */
-
-static kiln_status fused_matmul_compute(kiln_kernel_ctx *ctx, const kiln_api *api, void *state) {
-  (void)api;
-  (void)state;
-  return kiln_status_from_code(fused_matmul_run(kiln_kernel_ctx_internal(ctx)));
-}
-
-static kiln_status fused_gemm_compute(kiln_kernel_ctx *ctx, const kiln_api *api, void *state) {
-  (void)api;
-  (void)state;
-  return kiln_status_from_code(fused_gemm_run(kiln_kernel_ctx_internal(ctx)));
-}
-
-/* Broadcast two batch dims where -1 is unknown. */
-static int64_t batch_dim(int64_t a, int64_t b) {
-  if (a == 1) return b;
-  if (b == 1 || a == b) return a;
-  if (a < 0) return b;
-  return b < 0 ? a : -1;
-}
-
-/* numpy matmul: A[..., M, K] x B[..., K, N] -> [..., M, N]; 1-D operands lose their dim. */
-static kiln_status fused_matmul_infer(kiln_infer_ctx *c, const kiln_api *api, void *user) {
-  (void)user;
-  int32_t dt = api->infer_input_dtype(c, 0);
-  int ra = api->infer_input_rank(c, 0), rb = api->infer_input_rank(c, 1);
-  if (ra < 1 || rb < 1) return api->infer_set_output(c, 0, dt, -1, NULL);
-  int64_t a[KILN_MAX_RANK + 1], b[KILN_MAX_RANK + 1], out[KILN_MAX_RANK + 1];
-  int na = ra == 1 ? 2 : ra, nb = rb == 1 ? 2 : rb;
-  for (int d = 0; d < ra; d++) a[d + (ra == 1)] = api->infer_input_dim(c, 0, d);
-  if (ra == 1) a[0] = 1;
-  for (int d = 0; d < rb; d++) b[d] = api->infer_input_dim(c, 1, d);
-  if (rb == 1) b[1] = 1;
-  int ba = na - 2, bb = nb - 2, r = ba > bb ? ba : bb, n = 0;
-  for (int d = 0; d < r; d++) {
-    int ia = d - (r - ba), ib = d - (r - bb);
-    out[n++] = batch_dim(ia < 0 ? 1 : a[ia], ib < 0 ? 1 : b[ib]);
-  }
-  if (ra > 1) out[n++] = a[na - 2];
-  if (rb > 1) out[n++] = b[nb - 1];
-  if (n > KILN_MAX_RANK) return api->infer_set_output(c, 0, dt, -1, NULL);
-  return api->infer_set_output(c, 0, dt, n, out);
-}
-
-static kiln_status fused_gemm_infer(kiln_infer_ctx *c, const kiln_api *api, void *user) {
-  (void)user;
-  int32_t dt = api->infer_input_dtype(c, 0);
-  int64_t ta = 0, tb = 0;
-  const kiln_op_attrs *at = api->infer_attrs(c);
-  api->attr_int(at, "transA", &ta);
-  api->attr_int(at, "transB", &tb);
-  if (api->infer_input_rank(c, 0) != 2 || api->infer_input_rank(c, 1) != 2)
-    return api->infer_set_output(c, 0, dt, -1, NULL);
-  int64_t dims[2] = {api->infer_input_dim(c, 0, ta ? 1 : 0), api->infer_input_dim(c, 1, tb ? 0 : 1)};
-  return api->infer_set_output(c, 0, dt, 2, dims);
-}
-
-#define F32 KILN_DT_BIT(KILN_DT_FLOAT)
-static const kiln_op_io matmul_inputs[] = {
-    {"A", F32, 0}, {"B", F32, 0}, {"bias", F32, KILN_OP_IO_OPTIONAL}, {"R", F32, KILN_OP_IO_OPTIONAL}};
-static const kiln_op_io gemm_inputs[] = {{"A", F32, 0}, {"B", F32, 0}, {"C", F32, KILN_OP_IO_OPTIONAL}};
-static const kiln_op_io fused_outputs[] = {{"Y", F32, 0}};
-static const kiln_op_attr matmul_attrs[] = {
-    {"activation", KILN_OP_ATTR_STRING, 0, 0, 0, ""},
-    {"act_alpha", KILN_OP_ATTR_FLOAT, 0, 0, 0.01, NULL},
-    {"act_beta", KILN_OP_ATTR_FLOAT, 0, 0, 0.0, NULL}};
-static const kiln_op_attr gemm_attrs[] = {
-    {"transA", KILN_OP_ATTR_INT, 0, 0, 0, NULL},  {"transB", KILN_OP_ATTR_INT, 0, 0, 0, NULL},
-    {"alpha", KILN_OP_ATTR_FLOAT, 0, 0, 1.0, NULL}, {"beta", KILN_OP_ATTR_FLOAT, 0, 0, 1.0, NULL},
-    {"activation", KILN_OP_ATTR_STRING, 0, 0, 0, ""},
-    {"act_alpha", KILN_OP_ATTR_FLOAT, 0, 0, 0.01, NULL}, {"act_beta", KILN_OP_ATTR_FLOAT, 0, 0, 0.0, NULL}};
-
-static const kiln_op_desc fused_matmul_desc = {
-    .size = sizeof(kiln_op_desc), .abi_version = KILN_OP_ABI_VERSION,
-    .domain = KILN_FUSED_DOMAIN, .name = "FusedMatMul", .since_version = 1,
-    .n_inputs = 4, .inputs = matmul_inputs, .n_outputs = 1, .outputs = fused_outputs,
-    .n_attrs = 3, .attrs = matmul_attrs, .infer = fused_matmul_infer,
-    .compute = fused_matmul_compute, .flags = KILN_OP_FLAG_OPEN_ATTRS};
-
-static const kiln_op_desc fused_gemm_desc = {
-    .size = sizeof(kiln_op_desc), .abi_version = KILN_OP_ABI_VERSION,
-    .domain = KILN_FUSED_DOMAIN, .name = "FusedGemm", .since_version = 1,
-    .n_inputs = 3, .inputs = gemm_inputs, .n_outputs = 1, .outputs = fused_outputs,
-    .n_attrs = 7, .attrs = gemm_attrs, .infer = fused_gemm_infer,
-    .compute = fused_gemm_compute, .flags = KILN_OP_FLAG_OPEN_ATTRS};
-
-const kiln_described_op kiln_ops_fused_described[] = {
-    {&fused_gemm_desc, {.prepare = kiln_fused_gemm_prepare, .cost = kiln_cost_gemm, .flow = KILN_FLOW_GEMM}},
-    {&fused_matmul_desc,
-     {.prepare = kiln_fused_matmul_prepare, .cost = kiln_cost_matmul, .flow = KILN_FLOW_MATMUL}},
     {0},
 };

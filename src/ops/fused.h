@@ -7,7 +7,6 @@
 #include "kernels/act.h"
 #include "ops/op.h"
 
-#define KILN_FUSED_DOMAIN "ai.kiln"
 
 /* The node's activation (attributes activation, act_alpha, act_beta) as a GEMM epilogue
  * activation; false for an unknown name. */
@@ -41,5 +40,9 @@ bool kiln_fused_pool_params(const kiln_node *n, int64_t oh, int64_t ow, struct k
 kiln_code kiln_conv2d_f32_prepare(kiln_kctx *c);
 kiln_code kiln_fused_matmul_prepare(kiln_kctx *c);
 kiln_code kiln_fused_gemm_prepare(kiln_kctx *c);
+/* The kernels of FusedMatMul and FusedGemm (described through the plugin ABI in
+ * src/plugin/builtin.c). */
+kiln_code kiln_fused_matmul_run(kiln_kctx *c);
+kiln_code kiln_fused_gemm_run(kiln_kctx *c);
 
 #endif

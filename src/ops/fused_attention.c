@@ -54,7 +54,7 @@
 #include "kernels/attention.h"
 #include "ops/cost.h"
 #include "ops/fused.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 
 /* ---- vectorisable exp for x <= 0 (scores minus their running max) ---- */

@@ -7,8 +7,8 @@
  * sigmoid, tanh, softplus, elu) uses a vectorisable polynomial with about 1 ulp of error
  * instead of a libm call per element. Results differ from the chain (which rounds every
  * intermediate to float and computes in double) by a few ulp. */
+#include "kernels/fused_ew.h"
 #include "ops/cost.h"
-#include "ops/fused_ew.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -16,7 +16,7 @@
 
 #include "kernels/vec_f32.h"
 #include "ops/fused.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 /* The loops below select between computed values (clamps, NaN checks, piecewise formulas).
  * GCC only if-converts, and so vectorises, those when FP operations may be speculated; kiln

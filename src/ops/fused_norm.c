@@ -26,7 +26,7 @@
 #include "kernels/cpu.h"
 #include "ops/cost.h"
 #include "ops/fused.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 
 /* The session's pool is used from PAR_MIN values of output; a task is at least PAR_TASK values

@@ -1,8 +1,8 @@
 #include "ops/op.h"
 
 #include "kernels/gemm_amx.h"
-#include "runtime/planner.h"
-#include "runtime/session.h"
+#include "base/threadpool.h"
+#include "kiln/kiln.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -58,7 +58,7 @@ static kiln_tensor *out_alloc(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank
     return NULL;
   }
   kiln_tensor *t = NULL;
-  int64_t cap = c->frame && c->frame->session ? c->frame->session->opts.max_memory_bytes : 0;
+  int64_t cap = c->rt && c->rt->opts ? c->rt->opts->max_memory_bytes : 0;
   int64_t need = cap > 0 ? kiln_tensor_bytes(dtype, rank, dims) : 0;
   if (cap > 0 && need > cap) {
     kiln_kfail(c, "output %zu (%s%s) needs %lld bytes, over the limit max_memory_bytes = %lld; "
@@ -68,9 +68,8 @@ static kiln_tensor *out_alloc(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank
     return NULL;
   }
   /* Intermediates of the main graph come from the run's arena when the plan has a slot. */
-  kiln_run_mem *mem = c->frame ? c->frame->mem : NULL;
-  int64_t bytes = mem && i < c->node->n_out ? kiln_tensor_bytes(dtype, rank, dims) : -1;
-  void *slot = bytes > 0 ? kiln_planner_slot(mem, c->node->out[i], (size_t)bytes) : NULL;
+  int64_t bytes = c->rt && c->rt->out_slot && i < c->node->n_out ? kiln_tensor_bytes(dtype, rank, dims) : -1;
+  void *slot = bytes > 0 ? c->rt->out_slot(c->rt->rt, c, i, (size_t)bytes) : NULL;
   /* an output placed over its input (kiln_op_in_place_ok) must not be cleared first */
   if (slot && (t = kiln_tensor_wrap(dtype, rank, dims, slot, c->err)) && zero && !is_input_data(c, slot))
     memset(slot, 0, (size_t)bytes);
@@ -103,18 +102,28 @@ void kiln_set_out(kiln_kctx *c, size_t i, kiln_tensor *v) {
 }
 
 struct kiln_threadpool *kiln_kpool(const kiln_kctx *c) {
-  return c->frame && c->frame->session ? c->frame->session->pool : NULL;
+  return c->rt ? c->rt->pool : NULL;
+}
+
+bool kiln_kstrict_fp32(const kiln_kctx *c) { return c->rt && c->rt->opts && c->rt->opts->strict_fp32; }
+
+kiln_code kiln_subgraph_run(kiln_kctx *c, const kiln_graph *g, size_t n_inputs,
+                            const kiln_tensor *const *inputs, kiln_tensor **outputs) {
+  if (!c->rt || !c->rt->subgraph) return kiln_kunsup(c, "subgraphs run only in a session");
+  if (n_inputs > g->n_inputs)
+    return kiln_kfail(c, "subgraph '%s' takes %zu inputs, given %zu", g->name, g->n_inputs, n_inputs);
+  return c->rt->subgraph(c->rt->rt, c, g, n_inputs, inputs, outputs);
 }
 
 bool kiln_in_const(const kiln_kctx *c, size_t i, const kiln_tensor *t) {
-  const kiln_frame *f = c->frame;
+  const kiln_graph *g = c->rt ? c->rt->graph : NULL;
   int id = i < c->node->n_in ? c->node->in[i] : -1;
-  const kiln_tensor *init = f && f->g && id >= 0 && (size_t)id < f->g->n_values ? f->g->values[id].init : NULL;
+  const kiln_tensor *init = g && id >= 0 && (size_t)id < g->n_values ? g->values[id].init : NULL;
   return t && t->data && init && init->data == t->data;
 }
 
 bool kiln_kamx(const kiln_kctx *c) {
-  if (c->frame && c->frame->session && c->frame->session->opts.strict_fp32) return false;
+  if (kiln_kstrict_fp32(c)) return false;
   return kiln_amx_available() != 0;
 }
 

@@ -17,7 +17,28 @@
 #include "ir/graph.h"
 #include "ir/tensor.h"
 
-struct kiln_frame;
+struct kiln_kctx;
+struct kiln_threadpool;
+struct kiln_plugin_set;
+struct kiln_options;
+
+/* What the runtime offers kernels, filled by the executor once per graph run: kernels reach it
+ * through the functions below (kiln_out, kiln_kpool, kiln_kamx, kiln_in_const,
+ * kiln_subgraph_run), never through the executor's own state. NULL where a kernel runs
+ * outside a session (constant folding): outputs are then allocated, loops run serially and no
+ * subgraph can run. */
+typedef struct kiln_kservices {
+  void *rt;                            /* the executor's, handed back to the functions */
+  const kiln_graph *graph;             /* the graph being run (its constants) */
+  struct kiln_threadpool *pool;        /* the session's pool, or NULL */
+  const struct kiln_options *opts;     /* the session's options: strict_fp32, limits, logging */
+  const struct kiln_plugin_set *plugins; /* the model's plugin ops (their kernel states), or NULL */
+  /* Memory of `bytes` for output i of c's node planned by the run, or NULL (allocate). */
+  void *(*out_slot)(void *rt, const struct kiln_kctx *c, size_t i, size_t bytes);
+  /* Run graph g (an attribute of c's node) on inputs bound to g's inputs in order. */
+  kiln_code (*subgraph)(void *rt, struct kiln_kctx *c, const kiln_graph *g, size_t n_inputs,
+                        const kiln_tensor *const *inputs, kiln_tensor **outputs);
+} kiln_kservices;
 
 /* What the compiled model keeps for one node (at any depth of the graph) beside the immutable
  * IR: made from the model, shared by every session and concurrent run of it, and so changed
@@ -40,7 +61,7 @@ typedef struct kiln_kctx {
   size_t n_in, n_out;
   const kiln_tensor *const *in; /* in[i] NULL when the optional input is omitted */
   kiln_tensor **out;            /* the kernel stores new values here (kiln_out or its own) */
-  struct kiln_frame *frame;     /* executor state, for control-flow ops */
+  const kiln_kservices *rt;     /* the runtime's services, or NULL (see kiln_kservices) */
   kiln_error *err;
   kiln_node_state *state;       /* the compiled model's state of this node; NULL where there is
                                    none (constant folding): kernels then cache nothing */
@@ -144,6 +165,8 @@ typedef struct kiln_op_schema {
 } kiln_op_schema;
 
 #define KILN_VARIADIC (-1)
+/* The domain of kiln's fused ops. */
+#define KILN_FUSED_DOMAIN "ai.kiln"
 
 /* ---- helpers for kernels ---- */
 
@@ -170,6 +193,12 @@ bool kiln_op_in_place_ok(const kiln_node *n);
 
 /* The session's thread pool for data-parallel loops (NULL: run on the calling thread). */
 struct kiln_threadpool *kiln_kpool(const kiln_kctx *c);
+/* Whether the session asked for strict float32 arithmetic (kiln_options.strict_fp32). */
+bool kiln_kstrict_fp32(const kiln_kctx *c);
+/* For control-flow kernels: run a subgraph attribute of the current node with `inputs` bound
+ * to its inputs in order (borrowed); outputs[i] receives a new value per graph output. */
+kiln_code kiln_subgraph_run(kiln_kctx *c, const kiln_graph *g, size_t n_inputs,
+                            const kiln_tensor *const *inputs, kiln_tensor **outputs);
 /* Whether input i is the graph's constant value (an initializer or folded constant), given as
  * t: what a kernel makes from such an input it may keep in the node's cache. */
 bool kiln_in_const(const kiln_kctx *c, size_t i, const kiln_tensor *t);

@@ -15,7 +15,7 @@
 #include "kernels/gemm_internal.h"
 #include "ops/cost.h"
 #include "ops/op.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 typedef struct pool_geom {
   int nsp;                          /* spatial dims */

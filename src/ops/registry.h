@@ -10,11 +10,10 @@ const kiln_op_schema *kiln_op_find(const char *domain, const char *name, int ops
 /* Whether any version of (domain, name) is known (to tell "unknown op" from "opset too old"). */
 bool kiln_op_known(const char *domain, const char *name);
 
-/* kiln_op_find, then the ops of a session's plugin set (may be NULL). Built-in ops include
- * those kiln describes through the plugin ABI (kiln_op.h), e.g. FusedGemm and FusedMatMul. */
-struct kiln_plugin_set;
-const kiln_op_schema *kiln_op_find_in(const struct kiln_plugin_set *ps, const char *domain,
-                                      const char *name, int opset);
+/* Schemas the lookups above also search, registered once by the layer above before it looks
+ * anything up: kiln's own ops described through the plugin ABI (kiln_op.h), FusedGemm and
+ * FusedMatMul (plugin/builtin.c, kiln_builtin_ops_init). `schemas` must stay valid. */
+void kiln_op_register_extra(const kiln_op_schema *const *schemas, size_t n);
 
 /* One of kiln's own ops described through the plugin ABI (kiln_op.h), with the facts the ABI
  * does not carry: `facts` gives flags, prepare, cost and flow (its other members are unused). */

@@ -8,7 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/session.h"
+#include "ops/op.h"
+
 
 /* ---- helpers ---- */
 

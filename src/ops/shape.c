@@ -11,7 +11,7 @@
 
 #include "ops/cost.h"
 #include "ops/op.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 #define MAXR KILN_MAX_RANK
 

@@ -14,7 +14,7 @@
 #include "kernels/vmath.h"
 #include "ops/cost.h"
 #include "ops/op.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 /* Let GCC if-convert, and so vectorise, the float path's selects (max, exp's range checks):
  * kiln never reads FP exception flags nor errno. Values are unchanged. */

@@ -106,11 +106,11 @@ kiln_code kiln_node_copy_attrs(kiln_node *dst, const kiln_node *src) {
 
 kiln_code kiln_model_import_kiln(kiln_ir_model *m, kiln_error *err) {
   for (size_t i = 0; i < m->n_opsets; i++)
-    if (!strcmp(m->opsets[i].domain, KILN_DOMAIN)) return KILN_OK;
+    if (!strcmp(m->opsets[i].domain, KILN_FUSED_DOMAIN)) return KILN_OK;
   kiln_opset *o = realloc(m->opsets, (m->n_opsets + 1) * sizeof *o);
   if (!o) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   m->opsets = o;
-  if (!(o[m->n_opsets].domain = kiln_strdup(KILN_DOMAIN))) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  if (!(o[m->n_opsets].domain = kiln_strdup(KILN_FUSED_DOMAIN))) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   o[m->n_opsets++].version = 1;
   return KILN_OK;
 }
@@ -177,7 +177,7 @@ int kiln_fuse_chain(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_match *m, cons
   kiln_node *f = &g->nodes[k];
   f->name = kiln_strdup(name);
   f->op_type = kiln_strdup(op_type);
-  f->domain = kiln_strdup(KILN_DOMAIN);
+  f->domain = kiln_strdup(KILN_FUSED_DOMAIN);
   f->in = ins;
   f->n_in = n_inputs;
   f->out = outs;

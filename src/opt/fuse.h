@@ -5,10 +5,10 @@
 #define KILN_OPT_FUSE_H
 
 #include "ir/graph.h"
+#include "ops/op.h"
 #include "opt/opt.h"
 #include "opt/pattern.h"
 
-#define KILN_DOMAIN "ai.kiln"
 
 /* Replace the matched nodes of g by one node `op_type` in domain ai.kiln whose inputs are the
  * value ids in `inputs` (-1 for an omitted optional input) and whose outputs are the anchor's.

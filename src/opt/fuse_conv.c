@@ -9,7 +9,6 @@
 
 #include "base/status.h"
 #include "ir/edit.h"
-#include "kernels/cpu.h"
 #include "ops/fused.h"
 #include "opt/fuse.h"
 
@@ -218,7 +217,7 @@ kiln_code kiln_pass_fuse_conv_act(kiln_pass_ctx *ctx, kiln_graph *g, size_t *cou
  * over 2 or 3 columns. Shapes the kernel turns down at run time run the chain instead. */
 
 static bool stem_conv(const kiln_graph *g, const kiln_node *n) {
-  if (!float_conv(g, n) || kiln_attr_int(n, "group", 1) != 1 || kiln_cpu_isa() < KILN_ISA_AVX512) return false;
+  if (!float_conv(g, n) || kiln_attr_int(n, "group", 1) != 1) return false;
   const kiln_tensor *w = kiln_const_input(g, n, 1);
   const char *ap = kiln_attr_str(n, "auto_pad", "NOTSET");
   return w->rank == 4 && w->dims[1] >= 2 && w->dims[1] <= 4 && w->dims[2] * w->dims[3] > 1 &&
@@ -278,6 +277,7 @@ static kiln_code build_conv_pool(const kiln_graph *g, const kiln_match *m, size_
 }
 
 kiln_code kiln_pass_fuse_conv_pool(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
+  if (!ctx->cfg->conv_pool_one_pass) return KILN_OK; /* the compiled model's CPU has no such kernel */
   return kiln_fuse_patterns(ctx, g, conv_pool_patterns, sizeof conv_pool_patterns / sizeof conv_pool_patterns[0],
                             build_conv_pool, count);
 }

@@ -24,7 +24,7 @@
 
 #include "base/status.h"
 #include "ir/edit.h"
-#include "ops/fused_ew.h"
+#include "kernels/fused_ew.h"
 #include "opt/dimflow.h"
 #include "opt/fuse.h"
 

@@ -19,7 +19,7 @@ int kfn_producer(const kiln_graph *g, int v, const char *ops, const bool *taken)
 }
 
 bool kfn_is_kiln(const kiln_node *n, const char *op) {
-  return n->domain && n->op_type && !strcmp(n->domain, KILN_DOMAIN) && !strcmp(n->op_type, op);
+  return n->domain && n->op_type && !strcmp(n->domain, KILN_FUSED_DOMAIN) && !strcmp(n->op_type, op);
 }
 
 int kfn_kiln_producer(const kiln_graph *g, int v, const char *op, const bool *taken) {

@@ -3,87 +3,57 @@
 
 #include <string.h>
 
-#include "plugin/plugin.h"
-#include "runtime/session.h"
+#include "base/status.h"
+
 
 static const kiln_pass passes[] = {
-    {"eliminate", 1, kiln_pass_eliminate},
-    {"constant_folding", 1, kiln_pass_fold},
-    {"fold_shapes", 1, kiln_pass_fold_shapes},
-    {"cse", 1, kiln_pass_cse},
-    {"dead_code", 1, kiln_pass_dead_code},
-    {"fuse_attention", 2, kiln_pass_fuse_attention},
-    {"fuse_layernorm", 2, kiln_pass_fuse_layernorm},
-    {"fuse_gelu", 2, kiln_pass_fuse_gelu},
-    {"fuse_embedding", 2, kiln_pass_fuse_embedding},
-    {"fuse_conv_bn", 2, kiln_pass_fuse_conv_bn},
-    {"fuse_conv_pool", 2, kiln_pass_fuse_conv_pool},
-    {"fuse_conv_act", 2, kiln_pass_fuse_conv_act},
-    {"fuse_matmul", 2, kiln_pass_fuse_matmul},
-    {"fuse_transpose", 2, kiln_pass_fuse_transpose},
-    {"fuse_elementwise", 2, kiln_pass_fuse_elementwise},
+#define KILN_PASS(fn, name, level) {name, level, kiln_pass_##fn},
+#include "opt/passes.def"
+#undef KILN_PASS
 };
 enum { N_PASSES = sizeof passes / sizeof passes[0], MAX_ROUNDS = 16 };
 
 size_t kiln_pass_count(void) { return N_PASSES; }
 const kiln_pass *kiln_pass_at(size_t i) { return i < N_PASSES ? &passes[i] : NULL; }
 
-static bool disabled(const char *list, const char *name) {
-  if (!list) return false;
-  size_t n = strlen(name);
-  for (const char *p = list; *p;) {
-    const char *end = strchr(p, ',');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
-    if (len == n && !strncmp(p, name, n)) return true;
-    if (!end) break;
-    p = end + 1;
-  }
-  return false;
-}
-
-kiln_code kiln_optimize(kiln_ir_model *m, const kiln_opt_config *cfg, kiln_opt_log *log,
-                        kiln_error *err) {
-  return kiln_optimize_plugins(m, cfg, NULL, log, err);
-}
-
-/* Plugin fusion patterns: one pass, run before kiln's own fusions in every round (a pattern
- * the user loaded wins over a built-in fusion of the same nodes). */
-static kiln_code run_plugin_pass(kiln_pass_ctx *ctx, const kiln_plugin_set *ps, kiln_opt_log *log,
-                                 size_t *changed) {
+/* The extra pass (plugin patterns): one pass, run before kiln's own fusions in every round (a
+ * pattern the user loaded wins over a built-in fusion of the same nodes). */
+static kiln_code run_extra_pass(kiln_pass_ctx *ctx, kiln_opt_log *log, size_t *changed) {
   size_t count = 0;
-  kiln_code rc = kiln_plugins_fuse(ctx, ps, ctx->model->graph, &count);
+  const kiln_opt_config *cfg = ctx->cfg;
+  kiln_code rc = cfg->extra(ctx, ctx->model->graph, &count);
   if (rc) {
-    kiln_error_prefix(ctx->err, "optimizer pass %s", KILN_PLUGIN_PASS);
+    kiln_error_prefix(ctx->err, "optimizer pass %s", cfg->extra_name);
     return rc;
   }
   if (count) {
     log->stats[N_PASSES].rewrites += count;
     *changed += count;
-    if ((rc = kiln_graph_prepare_ops(ctx->model->graph, ctx->model, ps, ctx->err)))
-      kiln_error_prefix(ctx->err, "after optimizer pass %s", KILN_PLUGIN_PASS);
+    if ((rc = cfg->prepare(ctx->model, cfg->user, ctx->err)))
+      kiln_error_prefix(ctx->err, "after optimizer pass %s", cfg->extra_name);
   }
   return rc;
 }
 
-kiln_code kiln_optimize_plugins(kiln_ir_model *m, const kiln_opt_config *cfg,
-                                const kiln_plugin_set *ps, kiln_opt_log *log, kiln_error *err) {
+kiln_code kiln_optimize(kiln_ir_model *m, const kiln_opt_config *cfg, kiln_opt_log *log,
+                        kiln_error *err) {
   kiln_opt_log local;
   if (!log) log = &local;
   memset(log, 0, sizeof *log);
   log->nodes_before = m->graph->n_nodes;
   for (size_t i = 0; i < N_PASSES; i++) log->stats[i].pass = passes[i].name;
   log->n = N_PASSES;
-  bool plug = kiln_plugins_fusion_count(ps) && cfg->level >= 2 && !disabled(cfg->disabled, KILN_PLUGIN_PASS);
-  if (plug) log->stats[log->n++].pass = KILN_PLUGIN_PASS;
+  bool plug = cfg->extra && cfg->level >= 2 && !kiln_list_has(cfg->disabled, cfg->extra_name);
+  if (plug) log->stats[log->n++].pass = cfg->extra_name;
   kiln_pass_ctx ctx = {m, cfg, err};
   for (size_t round = 0; round < MAX_ROUNDS; round++) {
     size_t changed = 0;
     bool plug_ran = !plug;
     for (size_t i = 0; i < N_PASSES; i++) {
-      if (passes[i].level > cfg->level || disabled(cfg->disabled, passes[i].name)) continue;
+      if (passes[i].level > cfg->level || kiln_list_has(cfg->disabled, passes[i].name)) continue;
       if (!plug_ran && passes[i].level >= 2) {
         plug_ran = true;
-        kiln_code prc = run_plugin_pass(&ctx, ps, log, &changed);
+        kiln_code prc = run_extra_pass(&ctx, log, &changed);
         if (prc) return prc;
       }
       size_t count = 0;
@@ -95,14 +65,14 @@ kiln_code kiln_optimize_plugins(kiln_ir_model *m, const kiln_opt_config *cfg,
       if (count) {
         log->stats[i].rewrites += count;
         changed += count;
-        if ((rc = kiln_graph_prepare_ops(m->graph, m, ps, err))) {
+        if ((rc = cfg->prepare(m, cfg->user, err))) {
           kiln_error_prefix(err, "after optimizer pass %s", passes[i].name);
           return rc;
         }
       }
     }
     if (!plug_ran) { /* no level-2 pass of kiln's own is enabled */
-      kiln_code prc = run_plugin_pass(&ctx, ps, log, &changed);
+      kiln_code prc = run_extra_pass(&ctx, log, &changed);
       if (prc) return prc;
     }
     log->rounds = round + 1;

@@ -5,10 +5,23 @@
 
 #include "ir/graph.h"
 
+struct kiln_pass_ctx;
 typedef struct kiln_opt_config {
   int level;                  /* 0 none, 1 basic, 2 fusion */
   const char *disabled;       /* comma-separated pass names, or NULL */
   size_t fold_max_elems;      /* constant folding size cap (0: default) */
+  /* The kernels the compiled model will run on can do Conv + MaxPool in one pass (the direct
+   * AVX-512 kernel): fuse_conv_pool applies. Chosen by the caller from the CPU, so the
+   * optimizer itself never asks the CPU. */
+  bool conv_pool_one_pass;
+  /* Resolve, sort and type the graph again after a pass changed it (the caller's op
+   * resolution, plugins included); `user` below is handed back. */
+  kiln_code (*prepare)(kiln_ir_model *m, const void *user, kiln_error *err);
+  /* One more pass (plugin fusion patterns), run before kiln's own fusions in every round at
+   * level 2 unless `disabled` names it; NULL: none. It finds `user` in ctx->cfg. */
+  const char *extra_name;
+  kiln_code (*extra)(struct kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+  const void *user;
 } kiln_opt_config;
 
 typedef struct kiln_pass_stat {
@@ -47,20 +60,8 @@ size_t kiln_pass_count(void);
 const kiln_pass *kiln_pass_at(size_t i);
 
 /* Passes (one file each). */
-kiln_code kiln_pass_eliminate(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fold(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_dead_code(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_conv_bn(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_conv_act(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_conv_pool(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_matmul(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fold_shapes(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_cse(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_transpose(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_elementwise(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_attention(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_layernorm(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_gelu(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
-kiln_code kiln_pass_fuse_embedding(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+#define KILN_PASS(fn, name, level) kiln_code kiln_pass_##fn(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
+#include "opt/passes.def"
+#undef KILN_PASS
 
 #endif

@@ -6,10 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/threadpool.h"
 #include "plugin/internal.h"
-#include "runtime/session.h"
 
-#define FUSED_DOMAIN "ai.kiln"
 
 /* Element types a plugin tensor may have. */
 #define DT_VALID                                                                                 \
@@ -203,9 +202,9 @@ kiln_code kiln_adapt_op(const kiln_op_desc *desc, bool copy, kiln_adapted_op *ou
                      d.domain ? d.domain : "");
   if (!d.domain)
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "invalid description of op '%s': domain is NULL (use \"\" for ai.onnx)", lbl);
-  if (copy && !strcmp(d.domain, FUSED_DOMAIN))
+  if (copy && !strcmp(d.domain, KILN_FUSED_DOMAIN))
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "invalid description of op '%s': domain '%s' is reserved for kiln's own ops",
-                     lbl, FUSED_DOMAIN);
+                     lbl, KILN_FUSED_DOMAIN);
   if (d.since_version < 1 || (d.until_version != 0 && d.until_version < d.since_version))
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "invalid description of op '%s': opset range %d..%d is empty "
                      "(since_version >= 1, until_version 0 or >= since_version)", lbl, d.since_version, d.until_version);
@@ -403,12 +402,6 @@ static kiln_status api_attr_floats(const kiln_op_attrs *at, const char *name, co
   return st;
 }
 
-static const char *node_label(const kiln_node *n, char *buf, size_t len) {
-  snprintf(buf, len, "node '%s' (%s%s%s)", n && n->name && *n->name ? n->name : "<unnamed>",
-           n && *n->domain ? n->domain : "", n && *n->domain ? "::" : "", n ? n->op_type : "?");
-  return buf;
-}
-
 KILN_PRINTF(3, 4)
 static kiln_status api_attrs_error(const kiln_op_attrs *at, kiln_status code, const char *fmt, ...) {
   if (code == KILN_STATUS_OK) code = KILN_STATUS_ERROR;
@@ -420,7 +413,7 @@ static kiln_status api_attrs_error(const kiln_op_attrs *at, kiln_status code, co
   va_end(ap);
   kiln_code rc = kiln_code_from_status(code);
   if (at->code) *at->code = rc;
-  kiln_fail(at->err, rc, "%s: %s", node_label(at->node, lbl, sizeof lbl), msg);
+  kiln_fail(at->err, rc, "%s: %s", kiln_node_label(at->node, lbl, sizeof lbl), msg);
   return code;
 }
 
@@ -579,7 +572,7 @@ static kiln_status api_kernel_error(kiln_kernel_ctx *c, kiln_status code, const 
   kiln_code rc = code == KILN_STATUS_UNSUPPORTED ? KILN_ERR_UNSUPPORTED
                  : code == KILN_STATUS_NOMEM     ? KILN_ERR_NOMEM
                                                  : KILN_ERR_RUN;
-  kiln_fail(c->c->err, rc, "%s: %s", node_label(c->c->node, lbl, sizeof lbl), msg);
+  kiln_fail(c->c->err, rc, "%s: %s", kiln_node_label(c->c->node, lbl, sizeof lbl), msg);
   c->failed = true;
   return code;
 }
@@ -712,7 +705,7 @@ static const kiln_api API = {
 const kiln_api *kiln_plugin_api(void) { return &API; }
 
 /* One compute call: check inputs, find (or make) the state, run, check outputs. */
-static kiln_code compute(kiln_kctx *c, const kiln_adapted_op *op, const kiln_session *s) {
+static kiln_code compute(kiln_kctx *c, const kiln_adapted_op *op) {
   char lbl[300], buf[200];
   kiln_op_label(op->d.domain, op->d.name, lbl, sizeof lbl);
   for (size_t i = 0; i < c->n_in; i++) {
@@ -724,7 +717,7 @@ static kiln_code compute(kiln_kctx *c, const kiln_adapted_op *op, const kiln_ses
       return kiln_kfail(c, "input %zu ('%s') is %s; %s takes %s there", i, io ? io->name : "?", kiln_dtype_name(t->dtype),
                         lbl, io && io->dtypes ? dtype_list(io->dtypes, buf, sizeof buf) : "numeric or bool tensors");
   }
-  const kiln_plugin_set *ps = s ? s->model->plugins : NULL;
+  const kiln_plugin_set *ps = c->rt ? c->rt->plugins : NULL;
   void *state = NULL;
   bool temp = false;
   kiln_error_clear(c->err);
@@ -761,64 +754,10 @@ static kiln_code compute(kiln_kctx *c, const kiln_adapted_op *op, const kiln_ses
   return KILN_OK;
 }
 
-static bool in_list(const char *list, const char *name) {
-  size_t n = strlen(name);
-  for (const char *p = list; p && *p;) {
-    const char *end = strchr(p, ',');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
-    if (len == n && !strncmp(p, name, n)) return true;
-    p = end ? end + 1 : NULL;
-  }
-  return false;
-}
-
-/* A plugin's fused node that failed: run the chain it replaced (as kiln's own fused nodes do
- * in the executor), for good. */
-static kiln_code run_original(kiln_kctx *c, const kiln_graph *orig) {
-  enum { CAP = 64 };
-  const kiln_node *n = c->node;
-  const kiln_tensor *ins[CAP];
-  kiln_tensor *outs[CAP];
-  size_t ni = 0;
-  for (size_t i = 0; i < n->n_in && ni < CAP; i++)
-    if (n->in[i] >= 0) ins[ni++] = c->in[i];
-  if (orig->n_outputs > CAP) return kiln_kfail(c, "the original chain has too many outputs");
-  kiln_code rc = kiln_subgraph_run(c, orig, ni, ins, outs);
-  if (rc) return rc;
-  size_t k = 0;
-  for (size_t i = 0; i < n->n_out; i++)
-    if (n->out[i] >= 0 && k < orig->n_outputs) kiln_set_out(c, i, outs[k++]);
-  for (; k < orig->n_outputs; k++) kiln_tensor_free(outs[k]);
-  return KILN_OK;
-}
-
+/* A plugin's fused node (one with an "original" chain) falls back in the executor, as kiln's
+ * own fused nodes do. */
 static kiln_code adapter_run(kiln_kctx *c) {
   const kiln_adapted_op *op = kiln_adapted_from_schema(c->node->schema);
   if (!op) return kiln_kfail(c, "internal error: not an op described through kiln_op.h");
-  const kiln_session *s = c->frame ? c->frame->session : NULL;
-  /* kiln's own fused nodes (ai.kiln) fall back in the executor; plugin fused nodes here */
-  const kiln_attr *orig = s && strcmp(c->node->domain, FUSED_DOMAIN) ? kiln_node_attr(c->node, "original") : NULL;
-  if (!orig || !orig->g) return compute(c, op, s);
-  kiln_node_state alone = {0}, *st = c->state ? c->state : &alone; /* the fallback flag */
-  bool forced = s->model->force_fail && in_list(s->model->force_fail, c->node->op_type);
-  kiln_code rc = KILN_ERR_RUN;
-  if (!forced && !__atomic_load_n(&st->fallback, __ATOMIC_ACQUIRE)) {
-    rc = compute(c, op, s);
-    if (rc == KILN_OK) return rc;
-  }
-  for (size_t i = 0; i < c->n_out; i++) {
-    kiln_tensor_free(c->out[i]);
-    c->out[i] = NULL;
-  }
-  if (__atomic_exchange_n(&st->fallback, 1, __ATOMIC_ACQ_REL) == 0) {
-    __atomic_add_fetch(&s->model->n_fallbacks, 1, __ATOMIC_RELAXED);
-    char lbl[300];
-    const char *why = c->err && c->err->message[0] ? c->err->message : "(no message)";
-    const char *cut = !strncmp(why, "node '", 6) ? strstr(why, "): ") : NULL; /* the node is named already */
-    kiln_log(&s->opts, KILN_LOG_WARNING, "fused node '%s' (%s) %s%s; running the chain it replaced from now on", c->node->name,
-            kiln_op_label(c->node->domain, c->node->op_type, lbl, sizeof lbl),
-            forced ? "is forced to fail by KILN_FUSION_FAIL" : "failed: ", forced ? "" : cut ? cut + 3 : why);
-  }
-  kiln_error_clear(c->err);
-  return run_original(c, orig->g);
+  return compute(c, op);
 }

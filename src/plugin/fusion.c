@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "ir/edit.h"
-#include "onnx/reader.h"
 #include "opt/fuse.h"
 #include "plugin/internal.h"
 
@@ -182,6 +181,10 @@ static bool domain_ready(kiln_ir_model *m, const kiln_adapted_op *op, kiln_error
     return *rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), false;
   o[m->n_opsets++].version = op->d.since_version;
   return true;
+}
+
+kiln_code kiln_plugins_pass(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
+  return kiln_plugins_fuse(ctx, ctx->cfg->user, g, count);
 }
 
 kiln_code kiln_plugins_fuse(kiln_pass_ctx *ctx, const kiln_plugin_set *ps, kiln_graph *g, size_t *count) {

@@ -53,6 +53,7 @@ kiln_status kiln_api_register_op(kiln_registry *reg, const kiln_op_desc *desc) {
   op->lib = reg->lib;
   char lbl[300];
   kiln_op_label(op->d.domain, op->d.name, lbl, sizeof lbl);
+  kiln_builtin_ops_init();
   if (kiln_op_known(op->d.domain, op->d.name)) {
     rc = kiln_fail(reg->err, KILN_ERR_INVALID_ARG,
                    "duplicate op '%s': it is one of kiln's built-in ops, and a plugin may not override a built-in "

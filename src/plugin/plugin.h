@@ -44,6 +44,14 @@ kiln_code kiln_plugins_load(const char *const *paths, const char *env_list, kiln
 /* Destroy kernel states, free the ops, close the libraries. Accepts NULL. */
 void kiln_plugins_free(kiln_plugin_set *ps);
 
+/* Adapt and register kiln's own ops described through the ABI (builtin.c), once per process;
+ * every lookup below does it first. */
+void kiln_builtin_ops_init(void);
+/* kiln_op_find (kiln's ops, the described ones included), then the ops of a plugin set (may
+ * be NULL). */
+const kiln_op_schema *kiln_op_find_in(const struct kiln_plugin_set *ps, const char *domain,
+                                      const char *name, int opset);
+
 /* The plugin op for (domain, name) covering `opset`, or NULL; `known`: any version exists. */
 const kiln_op_schema *kiln_plugins_find(const kiln_plugin_set *ps, const char *domain,
                                         const char *name, int opset);
@@ -63,9 +71,9 @@ bool kiln_plugins_state(const kiln_plugin_set *ps, const kiln_node *n, void **st
 kiln_code kiln_plugins_fuse(kiln_pass_ctx *ctx, const kiln_plugin_set *ps, kiln_graph *g,
                             size_t *count);
 
-/* The optimizer with the session's plugin set (src/opt/opt.c); kiln_optimize is this with NULL. */
-kiln_code kiln_optimize_plugins(kiln_ir_model *m, const kiln_opt_config *cfg,
-                                const kiln_plugin_set *ps, kiln_opt_log *log, kiln_error *err);
+/* kiln_plugins_fuse as the optimizer's extra pass (kiln_opt_config.extra): the plugin set is
+ * ctx->cfg->user. */
+kiln_code kiln_plugins_pass(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count);
 
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu.h"
 #include "onnx/reader.h"
 #include "opt/opt.h"
 #include "plugin/plugin.h"
@@ -101,6 +102,11 @@ static const char *opt_disabled(const kiln_options *opts) {
   return opts && opts->size > offsetof(kiln_options, disabled_passes) ? opts->disabled_passes : NULL;
 }
 
+/* The optimizer's re-preparation after a pass: resolve ops (the model's plugins too), sort, type. */
+static kiln_code reprepare(kiln_ir_model *ir, const void *plugins, kiln_error *err) {
+  return kiln_graph_prepare_ops(ir->graph, ir, plugins, err);
+}
+
 /* Plugins, checks, optimisation and packing of a freshly read IR model (m->ir). */
 static kiln_code compile(kiln_model *m, const kiln_options *opts, kiln_error *err) {
   const char *ff = getenv("KILN_FUSION_FAIL"), *fs = getenv("KILN_FUSION_SKEW");
@@ -112,8 +118,11 @@ static kiln_code compile(kiln_model *m, const kiln_options *opts, kiln_error *er
   if (!rc) rc = kiln_dims_override(m->ir, opt_dims(opts), err);
   if (!rc) rc = kiln_graph_prepare_ops(m->ir->graph, m->ir, m->plugins, err);
   if (!rc && m->opts.opt_level > 0) {
-    kiln_opt_config cfg = {.level = m->opts.opt_level, .disabled = opt_disabled(opts)};
-    rc = kiln_optimize_plugins(m->ir, &cfg, m->plugins, &m->opt_log, err);
+    kiln_opt_config cfg = {.level = m->opts.opt_level, .disabled = opt_disabled(opts), .prepare = reprepare,
+                           .user = m->plugins};
+    cfg.conv_pool_one_pass = kiln_cpu_isa() >= KILN_ISA_AVX512; /* CPU choices at compile time */
+    if (kiln_plugins_fusion_count(m->plugins)) cfg.extra_name = KILN_PLUGIN_PASS, cfg.extra = kiln_plugins_pass;
+    rc = kiln_optimize(m->ir, &cfg, &m->opt_log, err);
   }
   if (!rc) rc = kiln_plugins_instantiate(m->plugins, m->ir->graph, err);
   if (!rc) rc = kiln_check_memory(m->ir->graph, m->opts.max_memory_bytes, err);

@@ -28,17 +28,6 @@ static const kiln_tensor *lookup(const kiln_frame *f, int id) {
   return NULL;
 }
 
-static bool in_list(const char *list, const char *name) {
-  size_t n = strlen(name);
-  for (const char *p = list; p && *p;) {
-    const char *end = strchr(p, ',');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
-    if (len == n && !strncmp(p, name, n)) return true;
-    p = end ? end + 1 : NULL;
-  }
-  return false;
-}
-
 /* Run a fused node's original chain on the node's present inputs. */
 static kiln_code run_original(kiln_frame *f, const kiln_node *n, const kiln_graph *orig,
                               const kiln_tensor *const *in, kiln_tensor **out, kiln_error *err) {
@@ -96,7 +85,7 @@ static kiln_code verify_fused(kiln_frame *f, const kiln_node *n, const kiln_grap
   kiln_code rc = n->schema->run(c);
   /* Test hook: KILN_FUSION_SKEW=Op makes the kernel's first output wrong, to prove that a
    * disagreeing fusion is caught and disabled. */
-  if (!rc && s && s->model->force_skew && in_list(s->model->force_skew, n->op_type) && c->out[0] &&
+  if (!rc && s && s->model->force_skew && kiln_list_has(s->model->force_skew, n->op_type) && c->out[0] &&
       c->out[0]->kind == KILN_KIND_TENSOR && c->out[0]->numel && kiln_dtype_is_float(c->out[0]->dtype))
     kiln_set_f64(c->out[0], 0, kiln_get_f64(c->out[0], 0) + 1.0);
   kiln_error local = {0};
@@ -133,7 +122,7 @@ static kiln_code run_fused(kiln_frame *f, const kiln_node *n, const kiln_graph *
                            kiln_error *err) {
   kiln_node_state alone = {0}, *st = c->state ? c->state : &alone;
   const kiln_session *s = f->session;
-  bool forced = s && s->model->force_fail && in_list(s->model->force_fail, n->op_type);
+  bool forced = s && s->model->force_fail && kiln_list_has(s->model->force_fail, n->op_type);
   kiln_code rc = KILN_ERR_RUN;
   int unclaimed = 0; /* verified: 0 not yet, 2 claimed by a run, 1 done (a swap would undo 1) */
   if (!forced && s && c->state && s->opts.verify_fusions && !__atomic_load_n(&st->fallback, __ATOMIC_ACQUIRE) &&
@@ -181,8 +170,9 @@ static kiln_code run_node(kiln_frame *f, const kiln_node *n, kiln_error *err) {
   }
   for (size_t i = 0; i < n->n_out; i++) out[i] = NULL;
   kiln_kctx c = {.node = n, .opset = n->opset, .n_in = n->n_in, .n_out = n->n_out, .in = in,
-                 .out = out, .frame = f, .err = err, .state = f->states ? &f->states[n - f->g->nodes] : NULL};
-  const kiln_attr *orig = !strcmp(n->domain, "ai.kiln") ? kiln_node_attr(n, "original") : NULL;
+                 .out = out, .rt = &f->svc, .err = err, .state = f->states ? &f->states[n - f->g->nodes] : NULL};
+  /* a fused node (kiln's own or a plugin's) keeps the chain it replaced as "original" */
+  const kiln_attr *orig = *n->domain ? kiln_node_attr(n, "original") : NULL;
   kiln_profile *prof = !f->parent && f->session && f->g == f->session->model->ir->graph ? f->session->profile : NULL;
   if (prof) kiln_profile_begin(prof);
   uint64_t t0 = prof ? kiln_profile_now_ns() : 0;
@@ -321,6 +311,7 @@ kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_g
                   .own = kiln_calloc(g->n_values, sizeof(kiln_tensor *)), .parent = parent, .session = s,
                   .terminate = parent ? parent->terminate : kiln_run_terminate_flag(),
                   .states = s ? kiln_states_of(&s->model->states, g) : NULL};
+  kiln_frame_services(&f);
   kiln_code rc = KILN_OK;
   kiln_run_mem mem;
   bool planned = false;
@@ -391,9 +382,20 @@ done:
   return rc;
 }
 
-kiln_code kiln_subgraph_run(kiln_kctx *c, const kiln_graph *g, size_t n_inputs,
-                            const kiln_tensor *const *inputs, kiln_tensor **outputs) {
-  if (n_inputs > g->n_inputs)
-    return kiln_kfail(c, "subgraph '%s' takes %zu inputs, given %zu", g->name, g->n_inputs, n_inputs);
-  return kiln_graph_run(c->frame->session, c->frame, g, n_inputs, inputs, outputs, c->err);
+static kiln_code frame_subgraph(void *rt, kiln_kctx *c, const kiln_graph *g, size_t n_inputs,
+                                const kiln_tensor *const *inputs, kiln_tensor **outputs) {
+  kiln_frame *f = rt;
+  return kiln_graph_run(f->session, f, g, n_inputs, inputs, outputs, c->err);
+}
+
+static void *frame_out_slot(void *rt, const kiln_kctx *c, size_t i, size_t bytes) {
+  kiln_frame *f = rt;
+  return f->mem ? kiln_planner_slot(f->mem, c->node->out[i], bytes) : NULL;
+}
+
+void kiln_frame_services(kiln_frame *f) {
+  const kiln_session *s = f->session;
+  f->svc = (kiln_kservices){.rt = f, .graph = f->g, .pool = s ? s->pool : NULL, .opts = s ? &s->opts : NULL,
+                            .plugins = s ? s->model->plugins : NULL, .out_slot = frame_out_slot,
+                            .subgraph = frame_subgraph};
 }

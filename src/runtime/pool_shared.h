@@ -5,7 +5,7 @@
 #ifndef KILN_RUNTIME_POOL_SHARED_H
 #define KILN_RUNTIME_POOL_SHARED_H
 
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 /* Physical cores (hyperthread siblings counted once); at least 1. */
 int kiln_physical_cores(void);

@@ -29,6 +29,7 @@ static bool shape_only(const kiln_type *t, kiln_tensor *out) {
 size_t kiln_prepack(const kiln_session *s) {
   kiln_graph *g = s->model->ir->graph;
   kiln_frame f = {.g = g, .session = s, .states = kiln_states_of(&s->model->states, g)};
+  kiln_frame_services(&f);
   size_t done = 0;
   for (size_t i = 0; i < g->n_nodes; i++) {
     kiln_node *n = &g->nodes[i];
@@ -46,7 +47,7 @@ size_t kiln_prepack(const kiln_session *s) {
     }
     kiln_error err = {0};
     kiln_kctx c = {.node = n, .opset = n->opset, .n_in = n->n_in, .n_out = n->n_out, .in = in,
-                   .out = out, .frame = &f, .err = &err, .state = f.states ? &f.states[i] : NULL};
+                   .out = out, .rt = &f.svc, .err = &err, .state = f.states ? &f.states[i] : NULL};
     if (ok && prepare(&c) == KILN_OK) done++;
   }
   return done;

@@ -10,55 +10,49 @@
 #include "plugin/plugin.h"
 #include "runtime/session.h"
 
-static const char *label(const kiln_node *n, char *buf, size_t len) {
-  snprintf(buf, len, "node '%s' (%s%s%s)", n->name && *n->name ? n->name : "<unnamed>",
-           *n->domain ? n->domain : "", *n->domain ? "::" : "", n->op_type);
-  return buf;
-}
-
 static kiln_code resolve_node(kiln_node *n, const kiln_ir_model *m, const kiln_plugin_set *ps,
                               kiln_error *err) {
   char lbl[300];
   int64_t v = kiln_model_opset(m, n->domain);
   if (v < 0)
     return kiln_fail(err, KILN_ERR_MODEL, "%s uses domain '%s', which the model does not import",
-                     label(n, lbl, sizeof lbl), n->domain);
+                     kiln_node_label(n, lbl, sizeof lbl), n->domain);
   n->opset = (int)v;
   n->schema = kiln_op_find_in(ps, n->domain, n->op_type, n->opset);
   if (!n->schema) {
     if (kiln_plugins_known(ps, n->domain, n->op_type))
       return kiln_fail(err, KILN_ERR_UNSUPPORTED, "%s: the plugin that provides this op does not cover opset %d",
-                       label(n, lbl, sizeof lbl), n->opset);
+                       kiln_node_label(n, lbl, sizeof lbl), n->opset);
     if (kiln_op_known(n->domain, n->op_type))
       return kiln_fail(err, KILN_ERR_UNSUPPORTED, "%s: kiln does not implement this op at opset %d",
-                       label(n, lbl, sizeof lbl), n->opset);
+                       kiln_node_label(n, lbl, sizeof lbl), n->opset);
     bool custom = *n->domain && strcmp(n->domain, "ai.onnx") && strcmp(n->domain, "ai.onnx.ml") &&
-                  strcmp(n->domain, "ai.kiln");
+                  strcmp(n->domain, KILN_FUSED_DOMAIN);
     return kiln_fail(err, KILN_ERR_UNSUPPORTED, "%s: unknown operator '%s' in domain '%s'%s",
-                     label(n, lbl, sizeof lbl), n->op_type, *n->domain ? n->domain : "ai.onnx",
+                     kiln_node_label(n, lbl, sizeof lbl), n->op_type, *n->domain ? n->domain : "ai.onnx",
                      custom ? " (if a plugin provides it, load it: --plugin PATH.so or KILN_PLUGINS)" : "");
   }
   const kiln_op_schema *s = n->schema;
   if ((int)n->n_in < s->inputs.min || (s->inputs.max >= 0 && (int)n->n_in > s->inputs.max))
     return kiln_fail(err, KILN_ERR_MODEL, "%s has %zu inputs; the op takes %d to %d",
-                     label(n, lbl, sizeof lbl), n->n_in, s->inputs.min, s->inputs.max);
+                     kiln_node_label(n, lbl, sizeof lbl), n->n_in, s->inputs.min, s->inputs.max);
   if ((int)n->n_out < s->outputs.min || (s->outputs.max >= 0 && (int)n->n_out > s->outputs.max))
     return kiln_fail(err, KILN_ERR_MODEL, "%s has %zu outputs; the op gives %d to %d",
-                     label(n, lbl, sizeof lbl), n->n_out, s->outputs.min, s->outputs.max);
+                     kiln_node_label(n, lbl, sizeof lbl), n->n_out, s->outputs.min, s->outputs.max);
   /* Inputs below the op's minimum arity are required: an empty name there is malformed, and no
    * kernel has to guard against it. (Loop and Scan-8 take optional inputs first.) */
   bool leading_optional = s->flags & KILN_OPF_LEADING_OPTIONAL;
   for (int i = 0; i < s->inputs.min && (size_t)i < n->n_in && !leading_optional; i++)
     if (n->in[i] < 0)
       return kiln_fail(err, KILN_ERR_MODEL, "%s: required input %d is missing (empty name)",
-                       label(n, lbl, sizeof lbl), i);
+                       kiln_node_label(n, lbl, sizeof lbl), i);
   for (size_t i = 0; i < n->n_attrs; i++) {
     kiln_attr *a = &n->attrs[i];
     kiln_code rc = KILN_OK;
     if (a->g) rc = kiln_graph_prepare_ops(a->g, m, ps, err);
     for (size_t k = 0; !rc && a->graphs && k < a->n; k++) rc = kiln_graph_prepare_ops(a->graphs[k], m, ps, err);
     if (rc) {
-      kiln_error_prefix(err, "in subgraph '%s' of %s", a->name, label(n, lbl, sizeof lbl));
+      kiln_error_prefix(err, "in subgraph '%s' of %s", a->name, kiln_node_label(n, lbl, sizeof lbl));
       return rc;
     }
   }
@@ -90,7 +84,7 @@ static kiln_code merge_type(kiln_value_info *v, kiln_type *inf, const kiln_node 
   return KILN_OK;
 clash:
   return kiln_fail(err, KILN_ERR_MODEL, "%s: output '%s' is %s by the op's rules but the model declares %s",
-                   label(n, lbl, sizeof lbl), v->name, kiln_type_str(inf, a, sizeof a),
+                   kiln_node_label(n, lbl, sizeof lbl), v->name, kiln_type_str(inf, a, sizeof a),
                    kiln_type_str(d, b, sizeof b));
 }
 

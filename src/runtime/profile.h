@@ -7,7 +7,7 @@
 
 #include "ir/graph.h"
 #include "ir/tensor.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 typedef struct kiln_prof_entry {
   uint64_t ns;       /* summed wall time (atomic) */

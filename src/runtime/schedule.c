@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "ops/op.h"
 
 void kiln_schedule_free(kiln_schedule *s) {
   if (!s) return;
@@ -18,7 +19,7 @@ void kiln_schedule_free(kiln_schedule *s) {
 /* Whether n runs a subgraph that may read outer values the node does not list as inputs
  * (If, Loop, Scan; a fused ai.kiln node's `original` chain reads only the node's inputs). */
 static bool reads_outer_values(const kiln_node *n) {
-  if (!strcmp(n->domain, "ai.kiln")) return false;
+  if (!strcmp(n->domain, KILN_FUSED_DOMAIN)) return false;
   for (size_t a = 0; a < n->n_attrs; a++)
     if (n->attrs[a].kind == KILN_ATTR_GRAPH || n->attrs[a].kind == KILN_ATTR_GRAPHS) return true;
   return false;

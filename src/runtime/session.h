@@ -9,7 +9,7 @@
 #include "runtime/planner.h"
 #include "runtime/profile.h"
 #include "runtime/schedule.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 #define KILN_MAX_OPSET 18
 
@@ -57,6 +57,10 @@ struct kiln_session {
  * many made something. */
 size_t kiln_prepack(const kiln_session *s);
 
+/* The kernel services of frame f (f->svc filled in: pool, options, planned memory, subgraphs). */
+struct kiln_frame;
+void kiln_frame_services(struct kiln_frame *f);
+
 /* One activation of a graph: the values its nodes produced. */
 typedef struct kiln_frame {
   const kiln_graph *g;
@@ -67,6 +71,7 @@ typedef struct kiln_frame {
   kiln_run_mem *mem;        /* arena for planned intermediates (main graph only), or NULL */
   const int *terminate;     /* the run options' flag (api_run.c), checked before each node */
   kiln_node_state *states;  /* the compiled model's states of g's nodes, or NULL */
+  kiln_kservices svc;       /* what the kernels of this run are offered (rt: this frame) */
 } kiln_frame;
 
 /* The terminate flag of the run this thread is starting (kiln_session_run_with), or NULL. */
@@ -85,9 +90,5 @@ kiln_code kiln_graph_prepare_ops(kiln_graph *g, const kiln_ir_model *m,
 kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_graph *g,
                          size_t n_inputs, const kiln_tensor *const *inputs, kiln_tensor **outputs,
                          kiln_error *err);
-
-/* For control-flow kernels: run a subgraph attribute of the current node. */
-kiln_code kiln_subgraph_run(kiln_kctx *c, const kiln_graph *g, size_t n_inputs,
-                            const kiln_tensor *const *inputs, kiln_tensor **outputs);
 
 #endif

@@ -21,7 +21,7 @@
 #include "kernels/gemm.h"
 #include "kernels/conv_internal.h"
 #include "kernels/winograd_f32.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 #include "testutil.h"
 
 

@@ -11,7 +11,7 @@
 
 #include "kernels/conv2d_f32.h"
 #include "kernels/cpu.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 #include "testutil.h"
 
 static int64_t out_dim(int64_t n, int64_t k, int64_t s, int64_t pb, int64_t pe, int ceil_mode) {

@@ -15,7 +15,7 @@
 #include "kernels/act.h"
 #include "kernels/conv2d_f32.h"
 #include "kernels/cpu.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 #include "testutil.h"
 
 

@@ -9,7 +9,7 @@
 #include "kernels/act.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 #include "testutil.h"
 
 static size_t pick(const size_t *v, size_t n) { return v[kt_rand() % n]; }

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "kernels/gemm_amx.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 #include "testutil.h"
 
 static double g_worst;

@@ -6,6 +6,7 @@
 #include "kiln/kiln.h"
 #include "ops/cost.h"
 #include "ops/registry.h"
+#include "plugin/plugin.h"
 #include "testutil.h"
 
 static const kiln_op_schema *find(const char *domain, const char *name) {
@@ -89,6 +90,7 @@ static void test_cost(void) {
 }
 
 int main(void) {
+  kiln_builtin_ops_init(); /* FusedGemm, FusedMatMul: described through the plugin ABI */
   test_flags();
   test_hooks();
   test_flows();

@@ -583,6 +583,7 @@ static void test_gather_add_relu(void) {
 /* ---- kiln's own fused ops through the same description ------------------------------------ */
 
 static void test_builtin_described(void) {
+  kiln_builtin_ops_init();
   const kiln_op_schema *mm = kiln_op_find("ai.kiln", "FusedMatMul", 1), *gm = kiln_op_find("ai.kiln", "FusedGemm", 1);
   CHECK_MSG(mm && kiln_adapted_from_schema(mm), "FusedMatMul is described through kiln_op.h");
   CHECK_MSG(gm && kiln_adapted_from_schema(gm), "FusedGemm is described through kiln_op.h");

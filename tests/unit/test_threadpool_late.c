@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 #include "testutil.h"
 
 typedef struct job {

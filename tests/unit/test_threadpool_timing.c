@@ -3,7 +3,7 @@
  * ran a task reports when its first one started, once. */
 #include <time.h>
 
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 #include "testutil.h"
 
 static unsigned long long now_ns(void) {

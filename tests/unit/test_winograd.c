@@ -15,7 +15,7 @@
 #include "kernels/conv2d_f32.h"
 #include "kernels/cpu.h"
 #include "kernels/winograd_f32.h"
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 #include "testutil.h"
 
 

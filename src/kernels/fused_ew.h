@@ -13,8 +13,8 @@
  * so nothing but the output is written to memory. It handles inputs whose broadcast to the
  * output is "index = (i / inner) % n" (same shape, scalar, trailing dims, per-channel...);
  * anything else fails with "unsupported" and the executor runs the original chain. */
-#ifndef KILN_OPS_FUSED_EW_H
-#define KILN_OPS_FUSED_EW_H
+#ifndef KILN_KERNELS_FUSED_EW_H
+#define KILN_KERNELS_FUSED_EW_H
 
 #include <stdbool.h>
 

@@ -6,7 +6,7 @@
  * machine). Such a worker still has to look at the finished job, so the job's fields are only
  * rewritten after every worker has checked in (`pending` == 0) — checked at the start of the
  * next loop, by which time it has normally happened. */
-#include "runtime/threadpool.h"
+#include "base/threadpool.h"
 
 #include <pthread.h>
 #include <stdalign.h>

@@ -11,8 +11,8 @@
  * - a pool of 1 thread, or NULL, runs inline.
  * Several pools may coexist in one process.
  */
-#ifndef KILN_RUNTIME_THREADPOOL_H
-#define KILN_RUNTIME_THREADPOOL_H
+#ifndef KILN_BASE_THREADPOOL_H
+#define KILN_BASE_THREADPOOL_H
 
 #include <stddef.h>
 
