@@ -40,7 +40,7 @@ for d in "$build" "${@:2}"; do
 done
 bad=$(grep -rnE '__attribute__\(\(target|target_clones|__builtin_cpu_supports|getenv\("KILN_(ISA|AMX)|immintrin|_mm(256|512)?_' src \
         --include='*.c' --include='*.h' | grep -v '^src/kernels/' \
-        | grep -vE '^src/runtime/threadpool\.c:.*(immintrin|_mm_pause)' || true)
+        | grep -vE '^src/base/threadpool\.c:.*(immintrin|_mm_pause)' || true)
 [ -z "$bad" ] || fail "ISA-specific code outside src/kernels/:
 $bad"
 
