@@ -189,13 +189,13 @@ def test_switch_with_requests_in_flight(root):
     for v in (1, 2):
         tmp = os.path.join(root, "m", ".tmp-%d" % v)
         os.makedirs(tmp)
-        slow_model(os.path.join(tmp, "model.onnx"))
+        slow_model(os.path.join(tmp, "model.onnx"), reps=32)  # ~40 GFLOP a request: seen in flight on an idle machine
         if v == 1:
             os.rename(tmp, os.path.join(root, "m", "1"))
     s = Server(["--model-repository", root, "--admin-token", "tok", "--http-threads", "1", "--threads", "1",
                 "--drain-s", "0", "--log-format", "off"])
     try:
-        body, headers = binary_request([("X", np.ones((256, 768), np.float32))])
+        body, headers = binary_request([("X", np.ones((1024, 768), np.float32))])
         got = {}
         def slow(_):
             st, h, b = s.request("POST", "/v2/models/m/infer", body, headers, timeout=60)
