@@ -224,6 +224,13 @@ kiln_code kiln_read_ints(kiln_kctx *c, const kiln_tensor *t, int64_t *out, size_
   return KILN_OK;
 }
 
+kiln_code kiln_scalar_int(kiln_kctx *c, const kiln_tensor *t, const char *what, int64_t *v) {
+  if (!kiln_dtype_is_int(t->dtype) || t->numel != 1)
+    return kiln_kfail(c, "%s must be a single integer", what);
+  *v = kiln_get_i64(t, 0);
+  return KILN_OK;
+}
+
 void kiln_infer_tensor(kiln_ictx *c, size_t i, kiln_dtype dtype, int rank, const int64_t *dims) {
   if (i >= c->n_out || !c->out[i]) return;
   kiln_type *t = c->out[i];

@@ -239,6 +239,9 @@ int64_t kiln_bcast_index(const kiln_bcast *b, int64_t i);
 kiln_code kiln_read_ints(kiln_kctx *c, const kiln_tensor *t, int64_t *out, size_t cap,
                          size_t *count);
 
+/* A scalar (or one-element) integer tensor input as int64; `what` names it in the error. */
+kiln_code kiln_scalar_int(kiln_kctx *c, const kiln_tensor *t, const char *what, int64_t *v);
+
 /* Every input below `required` must be present, and every present input a tensor. */
 kiln_code kiln_need_tensors(kiln_kctx *c, size_t required);
 
