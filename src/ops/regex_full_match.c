@@ -6,10 +6,13 @@
  * \r \f \v, (?:...) and (?P<name>...) groups (plain groups here), and lazy quantifiers (*? +?
  * ?? {n,m}?), which cannot change whether a full match exists. \b and \B pass to glibc.
  * A full match is a leftmost-longest match spanning the string (POSIX's rule), so alternation
- * order does not matter. Differences from RE2 that remain: matching is byte-wise ('.' is one
- * byte, not one UTF-8 character), and flags ((?i) ...), \p{..} classes, \A \z and \Q..\E are
- * refused with an error naming the construct. The compiled pattern is kept in the node's
- * cache. */
+ * order does not matter. Patterns compile and run under the C.UTF-8 locale (switched per
+ * thread with uselocale, never globally), so '.' and [^...] take one UTF-8 character as in
+ * RE2; \d \w \s stay ASCII as in RE2 ([0-9], [0-9A-Za-z_], [\t\n\f\r ]). Differences from
+ * RE2 that remain: flags ((?i) ...), \p{..} classes, lookarounds, \A \z and \Q..\E are refused
+ * with an error naming the construct; where C.UTF-8 is missing, matching falls back to bytes.
+ * The compiled pattern is kept in the node's cache. */
+#include <locale.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,8 +50,8 @@ static const char *shorthand(char e, bool *neg) {
   *neg = e >= 'A' && e <= 'Z';
   switch (e) {
     case 'd': case 'D': return "0-9";
-    case 'w': case 'W': return "_[:alnum:]";
-    case 's': case 'S': return "[:space:]";
+    case 'w': case 'W': return "_0-9A-Za-z";
+    case 's': case 'S': return "\t\n\f\r ";
     default: return NULL;
   }
 }
@@ -206,12 +209,14 @@ static char *rewrite(const char *p, const char **why) {
 
 typedef struct compiled {
   regex_t re;
+  locale_t loc; /* C.UTF-8, or (locale_t)0 to run in the thread's locale */
 } compiled;
 
 static void compiled_free(void *p) {
   compiled *cp = p;
   if (!cp) return;
   regfree(&cp->re);
+  if (cp->loc) freelocale(cp->loc);
   free(cp);
 }
 
@@ -223,11 +228,18 @@ static compiled *compile(kiln_kctx *c, const char *pattern) {
     return NULL;
   }
   compiled *cp = calloc(1, sizeof *cp);
-  int rc = cp ? regcomp(&cp->re, ere, REG_EXTENDED | REG_NEWLINE) : REG_ESPACE;
+  int rc = REG_ESPACE;
+  if (cp) {
+    cp->loc = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
+    locale_t old = cp->loc ? uselocale(cp->loc) : (locale_t)0;
+    rc = regcomp(&cp->re, ere, REG_EXTENDED | REG_NEWLINE);
+    if (old) uselocale(old);
+  }
   free(ere);
   if (rc) {
     char msg[200];
     regerror(rc, cp ? &cp->re : NULL, msg, sizeof msg);
+    if (cp && cp->loc) freelocale(cp->loc);
     free(cp);
     kiln_kfail(c, "pattern '%.200s' is not a regular expression kiln can compile (%s)", pattern, msg);
     return NULL;
@@ -257,8 +269,10 @@ static kiln_code regex_run(kiln_kctx *c) {
   }
   kiln_tensor *y = kiln_out(c, 0, KILN_BOOL, x->rank, x->dims);
   rc = y ? KILN_OK : (c->err->code ? c->err->code : KILN_ERR_NOMEM);
+  locale_t old = cp->loc ? uselocale(cp->loc) : (locale_t)0;
   for (int64_t i = 0; y && i < x->numel; i++)
     ((uint8_t *)y->data)[i] = full_match(&cp->re, ((char *const *)x->data)[i]);
+  if (old) uselocale(old);
   compiled_free(own);
   return rc;
 }
