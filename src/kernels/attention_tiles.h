@@ -180,6 +180,8 @@ void AT_FN(kiln_attend)(const attn_plan *p, attn_work *w, const float *q, const 
           memset(s, 0, BK * sizeof *s);
           continue;
         }
+        if (p->softcap > 0)
+          for (int64_t j = 0; j < nk; j++) s[j] = p->softcap * tanhf(s[j] / p->softcap);
         if (p->has_cond && !p->where_after) apply_cond(p, s, crow + r * csq, j0, nk);
         if (p->has_mask) apply_mask(p, s, mrow + r * msq, j0, nk);
         if (p->has_cond && p->where_after) apply_cond(p, s, crow + r * csq, j0, nk);

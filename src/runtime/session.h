@@ -11,7 +11,7 @@
 #include "runtime/schedule.h"
 #include "base/threadpool.h"
 
-#define KILN_MAX_OPSET 18
+#define KILN_MAX_OPSET 26
 
 typedef struct kiln_op_hist {
   const char *op;
