@@ -179,6 +179,62 @@ def small_op_cases(rng):
     return out
 
 
+def existing_op_cases(rng):
+    """Operators whose versions 23-26 only widen their type lists: the same graph at each opset."""
+    out = []
+    x = rnd(rng, 2, 3, 4)
+    t = x.transpose(0, 2, 1)                                # (2, 4, 3)
+    r = t.reshape(8, 3)
+    u = r[None, :, :, None]                                 # Unsqueeze axes [0, 3]
+    sq = u.reshape(8, 3)                                    # Squeeze axes [0, 3]
+    fl = sq.reshape(8, 3)                                   # Flatten axis 1
+    pd = np.pad(fl, ((1, 0), (0, 2)), constant_values=0.5)  # Pad (10, 5)
+    y = pd.astype(np.float64)
+    shape = np.array(pd.shape, np.int64)
+    size = np.array(pd.size, np.int64)
+    cos = np.full(pd.shape, 7, np.int32)
+    for opset in (23, 24, 25, 26):
+        consts = {"perm_shape": np.array([8, 3], np.int64), "ax": np.array([0, 3], np.int64),
+                  "pads": np.array([1, 0, 0, 2], np.int64), "pv": np.array(0.5, np.float32),
+                  "like": np.zeros((1,), np.float64)}
+        nodes = [helper.make_node("Transpose", ["X"], ["t"], perm=[0, 2, 1]),
+                 helper.make_node("Reshape", ["t", "perm_shape"], ["r"]),
+                 helper.make_node("Unsqueeze", ["r", "ax"], ["u"]),
+                 helper.make_node("Squeeze", ["u", "ax"], ["s"]),
+                 helper.make_node("Flatten", ["s"], ["f"], axis=1),
+                 helper.make_node("Pad", ["f", "pads", "pv"], ["p"]),
+                 helper.make_node("Identity", ["p"], ["i"]),
+                 helper.make_node("Cast", ["i"], ["c"], to=11),
+                 helper.make_node("CastLike", ["c", "like"], ["Y"]),
+                 helper.make_node("Shape", ["p"], ["S"]),
+                 helper.make_node("Size", ["p"], ["N"]),
+                 helper.make_node("ConstantOfShape", ["S"], ["C"],
+                                  value=helper.make_tensor("v", 6, [1], [7]))]
+        out.append(Case(f"existing-ops_opset{opset}", nodes, {"X": x}, ["Y", "S", "N", "C"], [y, shape, size, cos],
+                        opset, inits=consts))
+    return out
+
+
 def all_cases():
     rng = np.random.default_rng(23)
-    return attention_cases(rng) + norm_rope_cases(rng) + small_op_cases(rng)
+    return attention_cases(rng) + norm_rope_cases(rng) + small_op_cases(rng) + existing_op_cases(rng)
+
+
+def bad_cases():
+    """Inputs the operators refuse: (case, a substring kiln's error must contain)."""
+    rng = np.random.default_rng(5)
+    att = lambda **a: [helper.make_node("Attention", ["Q", "K", "V"], ["Y"], **a)]
+    return [
+        (Case("bad_attention_heads", att(), {"Q": rnd(rng, 1, 3, 2, 4), "K": rnd(rng, 1, 2, 2, 4),
+                                              "V": rnd(rng, 1, 2, 2, 4)}, ["Y"], [], 23), "multiple of kv heads"),
+        (Case("bad_attention_3d_no_heads", att(), {"Q": rnd(rng, 1, 2, 8), "K": rnd(rng, 1, 2, 8),
+                                                   "V": rnd(rng, 1, 2, 8)}, ["Y"], [], 23), "q_num_heads"),
+        (Case("bad_rotary_position", [helper.make_node("RotaryEmbedding", ["X", "C", "S", "P"], ["Y"])],
+              {"X": rnd(rng, 1, 1, 2, 4), "C": rnd(rng, 3, 2), "S": rnd(rng, 3, 2),
+               "P": np.array([[0, 9]], np.int64)}, ["Y"], [], 23), "position id 9"),
+        (Case("bad_tensor_scatter_overflow", [helper.make_node("TensorScatter", ["P", "U", "W"], ["Y"])],
+              {"P": rnd(rng, 1, 4, 2), "U": rnd(rng, 1, 2, 2), "W": np.array([3], np.int64)}, ["Y"], [], 24),
+         "do not fit"),
+        (Case("bad_bitcast_width", [helper.make_node("BitCast", ["X"], ["Y"], to=7)], {"X": rnd(rng, 2)}, ["Y"], [],
+              26), "bit width"),
+    ]
