@@ -3,7 +3,8 @@
  * scale broadcasts to the normalised shape (X's dims from axis on). Rows are independent: one
  * pass for the mean square (summed in double), one writing y = x * inv * scale through kiln's
  * LayerNorm row kernel (kiln_ln_norm_f32 with mean 0), rows spread over the session's pool.
- * float32 on that path; double, float16 and bfloat16 through double arithmetic. */
+ * float32 on that path; double, float16 and bfloat16 through double arithmetic. The same kernel
+ * is ai.kiln::RMSNorm (X, [gamma]), what src/opt/fuse_rmsnorm.c makes of the decomposed chain. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -53,11 +54,17 @@ static double *expand_scale(kiln_kctx *c, const kiln_tensor *s, int k, const int
   return v;
 }
 
+static float one_value = 1.0f;
+static const kiln_tensor one_scale = {.kind = KILN_KIND_TENSOR, .dtype = KILN_FLOAT, .rank = 0, .numel = 1,
+                                      .data = &one_value, .nbytes = sizeof one_value, .borrowed = true};
+
 static kiln_code rms_run(kiln_kctx *c) {
-  kiln_code rc = kiln_need_tensors(c, 2);
+  kiln_code rc = kiln_need_tensors(c, 1);
   if (rc) return rc;
   const kiln_tensor *x = kiln_in(c, 0), *s = kiln_in(c, 1);
-  if (!kiln_dtype_is_float(x->dtype) || s->dtype != x->dtype)
+  if (!s && *c->node->domain) s = &one_scale; /* ai.kiln::RMSNorm without gamma */
+  if (!s) return kiln_kfail(c, "input 1 (scale) is missing");
+  if (!kiln_dtype_is_float(x->dtype) || (s->dtype != x->dtype && s != &one_scale))
     return kiln_kfail(c, "X must be a float tensor and scale of the same type (%s, %s)", kiln_dtype_name(x->dtype),
                       kiln_dtype_name(s->dtype));
   int axis = kiln_axis(c, kiln_attr_int(c->node, "axis", -1), x->rank);
@@ -100,6 +107,9 @@ static kiln_code rms_run(kiln_kctx *c) {
 
 const kiln_op_schema kiln_ops_rms_norm[] = {
     {.domain = "", .name = "RMSNormalization", .since = 23, .inputs = {2, 2}, .outputs = {1, 1},
+     .infer = kiln_infer_unary, .run = rms_run, .cost = kiln_cost_norm, .flow = KILN_FLOW_SAME},
+    /* the decomposed chain of an older export (src/opt/fuse_rmsnorm.c); gamma optional */
+    {.domain = KILN_FUSED_DOMAIN, .name = "RMSNorm", .since = 1, .inputs = {1, 2}, .outputs = {1, 1},
      .infer = kiln_infer_unary, .run = rms_run, .cost = kiln_cost_norm, .flow = KILN_FLOW_SAME},
     {0},
 };
