@@ -312,6 +312,24 @@ static kiln_code sdpa_run(kiln_kctx *c) {
   return rc;
 }
 
+/* The profiler's count: 2 * B * Hq * Sq * St * (D + Dv) (the two products). */
+static void sdpa_cost(const kiln_kctx *c, double *flops, double *bytes) {
+  (void)bytes;
+  const kiln_tensor *q = kiln_in(c, IN_Q), *k = kiln_in(c, IN_K), *v = kiln_in(c, IN_V), *pk = kiln_in(c, IN_PK);
+  if (!q || !k || !v || q->rank != k->rank || q->rank != v->rank || (q->rank != 3 && q->rank != 4)) return;
+  double b = (double)q->dims[0], hq, sq, d, st, dv, past = pk && pk->rank == 4 ? (double)pk->dims[2] : 0;
+  if (q->rank == 4) {
+    hq = (double)q->dims[1], sq = (double)q->dims[2], d = (double)q->dims[3];
+    st = past + (double)k->dims[2], dv = (double)v->dims[3];
+  } else {
+    int64_t qn = kiln_attr_int(c->node, "q_num_heads", 0), kn = kiln_attr_int(c->node, "kv_num_heads", 0);
+    if (qn <= 0 || kn <= 0) return;
+    hq = (double)qn, sq = (double)q->dims[1], d = (double)q->dims[2] / (double)qn;
+    st = past + (double)k->dims[1], dv = (double)v->dims[2] / (double)kn;
+  }
+  *flops = 2.0 * b * hq * sq * st * (d + dv);
+}
+
 /* ---- shape function ---- */
 
 static int64_t idim(const kiln_type *t, int i) { return t && t->rank > i ? t->dims[i] : -1; }
@@ -350,8 +368,8 @@ static kiln_code sdpa_infer(kiln_ictx *c) {
 
 const kiln_op_schema kiln_ops_attention[] = {
     {.domain = "", .name = "Attention", .since = 23, .inputs = {3, 6}, .outputs = {1, 4},
-     .infer = sdpa_infer, .run = sdpa_run},
+     .infer = sdpa_infer, .run = sdpa_run, .cost = sdpa_cost},
     {.domain = "", .name = "Attention", .since = 24, .inputs = {3, 7}, .outputs = {1, 4},
-     .infer = sdpa_infer, .run = sdpa_run},
+     .infer = sdpa_infer, .run = sdpa_run, .cost = sdpa_cost},
     {0},
 };

@@ -67,6 +67,13 @@ def attention_cases(rng):
         mask=rnd(rng, b, 2, 3, 5))
     add("Attention_per_head_mask", 23, rnd(rng, b, 2, 3, 8), rnd(rng, b, 2, 7, 8), rnd(rng, b, 2, 7, 8),
         mask=rnd(rng, b, 2, 3, 7))
+    # GQA with a per-q-head float mask of rank 3, and causal with a bool mask and a past
+    add("Attention_gqa_rank3_head_mask", 23, rnd(rng, b, 4, 3, 8), rnd(rng, b, 2, 5, 8), rnd(rng, b, 2, 5, 8),
+        mask=rnd(rng, 4, 3, 5))
+    mb = rng.random((b, 1, 2, 6)) > 0.3
+    mb[..., 0] = True
+    add("Attention_causal_boolmask_past", 23, rnd(rng, b, 2, 2, 8), rnd(rng, b, 2, 2, 8), rnd(rng, b, 2, 2, 8),
+        mask=mb, past=(rnd(rng, b, 2, 4, 8), rnd(rng, b, 2, 4, 8)), outs=("Y", "PK", "PV"), is_causal=1)
     # long enough to cross the kernel's 128-key blocks: causal GQA, D 64
     add("Attention_long_causal_gqa", 23, rnd(rng, 1, 4, 150, 64), rnd(rng, 1, 2, 150, 64), rnd(rng, 1, 2, 150, 64),
         is_causal=1, atol=2e-5)
