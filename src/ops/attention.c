@@ -18,8 +18,9 @@
  * float32 runs on ai.kiln::Attention's streaming-softmax kernel (src/ops/fused_attention.c,
  * kiln_attention_run_views): Q, K, V and Y are read and written in place through strided
  * 5-D views (B, Hkv, G, S, D) with K and V broadcast over the G = Hq / Hkv query heads of a
- * group, so no head is copied or repeated; the bias, when there is one, is made as a float
- * tensor (Bb, Hb, Sq, St) and masked-out key blocks are skipped. A wanted qk_matmul_output
+ * group, so no head is copied or repeated; causality alone is the kernel's (the key blocks
+ * after a query tile's last visible key are never visited), any other bias is made as a float
+ * tensor (Bb, Hb, Sq, St) and key blocks it masks out are skipped. A wanted qk_matmul_output
  * and other float types (float16, bfloat16, double) run the reference below, in double. */
 #include <math.h>
 #include <stdlib.h>
@@ -108,6 +109,8 @@ static void concat_cache(const sdpa *a, const kiln_tensor *past, const kiln_tens
 static float *make_bias(kiln_kctx *c, const sdpa *a, int64_t *bb, int64_t *hb, bool *none) {
   const kiln_tensor *m = kiln_in(c, IN_MASK), *np = kiln_in(c, IN_NONPAD);
   bool causal = kiln_attr_int(c->node, "is_causal", 0) != 0;
+  /* causality alone is the kernel's (kiln_attention_run_views), without a tensor, in float32 */
+  if (causal && !m && !np && kiln_in(c, IN_Q)->dtype == KILN_FLOAT && !kiln_out_used(c, 3)) causal = false;
   *none = !m && !np && !causal;
   if (*none) return NULL;
   int64_t md[4] = {1, 1, 1, 1};
@@ -192,6 +195,8 @@ static kiln_code run_stream(kiln_kctx *c, const sdpa *a, const float *k, const i
   p.scale = kiln_attr_float(c->node, "scale", 1.0f / sqrtf((float)a->d));
   p.softcap = kiln_attr_float(c->node, "softcap", 0.0f);
   p.fill = -INFINITY;
+  p.causal = !bias && kiln_attr_int(c->node, "is_causal", 0) != 0;
+  p.causal_off = a->sp;
   return kiln_attention_run_views(c, &p, bias, y);
 }
 

@@ -77,6 +77,8 @@ def attention_cases(rng):
     # long enough to cross the kernel's 128-key blocks: causal GQA, D 64
     add("Attention_long_causal_gqa", 23, rnd(rng, 1, 4, 150, 64), rnd(rng, 1, 2, 150, 64), rnd(rng, 1, 2, 150, 64),
         is_causal=1, atol=2e-5)
+    add("Attention_long_past_causal", 23, rnd(rng, 1, 2, 20, 32), rnd(rng, 1, 2, 20, 32), rnd(rng, 1, 2, 20, 32),
+        past=(rnd(rng, 1, 2, 250, 32), rnd(rng, 1, 2, 250, 32)), outs=("Y", "PK", "PV"), is_causal=1, atol=2e-5)
     add("Attention_qk_output_mode0", 23, rnd(rng, 1, 2, 3, 4), rnd(rng, 1, 2, 5, 4), rnd(rng, 1, 2, 5, 4),
         outs=("Y", "QK"), qk_matmul_output_mode=0)
     add("Attention_qk_output_mode3_causal", 23, rnd(rng, 1, 2, 4, 4), rnd(rng, 1, 2, 4, 4), rnd(rng, 1, 2, 4, 4),
