@@ -244,6 +244,8 @@ def bad_cases():
         (Case("bad_tensor_scatter_overflow", [helper.make_node("TensorScatter", ["P", "U", "W"], ["Y"])],
               {"P": rnd(rng, 1, 4, 2), "U": rnd(rng, 1, 2, 2), "W": np.array([3], np.int64)}, ["Y"], [], 24),
          "do not fit"),
+        (Case("bad_opset_27", [helper.make_node("Relu", ["X"], ["Y"])], {"X": rnd(rng, 2)}, ["Y"], [], 27),
+         "kiln supports opsets 1 to 26"),
         (Case("bad_bitcast_width", [helper.make_node("BitCast", ["X"], ["Y"], to=7)], {"X": rnd(rng, 2)}, ["Y"], [],
               26), "bit width"),
     ]
