@@ -219,9 +219,12 @@ static void ref_row(const sdpa *a, const ref_io *r, int64_t b, int64_t h, int64_
       dot += kiln_load_f64(r->q, b * a->qs[0] + h * a->qs[1] + i * a->qs[2] + d) *
              kiln_load_f64(r->k, b * r->kst[0] + kh * r->kst[1] + j * r->kst[2] + d);
     s[j] = dot * scale;
-    if (cap > 0) s[j] = cap * tanh(s[j] / cap);
   }
-  if (r->qk && r->mode <= 1)
+  if (r->qk && r->mode == 0) /* mode 0: the scaled product; 1: after the softcap; 2: after the bias */
+    for (int64_t j = 0; j < a->st; j++) kiln_store_f64(r->qk, ((b * a->hq + h) * a->sq + i) * a->st + j, s[j]);
+  if (cap > 0)
+    for (int64_t j = 0; j < a->st; j++) s[j] = cap * tanh(s[j] / cap);
+  if (r->qk && r->mode == 1)
     for (int64_t j = 0; j < a->st; j++) kiln_store_f64(r->qk, ((b * a->hq + h) * a->sq + i) * a->st + j, s[j]);
   if (r->bias) {
     const float *br = r->bias + (((r->bb > 1 ? b : 0) * r->hb + (r->hb > 1 ? h : 0)) * a->sq + i) * a->st;

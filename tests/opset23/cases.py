@@ -83,6 +83,9 @@ def attention_cases(rng):
         outs=("Y", "QK"), qk_matmul_output_mode=0)
     add("Attention_qk_output_mode3_causal", 23, rnd(rng, 1, 2, 4, 4), rnd(rng, 1, 2, 4, 4), rnd(rng, 1, 2, 4, 4),
         outs=("Y", "QK"), qk_matmul_output_mode=3, is_causal=1)
+    for mode in (0, 1, 2):
+        add(f"Attention_qk_output_mode{mode}_softcap_mask", 23, rnd(rng, 1, 2, 3, 4), rnd(rng, 1, 2, 3, 4),
+            rnd(rng, 1, 2, 3, 4), mask=rnd(rng, 3, 3), outs=("Y", "QK"), qk_matmul_output_mode=mode, softcap=1.5)
     # opset 24: a static cache of 8 positions of which nonpad_kv_seqlen are filled
     add("Attention_nonpad_24", 24, rnd(rng, b, 2, 3, 8), rnd(rng, b, 2, 8, 8), rnd(rng, b, 2, 8, 8),
         nonpad=np.array([5, 8], np.int64))

@@ -53,9 +53,11 @@ def attention(q, k, v, mask=None, past_k=None, past_v=None, nonpad=None, scale=N
     g = hq // hkv
     kr, vr = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)  # q head h reads kv head h // g
     s = np.matmul(q, kr.transpose(0, 1, 3, 2)) * scale
+    qk = s.copy()  # qk_matmul_output_mode 0: the scaled product
     if softcap > 0:
         s = softcap * np.tanh(s / softcap)
-    qk = s.copy()
+    if qk_mode == 1:
+        qk = s.copy()
     s = s + bias
     if qk_mode == 2:
         qk = s.copy()
