@@ -22,6 +22,7 @@ typedef struct am_config {
   char **names;          /* C channel names, in the model's order */
   int window, stride;    /* W rows per window, step between window starts */
   int smooth, merge_gap; /* rows of score smoothing; flagged runs this close join */
+  int smooth_min;        /* 1: smallest mean over the stretches holding a row; 0: centred mean */
   double *mean, *std;    /* normalisation, per channel */
   double *threshold;     /* per channel, on the smoothed squared error */
   int *flat_limit;       /* per channel: identical consecutive values that count as stuck */

@@ -9,6 +9,7 @@ With the kiln command given, --serve also runs end to end against `kiln serve`.
 import http.server
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -315,10 +316,42 @@ def test_metrics():
     check(p.returncode == 0, "--metrics-port: the run ends when stdin closes")
 
 
+def model_with(tag, **changes):
+    d = os.path.join(TMP, tag)
+    os.makedirs(d, exist_ok=True)
+    shutil.copy(os.path.join(MODEL, CFG["model"]), d)
+    json.dump(dict(CFG, **changes), open(os.path.join(d, "config.json"), "w"))
+    return d
+
+
+def test_smooth_rule(path):
+    """The "min" rule never flags a row beside a one-row spike; "mean" (older configs) still
+    loads; a rule of another name is refused."""
+    header, rows = head_rows(180)  # the first injected anomaly starts at row 209
+    cells = [r.split(",") for r in rows]
+    spike = 100
+    cells[spike][1] = str(float(cells[spike][1]) * 3)
+    spiked = os.path.join(TMP, "spike.csv")
+    open(spiked, "w").write(header + "\n" + "\n".join(",".join(c) for c in cells) + "\n")
+    dump = os.path.join(TMP, "spike_scores.csv")
+    rc, out, _ = run([model_with("smooth_min"), "--input", spiked, "--scores", dump])
+    ev = [e for e in events_of(out) if e["start_row"] <= spike <= e["end_row"]]
+    check(rc == 0 and len(ev) == 1 and ev[0]["start_row"] == spike and ev[0]["end_row"] == spike,
+          f"smooth_rule min: a one-row spike is one flagged row ({ev})")
+    rc, out, _ = run([model_with("smooth_mean", smooth_rule="mean"), "--input", spiked])
+    ev = [e for e in events_of(out) if e["start_row"] <= spike <= e["end_row"]]
+    check(rc == 0 and len(ev) == 1 and ev[0]["start_row"] < spike < ev[0]["end_row"],
+          f"smooth_rule mean: the centred mean spreads the spike to its neighbours ({ev})")
+    rc, _, err = run([model_with("smooth_bad", smooth_rule="median"), "--input", path])
+    check(rc != 0 and "smooth_rule" in err and "median" in err,
+          "smooth_rule of another name: refused, naming it")
+
+
 def main():
     test_help()
     path, out = test_pipeline()
     test_stdin(path, out)
+    test_smooth_rule(path)
     test_malformed()
     test_headers()
     test_serve()
