@@ -34,7 +34,6 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import evaluate  # noqa: E402
-import scoring  # noqa: E402
 
 
 def write_csv(path, header, ts, x, label=None):
