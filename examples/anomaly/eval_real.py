@@ -13,6 +13,8 @@ stuck-sensor check and event merging.
           inflation, change of the unemployment rate and the T-bill rate): trained on
           1959-1989, 6 anomalies injected into 1990-2009 (which also holds real recessions,
           unlabelled: what either detector flags there counts as a false alarm).
+  sunspots  NOAA NGDC's yearly sunspot numbers 1700-2008 (one channel): trained on 1700-1900,
+          6 anomalies injected into 1901-2008.
 
 Prints one table row per detector and recording and whether the autoencoder beats the z-score
 detector (point F1 above both the same-rule z-score's and the best z-score's at a false-alarm
@@ -20,7 +22,7 @@ rate no higher; false alarms no more than the same-rule z-score's). Exits 1 when
 own metrics differ from the Python recomputation from its --scores dump (evaluate.py); with
 --require-beat also when it does not beat it.
 
-Usage: eval_real.py BUILD_DIR OUT_DIR [--only elnino|macro] [--seed S] [--require-beat]
+Usage: eval_real.py BUILD_DIR OUT_DIR [--only elnino|macro|sunspots] [--seed S] [--require-beat]
 """
 import argparse
 import csv
@@ -94,9 +96,21 @@ def make_macro(out, seed):
     return ["quarter"] + [n for n, _ in chans], ts, x, split, test, slots, plan, seed
 
 
+def make_sunspots(out, seed):
+    rows = list(csv.reader(open(os.path.join(HERE, "data/real/sunspots.csv"))))[1:]
+    ts = [str(int(float(r[0]))) for r in rows]
+    x = np.array([[float(r[1])] for r in rows])
+    split = ts.index("1901")
+    test = x[split:].copy()
+    slots = np.linspace(6, len(test) - 14, 6).astype(int)
+    plan = [(["spike", "level_shift", "stuck_sensor"][i % 3], [1, 5, 6][i % 3], 0) for i in range(6)]
+    return ["year", "sunspots"], ts, x, split, test, slots, plan, seed
+
+
 DATASETS = {
     "elnino": (make_elnino, ["--window", "12", "--epochs", "100"]),
     "macro": (make_macro, ["--window", "4", "--epochs", "100"]),
+    "sunspots": (make_sunspots, ["--window", "11", "--epochs", "100"]),
 }
 
 
