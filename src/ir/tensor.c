@@ -516,3 +516,14 @@ void kiln_copy_elem(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_
   size_t esz = kiln_dtype_size(dst->dtype);
   memcpy((char *)dst->data + (size_t)di * esz, (const char *)src->data + (size_t)si * esz, esz);
 }
+
+void kiln_copy_elems(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_t si, int64_t n) {
+  if (n <= 0) return;
+  if (dst->dtype == KILN_STRING) {
+    for (int64_t k = 0; k < n; k++) kiln_copy_elem(dst, di + k, src, si + k);
+    return;
+  }
+  size_t esz = kiln_dtype_size(dst->dtype);
+  memcpy((char *)dst->data + (size_t)di * esz, (const char *)src->data + (size_t)si * esz,
+         (size_t)n * esz);
+}
