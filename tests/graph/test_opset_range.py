@@ -1,6 +1,6 @@
 """The supported range, said honestly: kiln info --ops lists the opsets and operators; a model
 beyond them is refused naming the op, its domain and the opset. And an If branch that reads a
-value computed by a node listed after the If runs after that node."""
+value computed by a node listed after the If runs after that node; IsNaN/IsInf-20 on float8."""
 import os
 
 import onnx
@@ -65,4 +65,24 @@ rc, text = kiln("run", p, "--input", "x=" + os.path.join(TMP, "x.npy"), "--input
 y = numpy_helper.to_array(onnx.load_tensor(os.path.join(out, "output_0.pb"))) if rc == 0 else None
 check(rc == 0 and y is not None and np.array_equal(y, np.array([3.0, -4.0], np.float32)),
       f"the If runs after the node its branch reads (y = 2x): rc {rc} {text} {y}")
+
+# ---- IsNaN / IsInf-20 take float8 -----------------------------------------------------------
+F8E5M2 = 19  # TensorProto.FLOAT8E5M2 (the onnx package here predates it)
+codes = bytes([0x3C, 0x7C, 0xFC, 0x7F])  # 1.0, +inf, -inf, NaN
+xin = onnx.TensorProto(name="x", data_type=F8E5M2, dims=[4], raw_data=codes)
+xf = os.path.join(TMP, "f8.pb")
+with open(xf, "wb") as fh:
+    fh.write(xin.SerializeToString())
+XF8 = helper.make_tensor_value_info("x", F8E5M2, [4])
+YB = helper.make_tensor_value_info("y", TensorProto.BOOL, [4])
+for op, attrs, want in [("IsNaN", {}, [0, 0, 0, 1]), ("IsInf", {}, [0, 1, 1, 0]),
+                        ("IsInf", {"detect_negative": 0}, [0, 1, 0, 0])]:
+    p = model([helper.make_node(op, ["x"], ["y"], **attrs)], 20, [XF8], [YB], "f8_" + op)
+    out = os.path.join(TMP, "f8_out_" + op + str(len(attrs)))
+    rc, text = kiln("run", p, "--input", "x=" + xf, "--output-dir", out, "-q")
+    y = numpy_helper.to_array(onnx.load_tensor(os.path.join(out, "output_0.pb"))) if rc == 0 else None
+    check(y is not None and [int(v) for v in y] == want, f"{op}{attrs} on float8e5m2 at opset 20: {y} {text}")
+p = model([helper.make_node("IsNaN", ["x"], ["y"])], 19, [XF8], [YB], "f8_isnan19")
+rc, text = kiln("run", p, "--input", "x=" + xf, "-q")
+check(rc == 1 and "float8e5m2" in text, "IsNaN-19 does not take float8: " + text)
 finish("test_opset_range")
