@@ -1,6 +1,7 @@
 """The supported range, said honestly: kiln info --ops lists the opsets and operators; a model
 beyond them is refused naming the op, its domain and the opset. And an If branch that reads a
-value computed by a node listed after the If runs after that node; IsNaN/IsInf-20 on float8."""
+value computed by a node listed after the If runs after that node; IsNaN/IsInf-20 on float8;
+LpNormalization against numpy."""
 import os
 
 import onnx
@@ -85,4 +86,18 @@ for op, attrs, want in [("IsNaN", {}, [0, 0, 0, 1]), ("IsInf", {}, [0, 1, 1, 0])
 p = model([helper.make_node("IsNaN", ["x"], ["y"])], 19, [XF8], [YB], "f8_isnan19")
 rc, text = kiln("run", p, "--input", "x=" + xf, "-q")
 check(rc == 1 and "float8e5m2" in text, "IsNaN-19 does not take float8: " + text)
+
+# ---- LpNormalization against numpy (a zero-norm slice stays 0, as ONNX Runtime) ------------
+xv = np.array([[3, -4, 0], [0, 0, 0], [1, 2, 2]], np.float32)
+np.save(os.path.join(TMP, "lpx.npy"), xv)
+X33 = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])
+Y33 = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 3])
+for pn, axis in [(2, -1), (1, 0)]:
+    norm = np.linalg.norm(xv, ord=pn, axis=axis, keepdims=True)
+    want = np.where(norm > 0, xv / np.where(norm > 0, norm, 1), 0)
+    p = model([helper.make_node("LpNormalization", ["x"], ["y"], p=pn, axis=axis)], 22, [X33], [Y33], f"lpn{pn}")
+    out = os.path.join(TMP, f"lpn_out{pn}")
+    rc, text = kiln("run", p, "--input", "x=" + os.path.join(TMP, "lpx.npy"), "--output-dir", out, "-q")
+    y = numpy_helper.to_array(onnx.load_tensor(os.path.join(out, "output_0.pb"))) if rc == 0 else None
+    check(y is not None and np.allclose(y, want, atol=1e-6), f"LpNormalization p={pn} axis={axis}: {y} vs {want} {text}")
 finish("test_opset_range")
