@@ -144,44 +144,66 @@ const char *kiln_node_label(const kiln_node *n, char *buf, size_t len) {
   return buf;
 }
 
-/* Per node i, the values xdep[xoff[i] .. xoff[i + 1]) its subgraphs read from g by name that
- * a node of g produces (other than i): the edges the inputs do not show. */
-static kiln_code implicit_deps(const kiln_graph *g, const int *producer, size_t **xoff_out, int **xdep_out,
-                               kiln_error *err) {
-  size_t nn = g->n_nodes, nv = g->n_values, nx = 0, cap = 0;
-  size_t *xoff = kiln_calloc(nn + 1, sizeof *xoff);
-  bool *mark = NULL;
-  int *xdep = NULL;
-  if (!xoff) goto oom;
-  for (size_t i = 0; i < nn; i++) {
-    const kiln_node *n = &g->nodes[i];
-    xoff[i] = nx;
-    bool has_graph = false;
-    for (size_t a = 0; a < n->n_attrs && !has_graph; a++) has_graph = n->attrs[a].g || n->attrs[a].graphs;
-    if (!has_graph) continue;
-    if (!mark && !(mark = kiln_malloc(nv ? nv : 1))) goto oom;
-    memset(mark, 0, nv);
-    kiln_node_mark_outer_reads(g, n, mark);
-    for (size_t v = 0; v < nv; v++) {
-      if (!mark[v] || producer[v] < 0 || producer[v] == (int)i) continue;
-      if (nx == cap) {
-        int *d = realloc(xdep, (cap = cap ? cap * 2 : 16) * sizeof *d);
-        if (!d) goto oom;
-        xdep = d;
-      }
-      xdep[nx++] = (int)v;
+/* Whether sub defines value v itself (an input, an initializer or a node's output). */
+static bool defined_in(const kiln_graph *sub, int v) {
+  const kiln_value_info *vi = &sub->values[v];
+  if (vi->init || vi->is_input || vi->producer >= 0) return true;
+  if (vi->is_outer) return false; /* sub was sorted: an outer value */
+  for (size_t i = 0; i < sub->n_nodes; i++)
+    for (size_t k = 0; k < sub->nodes[i].n_out; k++)
+      if (sub->nodes[i].out[k] == v) return true;
+  return false;
+}
+
+/* Calls fn(v, node, ctx) for every value v of g that node reads from g's nodes: its inputs and
+ * the values its subgraphs (at any depth) read from g by name, which must be produced before
+ * the node runs too. */
+typedef void (*dep_fn)(int v, int node, void *ctx);
+
+static void sub_deps(const kiln_graph *g, const kiln_graph *sub, int node, dep_fn fn, void *ctx) {
+  for (size_t i = 0; i < sub->n_nodes; i++) {
+    const kiln_node *n = &sub->nodes[i];
+    for (size_t k = 0; k < n->n_in; k++) {
+      if (n->in[k] < 0 || defined_in(sub, n->in[k])) continue;
+      int v = kiln_graph_find(g, sub->values[n->in[k]].name);
+      if (v >= 0) fn(v, node, ctx);
+    }
+    for (size_t a = 0; a < n->n_attrs; a++) {
+      const kiln_attr *at = &n->attrs[a];
+      if (at->g) sub_deps(g, at->g, node, fn, ctx);
+      for (size_t k = 0; at->graphs && k < at->n; k++) sub_deps(g, at->graphs[k], node, fn, ctx);
     }
   }
-  xoff[nn] = nx;
-  free(mark);
-  *xoff_out = xoff;
-  *xdep_out = xdep;
-  return KILN_OK;
-oom:
-  free(mark);
-  free(xoff);
-  free(xdep);
-  return kiln_fail(err, KILN_ERR_NOMEM, "out of memory sorting the graph");
+}
+
+static void node_deps(const kiln_graph *g, int i, dep_fn fn, void *ctx) {
+  const kiln_node *n = &g->nodes[i];
+  for (size_t k = 0; k < n->n_in; k++)
+    if (n->in[k] >= 0) fn(n->in[k], i, ctx);
+  for (size_t a = 0; a < n->n_attrs; a++) {
+    const kiln_attr *at = &n->attrs[a];
+    if (at->g) sub_deps(g, at->g, i, fn, ctx);
+    for (size_t k = 0; at->graphs && k < at->n; k++) sub_deps(g, at->graphs[k], i, fn, ctx);
+  }
+}
+
+typedef struct sort_edges {
+  const int *producer;
+  int *pending;
+  size_t *n_users, *user_off, n_edges;
+  int *users; /* NULL while counting */
+} sort_edges;
+
+static void add_edge(int v, int node, void *ctx) {
+  sort_edges *e = ctx;
+  if (e->producer[v] < 0) return;
+  if (!e->users) {
+    e->n_users[v]++;
+    e->n_edges++;
+    e->pending[node]++;
+  } else {
+    e->users[e->user_off[v] + e->n_users[v]++] = node;
+  }
 }
 
 kiln_code kiln_graph_toposort(kiln_graph *g, kiln_error *err) {
@@ -191,8 +213,7 @@ kiln_code kiln_graph_toposort(kiln_graph *g, kiln_error *err) {
   int *pending = kiln_calloc(nn, sizeof *pending);   /* unresolved inputs per node */
   int *producer = kiln_malloc(nv * sizeof *producer);
   size_t *n_users = kiln_calloc(nv, sizeof *n_users), *user_off = kiln_calloc(nv + 1, sizeof *user_off);
-  int *users = NULL, *queue = kiln_malloc(nn * sizeof *queue), *xdep = NULL;
-  size_t *xoff = NULL;
+  int *users = NULL, *queue = kiln_malloc(nn * sizeof *queue);
   kiln_node *sorted = kiln_malloc(nn * sizeof *sorted);
   if (!pending || !producer || !n_users || !user_off || !queue || !sorted) goto oom;
   for (size_t v = 0; v < nv; v++) producer[v] = -1;
@@ -207,16 +228,7 @@ kiln_code kiln_graph_toposort(kiln_graph *g, kiln_error *err) {
       }
       producer[v] = (int)i;
     }
-  /* A node whose subgraphs read outer values by name (If, Loop, Scan) depends on their
-   * producers too, though it does not list them as inputs. */
-  if ((rc = implicit_deps(g, producer, &xoff, &xdep, err))) goto done;
-  size_t n_edges = 0;
-  for (size_t i = 0; i < nn; i++) {
-    for (size_t x = xoff[i]; x < xoff[i + 1]; x++) {
-      n_users[xdep[x]]++;
-      n_edges++;
-      pending[i]++;
-    }
+  for (size_t i = 0; i < nn; i++)
     for (size_t k = 0; k < g->nodes[i].n_in; k++) {
       int v = g->nodes[i].in[k];
       if (v < 0) continue;
@@ -232,25 +244,17 @@ kiln_code kiln_graph_toposort(kiln_graph *g, kiln_error *err) {
                        "initializer defines it", vi->name, node_label(&g->nodes[i], lbl, sizeof lbl));
         goto done;
       }
-      n_users[v]++;
-      n_edges++;
-      pending[i]++;
     }
-  }
-  /* Nodes of a subgraph may also read outer values only through nested subgraphs; those are
-   * resolved by the nested graph's own sort. */
+  /* The edges: a node's inputs and what its subgraphs read from this graph (an If branch
+   * reading a value computed beside the If must run after it). */
+  sort_edges e = {producer, pending, n_users, user_off, 0, NULL};
+  for (size_t i = 0; i < nn; i++) node_deps(g, (int)i, add_edge, &e);
   for (size_t v = 0; v < nv; v++) user_off[v + 1] = user_off[v] + n_users[v];
-  users = kiln_malloc((n_edges ? n_edges : 1) * sizeof *users);
+  users = kiln_malloc((e.n_edges ? e.n_edges : 1) * sizeof *users);
   if (!users) goto oom;
   memset(n_users, 0, nv * sizeof *n_users);
-  for (size_t i = 0; i < nn; i++) {
-    for (size_t x = xoff[i]; x < xoff[i + 1]; x++) users[user_off[xdep[x]] + n_users[xdep[x]]++] = (int)i;
-    for (size_t k = 0; k < g->nodes[i].n_in; k++) {
-      int v = g->nodes[i].in[k];
-      if (v < 0 || producer[v] < 0) continue;
-      users[user_off[v] + n_users[v]++] = (int)i;
-    }
-  }
+  e.users = users;
+  for (size_t i = 0; i < nn; i++) node_deps(g, (int)i, add_edge, &e);
   size_t head = 0, tail = 0;
   for (size_t i = 0; i < nn; i++)
     if (pending[i] == 0) queue[tail++] = (int)i;
@@ -301,8 +305,6 @@ done:
   free(users);
   free(queue);
   free(sorted);
-  free(xoff);
-  free(xdep);
   return rc;
 }
 

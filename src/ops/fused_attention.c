@@ -427,13 +427,14 @@ static void bufs_free(void *wp) {
   free(w);
 }
 
-/* The work buffers for a run of plan p: the node's cached set when it has the same geometry
- * (taken out of the node's cache, so concurrent runs never share one), else a fresh zeroed set. A
+/* The work buffers for a run of plan p: the set the node's last run in this run context left
+ * (kiln_kscratch_take: never shared with a concurrent run) when it has the same geometry, else
+ * a fresh zeroed set. A
  * set's padding (key columns past Sk, value columns past Dv) is zeroed at allocation and never
  * written, so it stays valid for every run of the same geometry; reusing the set saves the
  * allocation, the zeroing and the page faults of about 100 KiB per node and run. */
 static attn_bufs *bufs_take(kiln_kctx *c, const attn_plan *p, size_t nslot, size_t nthr) {
-  attn_bufs want, *w = kiln_cache_take(c);
+  attn_bufs want, *w = kiln_kscratch_take(c);
   bufs_sizes(&want, p, nslot, nthr);
   if (w && w->kpn == want.kpn && w->vpn == want.vpn && w->qn == want.qn && w->sn == want.sn &&
       w->accn == want.accn && w->nslot == nslot && w->nthr == nthr && w->sk == want.sk && w->dv == want.dv)
@@ -452,8 +453,8 @@ static attn_bufs *bufs_take(kiln_kctx *c, const attn_plan *p, size_t nslot, size
   return NULL;
 }
 
-/* Put the set back into the node for the next run (freed if another run put one back first). */
-static void bufs_give(kiln_kctx *c, attn_bufs *w) { kiln_cache_put(c, w, bufs_free); }
+/* Put the set back into the run context for the node's next run (freed without one). */
+static void bufs_give(kiln_kctx *c, attn_bufs *w) { kiln_kscratch_put(c, w, bufs_free); }
 
 
 static void pack_k(const attn_plan *p, const float *k, float *kp) {
