@@ -2,7 +2,8 @@
 # Install what kiln needs on Debian 12 (run as root). Idempotent: packages already present are
 # not fetched again. Usage: scripts/install-deps.sh [--test|--bench]
 #   (default) build and run: compiler, cmake, protobuf-c, Debian's onnx.proto
-#   --test    also what the tests need: the ONNX conformance data, clang, chromium (headless,
+#   --test    also what the tests need: the ONNX conformance data (Debian 12's 1.12 package and
+#             1.17 from Debian 13 into /var/cache/kiln/onnx-testdata), clang, chromium (headless,
 #             for the profile report), and for the check against ONNX Runtime: python3 with
 #             onnx/numpy/torch (model export) and npm
 #   --bench   also the GEMM benchmark's peers (bench/gemm only, never linked into kiln)
@@ -34,6 +35,8 @@ install_peer() {
   (cd bench/peer && ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund --silent)
 }
 cd "$(dirname "$0")/.."
+# ONNX 1.17's conformance data (Debian 13's libonnx-testdata, unpacked, not installed)
+if [ "${1:-}" = "--test" ]; then scripts/fetch-onnx-testdata.sh; fi
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all packages present"
   install_peer "${1:-}"
