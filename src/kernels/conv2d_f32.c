@@ -43,7 +43,15 @@ static void im2col_seg(const col_ctx *cc, float *d, const float *xp, int64_t ky,
     return;
   }
 #endif
-  for (int64_t ox = lo; ox < hi; ox++) d[ox - lo] = ox >= a && ox < b ? xr[ox * p->sw] : 0.0f;
+  /* zeros before the input, the input columns (a copy for stride 1), zeros after */
+  int64_t s = a < lo ? lo : a > hi ? hi : a, e = b < s ? s : b > hi ? hi : b;
+  if (s > lo) memset(d, 0, sizeof(float) * (size_t)(s - lo));
+  if (p->sw == 1) {
+    if (e > s) memcpy(d + (s - lo), xr + s, sizeof(float) * (size_t)(e - s));
+  } else {
+    for (int64_t ox = s; ox < e; ox++) d[ox - lo] = xr[ox * p->sw];
+  }
+  if (hi > e) memset(d + (e - lo), 0, sizeof(float) * (size_t)(hi - e));
 }
 
 /* im2col rows [begin, end) of the tile: row r = (ci, ky, kx) holds the input values under

@@ -9,9 +9,10 @@
  * scatter-add through the map (col2im) accumulates it into the output. The map depends only on
  * the geometry, so it is built once per call and reused for every channel and batch item.
  *
- * The integer ops subtract the zero points up front into int32 buffers, so padding (which reads
- * as 0) stands for the zero point, as the spec requires, and the same float code path applies.
- * Float32 2-D convolutions take kernels/conv2d_f32 first (src/ops/conv2d_f32.c).
+ * The integer ops subtract the zero points up front into int16 buffers, so padding (which reads
+ * as 0) stands for the zero point, as the spec requires, and the same scheme applies with the
+ * integer GEMM of kernels/igemm. Float32 2-D convolutions take kernels/conv2d_f32 first
+ * (src/ops/conv2d_f32.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 
 #include "kernels/conv2d_f32.h"
 #include "kernels/gemm.h"
+#include "kernels/igemm.h"
 #include "ops/cost.h"
 #include "ops/fused.h"
 #include "ops/op.h"
@@ -289,18 +291,31 @@ enum { GEMM_NB = 256 };
       }                                                                                       \
     }                                                                                         \
   }                                                                                           \
-  static const conv_impl impl_##SUF = {sizeof(T), gather_##SUF, scatter_##SUF, gemm_##SUF};
+  static const conv_impl impl_##SUF = {sizeof(T), gather_##SUF, scatter_##SUF, gemm_##SUF, 0};
 
 typedef struct conv_impl {
-  size_t esz;
+  size_t esz; /* of x, w and the im2col buffer */
   void (*gather)(const void *x, const int64_t *map, int64_t n, void *col);
   void (*scatter)(const void *col, const int64_t *map, int64_t n, void *y);
   void (*gemm)(int64_t m, int64_t n, int64_t k, const void *a, const void *b, void *c);
+  size_t yesz; /* of y when it differs from esz (0: esz) */
 } conv_impl;
 
 CONV_KERNELS(float, f32)
 CONV_KERNELS(double, f64)
-CONV_KERNELS(int32_t, i32)
+
+/* The integer ops: x and w minus their zero points as int16 (|v| <= 255), int32 sums through
+ * kernels/igemm (exact on every ISA: pairs of products never saturate). */
+static void gather_i16(const void *xv, const int64_t *map, int64_t n, void *colv) {
+  const int16_t *x = xv;
+  int16_t *col = colv;
+  for (int64_t j = 0; j < n; j++) col[j] = map[j] >= 0 ? x[map[j]] : 0;
+}
+static void gemm_i16(int64_t m, int64_t n, int64_t k, const void *a, const void *b, void *c) {
+  if (kiln_igemm_s16(m, n, k, a, b, c) != 0) /* no memory to pack: the unpacked kernel */
+    kiln_igemm_s16_isa(KILN_ISA_SCALAR, m, n, k, a, b, c);
+}
+static const conv_impl impl_i16 = {sizeof(int16_t), gather_i16, NULL, gemm_i16, sizeof(int32_t)};
 
 #define AT(p, i, esz) ((const char *)(p) + (size_t)(i) * (esz))
 #define ATW(p, i, esz) ((char *)(p) + (size_t)(i) * (esz))
@@ -336,7 +351,7 @@ static kiln_code conv_forward(kiln_kctx *c, const conv_impl *im, const conv_geom
                      ATW(col, ci * g->ksize * g->ysize, im->esz));
         b = col;
       }
-      void *yb = ATW(y, (n * g->m + gr * mg) * g->ysize, im->esz);
+      void *yb = ATW(y, (n * g->m + gr * mg) * g->ysize, im->yesz ? im->yesz : im->esz);
       kiln_gemm_ctx gctx = {kiln_kpool(c), 0};
       /* float: the packed, threaded GEMM (y starts zeroed and each block is written once) */
       if (im == &impl_f32 && mg && g->ysize && kk &&
@@ -508,6 +523,14 @@ static kiln_code zero_point(kiln_kctx *c, const kiln_tensor *zp, kiln_dtype want
 
 static bool is_q8(kiln_dtype t) { return t == KILN_UINT8 || t == KILN_INT8; }
 
+/* out[i] = t[at + i] - zp for n elements of a uint8 or int8 tensor. */
+static void minus_zp(const kiln_tensor *t, int64_t at, int64_t n, int64_t zp, int16_t *out) {
+  if (t->dtype == KILN_UINT8)
+    for (int64_t i = 0; i < n; i++) out[i] = (int16_t)(((const uint8_t *)t->data)[at + i] - zp);
+  else
+    for (int64_t i = 0; i < n; i++) out[i] = (int16_t)(((const int8_t *)t->data)[at + i] - zp);
+}
+
 /* acc[N, M, ysize] = sum (x - x_zp)(w - w_zp); *out_g receives the geometry. The caller frees
  * *acc. xi/wi index the inputs (ConvInteger: 0/1, QLinearConv: 0/3). */
 static kiln_code conv_int_acc(kiln_kctx *c, const kiln_tensor *x, const kiln_tensor *xzp,
@@ -523,17 +546,16 @@ static kiln_code conv_int_acc(kiln_kctx *c, const kiln_tensor *x, const kiln_ten
   if ((rc = zero_point(c, xzp, x->dtype, 0, "x_zero_point", &xz, &xz0))) return rc;
   if ((rc = zero_point(c, wzp, w->dtype, g->m, "w_zero_point", &wz, &wz0))) return rc;
   int64_t ysz;
-  int32_t *xs = kiln_malloc(sizeof(int32_t) * (size_t)x->numel);
-  int32_t *ws = kiln_malloc(sizeof(int32_t) * (size_t)w->numel);
+  int16_t *xs = kiln_malloc(sizeof(int16_t) * (size_t)x->numel);
+  int16_t *ws = kiln_malloc(sizeof(int16_t) * (size_t)w->numel);
   *acc = kiln_mul_ok(g->n * g->m, g->ysize, &ysz) ? kiln_calloc((size_t)ysz, sizeof(int32_t)) : NULL;
   if (!xs || !ws || !*acc) {
     rc = kiln_kfail(c, "out of memory");
   } else {
-    for (int64_t i = 0; i < x->numel; i++) xs[i] = (int32_t)(kiln_get_i64(x, i) - xz0);
+    minus_zp(x, 0, x->numel, xz0, xs);
     int64_t per_m = g->m ? w->numel / g->m : 0;
-    for (int64_t i = 0; i < w->numel; i++)
-      ws[i] = (int32_t)(kiln_get_i64(w, i) - (wz ? wz[i / per_m] : wz0));
-    rc = conv_forward(c, &impl_i32, g, xs, ws, *acc);
+    for (int64_t m = 0; m < g->m; m++) minus_zp(w, m * per_m, per_m, wz ? wz[m] : wz0, ws + m * per_m);
+    rc = conv_forward(c, &impl_i16, g, xs, ws, *acc);
   }
   if (rc) {
     free(*acc);
