@@ -3,6 +3,7 @@ beyond them is refused naming the op, its domain and the opset. And an If branch
 value computed by a node listed after the If runs after that node; IsNaN/IsInf-20 on float8;
 LpNormalization against numpy."""
 import os
+import re
 
 import onnx
 
@@ -10,7 +11,9 @@ from kilntest import *
 
 # ---- kiln info --ops ----------------------------------------------------------------------
 rc, text = kiln("info", "--ops")
-check(rc == 0 and "ai.onnx opsets: 1 to 26" in text, "kiln info --ops gives the opset range: " + text[:200])
+m = re.search(r"ai\.onnx opsets: 1 to (\d+)", text)
+MAX = int(m.group(1)) if m else 0
+check(rc == 0 and MAX >= 22, "kiln info --ops gives the opset range (at least 1 to 22): " + text[:200])
 for op in ("CenterCropPad", "Col2Im", "BitwiseAnd", "BitwiseNot", "GridSample", "Resize"):
     check(any(line.split()[:1] == [op] for line in text.splitlines()), f"kiln info --ops lists {op}")
 check(any(line.split() == ["GroupNormalization", "18,", "21"] for line in text.splitlines()),
@@ -30,9 +33,10 @@ X = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
 Y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
 
 # ---- refusals name what is missing ---------------------------------------------------------
-p = model([helper.make_node("Relu", ["x"], ["y"])], 27, [X], [Y], "opset27")
+p = model([helper.make_node("Relu", ["x"], ["y"])], MAX + 1, [X], [Y], "opset_past")
 rc, text = kiln("run", p)
-check(rc == 1 and "opset 27" in text and "1 to 26" in text, "opset 27 is refused with the range: " + text)
+check(rc == 1 and f"opset {MAX + 1}" in text and f"1 to {MAX}" in text,
+      f"opset {MAX + 1} is refused with the range: " + text)
 
 p = model([helper.make_node("NoSuchOp", ["x"], ["y"])], 22, [X], [Y], "unknown_op")
 rc, text = kiln("run", p)
