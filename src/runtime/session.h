@@ -12,7 +12,7 @@
 #include "runtime/scratch.h"
 #include "base/threadpool.h"
 
-#define KILN_MAX_OPSET 22
+#define KILN_MAX_OPSET 26
 
 typedef struct kiln_op_hist {
   const char *op;
