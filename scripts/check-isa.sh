@@ -74,7 +74,7 @@ level=$("$tmp/kiln-base" --version 2>/dev/null | sed -n 's/^cpu: \([a-z0-9]*\) .
 
 emu() { local cpu=$1; shift; qemu-x86_64 -cpu "$cpu" "$@"; }
 step "AVX2 CPU: unit tests (dwconv, conv_pool, gemm_amx, threadpool; the GEMM kernels run in what follows)"
-for t in test_dwconv test_conv_pool test_gemm_amx test_threadpool; do
+for t in test_dwconv test_conv_pool test_gemm_amx test_threadpool test_igemm; do
   (cd "$build" && KILN_TEST_WRAPPER="qemu-x86_64 -cpu $AVX2_CPU" emu "$AVX2_CPU" "tests/$t" > "$tmp/$t.log" 2>&1) \
     || { tail -20 "$tmp/$t.log"; fail "$t under $AVX2_CPU"; }
   tail -1 "$tmp/$t.log"

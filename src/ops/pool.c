@@ -56,7 +56,9 @@ int64_t kiln_pool_out_dim(int64_t n, int64_t k, int64_t s, int64_t pb, int64_t p
   if (n < 0 || n > big || k < 1 || k > big || s < 1 || s > big || pb < 0 || pb > big || pe < 0 || pe > big)
     return -1;
   int64_t span = n + pb + pe - k;
-  if (span < 0) return -1;
+  /* ceil_mode keeps one window that starts inside but overhangs the end (ONNX Runtime and PyTorch
+   * give a 1x1 MaxPool of a 1x1 input with kernel 2, stride 2 that way) */
+  if (span < 0 && (!ceil_mode || span <= -s)) return -1;
   int64_t y = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
   if (ceil_mode && (y - 1) * s >= n + pb) y--; /* the last window must start inside */
   return y;

@@ -161,6 +161,118 @@ class Gen:
                  ("bias", (r.standard_normal((1, m, 1, 1)) * 0.1).astype(np.float32))]
         return f"dynamic chain w {wd.__name__} {'per-channel' if per else 'scalar'} {attrs}", nodes, {"x": x}, inits, 11, 2
 
+    # ---- the 8-bit tensors between quantized layers: pooling, resampling, concatenation ----
+    def maxpool8(self):
+        r = self.r
+        xd = self.dt()
+        k = [int(r.integers(1, 4)), int(r.integers(1, 4))]
+        s = [int(r.integers(1, 3)), int(r.integers(1, 3))]
+        d = [int(r.integers(1, 3)), int(r.integers(1, 3))] if r.integers(3) == 0 else [1, 1]
+        p = [int(r.integers(0, kk)) for kk in k] * 2
+        attrs = dict(kernel_shape=k, strides=s, pads=p, dilations=d, ceil_mode=int(r.integers(2)))
+        if r.integers(4) == 0:  # auto_pad: dilations 1, where ONNX Runtime's SAME sizes follow the spec
+            del attrs["pads"]
+            attrs["auto_pad"] = str(r.choice(["SAME_UPPER", "SAME_LOWER", "VALID"]))
+            attrs["dilations"] = d = [1, 1]
+        hw = [int(r.integers((k[i] - 1) * d[i] + 1, 13)) for i in range(2)]
+        x = self.q(xd, (int(r.integers(1, 3)), int(r.integers(1, 5))) + tuple(hw))
+        return f"MaxPool {xd.__name__} {attrs}", [helper.make_node("MaxPool", ["x"], ["y"], **attrs)], {"x": x}, [], 12, 0
+
+    def resize8(self):
+        r = self.r
+        xd = self.dt()
+        x = self.q(xd, (1, int(r.integers(1, 4)), int(r.integers(1, 9)), int(r.integers(1, 9))))
+        mode = str(r.choice(["nearest", "linear"]))  # ONNX Runtime has no 8-bit cubic
+        ctm = str(r.choice(["half_pixel", "asymmetric", "pytorch_half_pixel"] + (["align_corners"] if mode != "nearest" else [])))
+        attrs = dict(mode=mode, coordinate_transformation_mode=ctm)
+        if mode == "nearest":
+            attrs["nearest_mode"] = str(r.choice(["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]))
+        inits = [("roi", np.array([], np.float32))]
+        if r.integers(2):
+            inits.append(("scales", np.array([1, 1, float(r.choice([0.5, 1.0, 2.0, 3.0])),
+                                              float(r.choice([0.5, 1.0, 2.0, 3.0]))], np.float32)))
+            names = ["x", "roi", "scales"]
+            if ctm == "align_corners":  # where ONNX's reference and ONNX Runtime agree: see test_f16_vs_ort.py
+                inits[-1] = ("scales", np.array([1, 1, 2.0, 2.0], np.float32))
+        else:
+            inits.append(("sizes", np.array([1, x.shape[1], int(r.integers(1, 17)), int(r.integers(1, 17))], np.int64)))
+            names = ["x", "roi", "", "sizes"]
+        return f"Resize {xd.__name__} {attrs} {inits[-1][0]} {inits[-1][1].tolist()} of {list(x.shape)}", \
+            [helper.make_node("Resize", names, ["y"], **attrs)], {"x": x}, inits, 13, 1
+
+    def concat8(self):
+        r = self.r
+        xd = self.dt()
+        shape = [int(v) for v in r.integers(1, 5, size=4)]
+        axis = int(r.integers(-4, 4))
+        s2 = list(shape)
+        s2[axis] = int(r.integers(1, 5))
+        return f"Concat {xd.__name__} axis {axis}", [helper.make_node("Concat", ["a", "b"], ["y"], axis=axis)], \
+            {"a": self.q(xd, tuple(shape)), "b": self.q(xd, tuple(s2))}, [], 13, 0
+
+    def static_seg(self):
+        """A small segmentation net as ONNX Runtime's static quantizer (QOperator format) writes it:
+        QuantizeLinear -> QLinearConv -> MaxPool (8-bit) -> QLinearConv -> Resize (8-bit) ->
+        Concat with the skip connection (same scale) -> QLinearConv -> DequantizeLinear."""
+        r = self.r
+        xd = self.dt()
+        wd = self.dt()
+        c, m, h = int(r.integers(1, 4)), int(r.integers(1, 9)), 2 * int(r.integers(2, 9))
+        mode = str(r.choice(["nearest", "linear"]))
+        lo, hi = qrange(xd)
+        zp = lambda: np.array(r.integers(lo + 50, hi - 50), xd)  # noqa: E731
+        s1 = np.array(r.uniform(0.01, 0.05), np.float32)
+        inits = [("xs", np.array(0.02, np.float32)), ("xz", zp()), ("s1", s1), ("z1", zp()), ("s2", s1), ("z2", None),
+                 ("s3", np.array(r.uniform(0.01, 0.05), np.float32)), ("z3", zp()), ("sc", np.array([1, 1, 2, 2], np.float32))]
+        inits[5] = ("z2", inits[3][1])  # the skip and the upsampled path share scale and zero point
+        for i, (ci, co) in enumerate([(c, m), (m, m), (2 * m, m)]):
+            inits += [(f"w{i}", self.q(wd, (co, ci, 3, 3))), (f"ws{i}", self.scale(co if r.integers(2) else None)),
+                      (f"wz{i}", self.zp(wd)), (f"b{i}", r.integers(-500, 500, size=co).astype(np.int32))]
+        conv = lambda i, x, s, z, ys, yz, y: helper.make_node(  # noqa: E731
+            "QLinearConv", [x, s, z, f"w{i}", f"ws{i}", f"wz{i}", ys, yz, f"b{i}"], [y], kernel_shape=[3, 3], pads=[1] * 4)
+        nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+                 conv(0, "xq", "xs", "xz", "s1", "z1", "c0"),
+                 helper.make_node("MaxPool", ["c0"], ["p0"], kernel_shape=[2, 2], strides=[2, 2]),
+                 conv(1, "p0", "s1", "z1", "s2", "z2", "c1"),
+                 helper.make_node("Resize", ["c1", "", "sc"], ["u1"], mode=mode),
+                 helper.make_node("Concat", ["c0", "u1"], ["cat"], axis=1),
+                 conv(2, "cat", "s1", "z1", "s3", "z3", "c2"),
+                 helper.make_node("DequantizeLinear", ["c2", "s3", "z3"], ["y"])]
+        x = (r.standard_normal((1, c, h, h)) * 1.5).astype(np.float32)
+        return f"static segmentation net x {xd.__name__} w {wd.__name__} {mode} [{c},{m},{h}]", nodes, {"x": x}, inits, 13, 1
+
+    def dynamic_seg(self):
+        """The same net as ONNX Runtime's dynamic quantizer writes it: each Conv a chain
+        DynamicQuantizeLinear -> ConvInteger (8-bit weights and zero points) -> Cast -> Mul -> Add,
+        with Relu, MaxPool, Resize and Concat in float between them."""
+        r = self.r
+        wd = self.dt()
+        c, m, h = int(r.integers(1, 4)), int(r.integers(1, 9)), 2 * int(r.integers(2, 9))
+        nodes, inits = [], []
+
+        def conv(i, x, ci, co, y):
+            per = False  # ONNX Runtime's ConvInteger takes one weight zero point (its quantizer writes one)
+            inits.extend([(f"w{i}", self.q(wd, (co, ci, 3, 3))), (f"wz{i}", self.zp(wd, co if per else None)),
+                          (f"ws{i}", self.scale(co if per else None).reshape([1, co, 1, 1] if per else [])),
+                          (f"b{i}", (r.standard_normal((1, co, 1, 1)) * 0.1).astype(np.float32))])
+            nodes.extend([helper.make_node("DynamicQuantizeLinear", [x], [f"{x}_q", f"{x}_s", f"{x}_z"]),
+                          helper.make_node("ConvInteger", [f"{x}_q", f"w{i}", f"{x}_z", f"wz{i}"], [f"{y}_i"], pads=[1] * 4),
+                          helper.make_node("Cast", [f"{y}_i"], [f"{y}_f"], to=TensorProto.FLOAT),
+                          helper.make_node("Mul", [f"{x}_s", f"ws{i}"], [f"{y}_sc"]),
+                          helper.make_node("Mul", [f"{y}_f", f"{y}_sc"], [f"{y}_m"]),
+                          helper.make_node("Add", [f"{y}_m", f"b{i}"], [f"{y}_b"]),
+                          helper.make_node("Relu", [f"{y}_b"], [y])])
+
+        conv(0, "x", c, m, "c0")
+        nodes.append(helper.make_node("MaxPool", ["c0"], ["p0"], kernel_shape=[2, 2], strides=[2, 2]))
+        conv(1, "p0", m, m, "c1")
+        inits.append(("sc", np.array([1, 1, 2, 2], np.float32)))
+        nodes.append(helper.make_node("Resize", ["c1", "", "sc"], ["u1"], mode=str(r.choice(["nearest", "linear"]))))
+        nodes.append(helper.make_node("Concat", ["c0", "u1"], ["cat"], axis=1))
+        conv(2, "cat", 2 * m, m, "y")
+        x = (r.standard_normal((1, c, h, h)) * 1.5).astype(np.float32)
+        return f"dynamic segmentation net w {wd.__name__} [{c},{m},{h}]", nodes, {"x": x}, inits, 13, 2
+
 
 def make_model(nodes, feeds, inits, opset):
     ins = [helper.make_tensor_value_info(k, NP2T[v.dtype.type], list(v.shape)) for k, v in feeds.items()]
@@ -206,7 +318,8 @@ def main():
         return 1
     root = a.keep or tempfile.mkdtemp(prefix="kiln_quant_")
     gen = Gen(np.random.default_rng(a.seed))
-    kinds = ["convinteger", "matmulinteger", "qlinearconv", "qlinearmatmul", "quantize", "dynquant", "dynamic_chain"]
+    kinds = ["convinteger", "matmulinteger", "qlinearconv", "qlinearmatmul", "quantize", "dynquant", "dynamic_chain",
+             "maxpool8", "resize8", "concat8", "static_seg", "dynamic_seg"]
     cases = {}
     for kind in kinds:
         for i in range(a.cases):

@@ -13,6 +13,8 @@ import sys
 
 import numpy as np
 import onnx
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from onnx import TensorProto, helper, numpy_helper
 
 rng = np.random.default_rng(1234)
@@ -191,9 +193,78 @@ def tool_models(out):
     save(out, "dynamic_quant", m, {"x": rng.standard_normal((1, 3, 5, 5)).astype(np.float32)})
 
 
+def converted_models(out):
+    """Float32 exports converted the way users deploy them (tests/real/convert.py): quantized with
+    ONNX Runtime's dynamic quantizer (uint8 weights) and converted to float16. A small
+    segmentation net (Conv-BN-ReLU, MaxPool, bilinear and nearest Resize, Concat skips) and
+    torchvision's LR-ASPP MobileNetV3 (depthwise convs, Hardswish, squeeze-excitation,
+    Resize to the input's size)."""
+    import torch
+    import torch.nn as nn
+    import torchvision
+
+    from convert import quantize_dynamic, to_float16
+
+    torch.manual_seed(1)
+
+    def block(ci, co):
+        return nn.Sequential(nn.Conv2d(ci, co, 3, padding=1), nn.BatchNorm2d(co), nn.ReLU(),
+                             nn.Conv2d(co, co, 3, padding=1), nn.ReLU())
+
+    class SegNet(nn.Module):
+        def __init__(self, classes=5):
+            super().__init__()
+            self.e1, self.e2, self.e3 = block(3, 16), block(16, 32), block(32, 64)
+            self.pool = nn.MaxPool2d(2)
+            self.d2, self.d1 = block(64 + 32, 32), block(32 + 16, 16)
+            self.head = nn.Conv2d(16, classes, 1)
+
+        def forward(self, x):
+            a = self.e1(x)
+            b = self.e2(self.pool(a))
+            c = self.e3(self.pool(b))
+            u = nn.functional.interpolate(c, scale_factor=2.0, mode="bilinear", align_corners=False)
+            d = self.d2(torch.cat([u, b], 1))
+            u = nn.functional.interpolate(d, scale_factor=2.0, mode="nearest")
+            return self.head(self.d1(torch.cat([u, a], 1)))
+
+    seg = torchvision.models.segmentation.lraspp_mobilenet_v3_large(weights=None, weights_backbone=None)
+    for name, module, shape in (("segnet", SegNet(), (1, 3, 64, 64)), ("lraspp_mobilenet_v3", seg, (1, 3, 128, 128))):
+        module.eval()
+        for mod in module.modules():
+            if isinstance(mod, nn.BatchNorm2d):
+                mod.running_mean.uniform_(-0.2, 0.2)
+                mod.running_var.uniform_(0.5, 1.5)
+        x = torch.randn(*shape)
+        path = os.path.join(out, name + ".f32.onnx")
+
+        class Out(nn.Module):  # torchvision's segmentation models return a dict
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, x):
+                y = self.m(x)
+                return y["out"] if isinstance(y, dict) else y
+
+        torch.onnx.export(Out(module), (x,), path, opset_version=13, input_names=["input"], output_names=["output"])
+        base = onnx.load(path)
+        os.remove(path)
+        inputs = {"input": x.numpy()}
+        save(out, name + "_dynquant", quantize_dynamic(onnx.load_from_string(base.SerializeToString())), inputs)
+        # An activation's float error can move one value of the next DynamicQuantizeLinear by
+        # one step: a thousandth of the range, where a wrong kernel is off by most of it.
+        with open(os.path.join(out, name + "_dynquant", "tolerance.txt"), "w") as f:
+            f.write("range 1e-3\n")
+        save(out, name + "_fp16", to_float16(onnx.load_from_string(base.SerializeToString())), inputs)
+        with open(os.path.join(out, name + "_fp16", "tolerance.txt"), "w") as f:
+            f.write("element 0.0025 0.001\n")  # ONNX Runtime's float16 tolerance
+
+
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else "build/real-models"
     os.makedirs(out, exist_ok=True)
     tool_models(out)
+    converted_models(out)
     torch_models(out)
     print("models written to", out)
