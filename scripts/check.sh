@@ -39,7 +39,7 @@ cd build
 ctest --output-on-failure -j"$jobs" 2>&1 | tee ctest.log | grep -v "^\s*$" | grep -vE "^\s+(Start|[0-9]+/[0-9]+ Test)" || true
 echo
 echo "== conformance table"
-sed -n '/^suite /,/passed, .* failed$/p' Testing/Temporary/LastTest.log | grep -E "^(suite|node|pytorch|simple|total|known|[0-9]+ passed)" || true
+sed -n '/^suite /,/passed, .* failed$/p' Testing/Temporary/LastTest.log | grep -E "^(suite|node|pytorch|simple|light|total|known|[0-9]+ passed)" || true
 echo
 grep -E "tests passed, [0-9]+ tests failed out of" ctest.log | tail -n 1
 grep -q "100% tests passed" ctest.log

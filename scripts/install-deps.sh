@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Install what kiln needs on Debian 12 (run as root). Idempotent: packages already present are
-# not fetched again. Usage: scripts/install-deps.sh [--test]
+# not fetched again. Usage: scripts/install-deps.sh [--test|--bench]
 #   (default) build and run: compiler, cmake, protobuf-c, Debian's onnx.proto
-#   --test    also what the tests need: the ONNX conformance data, clang, chromium (headless,
+#   --test    also what the tests need: the ONNX conformance data (Debian 12's 1.12 package and
+#             1.17 from Debian 13 into /var/cache/kiln/onnx-testdata), clang, chromium (headless,
 #             for the profile report), and for the check against ONNX Runtime: python3 with
 #             onnx/numpy/torch (model export) and npm
+#   --bench   also the GEMM benchmark's peers (bench/gemm only, never linked into kiln)
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config protobuf-c-compiler libprotobuf-c-dev libonnx-dev)
 PKGS+=(libmicrohttpd-dev libjansson-dev) # kiln serve (src/serve), kiln-anomaly (examples/anomaly)
@@ -15,6 +17,9 @@ if [ "${1:-}" = "--test" ]; then
   PKGS+=(python3-dev python3-pip python3-setuptools) # the Python package (python/) and its pip test
   PKGS+=(nginx wrk curl yamllint) # deploy/tests: replicas behind nginx under wrk load, manifests
   PKGS+=(qemu-user) # scripts/check-isa.sh: the tests on emulated CPUs without AVX-512 / AVX2
+fi
+if [ "${1:-}" = "--bench" ]; then
+  PKGS+=(libopenblas-dev libdnnl-dev) # bench/gemm: OpenBLAS and oneDNN columns
 fi
 missing=()
 for p in "${PKGS[@]}"; do
@@ -30,6 +35,8 @@ install_peer() {
   (cd bench/peer && ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund --silent)
 }
 cd "$(dirname "$0")/.."
+# ONNX 1.17's conformance data (Debian 13's libonnx-testdata, unpacked, not installed)
+if [ "${1:-}" = "--test" ]; then scripts/fetch-onnx-testdata.sh; fi
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all packages present"
   install_peer "${1:-}"

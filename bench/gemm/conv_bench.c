@@ -90,10 +90,12 @@ int main(int argc, char **argv) {
       for (int v = 0; v < 2; v++) t[v] = malloc(sizeof(double) * (size_t)reps);
       for (int r = 0; r < reps; r++)
         for (int v = 0; v < 2; v++) {
-          kiln_conv2d_f32_ex2(pool, isa, &p, x, wt, NULL, v ? pc[0] : NULL, &ep, y); /* warm */
+          kiln_conv2d_f32(pool, isa, &p, &(kiln_conv2d_f32_args){.x = x, .w = wt, .y = y, .ep = ep,
+                                                                  .wt = v ? pc[0] : NULL}); /* warm */
           double t0 = clock_s(clk);
           for (int i = 0; i < calls; i++, next = (next + 1) % copies)
-            kiln_conv2d_f32_ex2(pool, isa, &p, x, wc[next], NULL, v ? pc[next] : NULL, &ep, y);
+            kiln_conv2d_f32(pool, isa, &p, &(kiln_conv2d_f32_args){.x = x, .w = wc[next], .y = y, .ep = ep,
+                                                                    .wt = v ? pc[next] : NULL});
           t[v][r] = (clock_s(clk) - t0) / calls;
         }
       for (int v = 0; v < 2; v++) {

@@ -22,6 +22,7 @@ typedef struct am_config {
   char **names;          /* C channel names, in the model's order */
   int window, stride;    /* W rows per window, step between window starts */
   int smooth, merge_gap; /* rows of score smoothing; flagged runs this close join */
+  int smooth_min;        /* 1: smallest mean over the stretches holding a row; 0: centred mean */
   double *mean, *std;    /* normalisation, per channel */
   double *threshold;     /* per channel, on the smoothed squared error */
   int *flat_limit;       /* per channel: identical consecutive values that count as stuck */
@@ -102,12 +103,16 @@ int am_backend_run(am_backend *b, const float *in, int n, float *out, char *err)
 void am_backend_summary(const am_backend *b, FILE *out);
 void am_backend_free(am_backend *b);
 
-/* HTTP/1.1 POST to http://host:port/path of a JSON body, or with json_len >= 0 of a binary
- * tensor data body whose first json_len bytes are JSON. The response body (malloc'd) and its
+/* HTTP/1.1 client of one server, one kept-alive connection (opened on the first POST). */
+typedef struct am_http am_http;
+am_http *am_http_open(const char *host, int port);
+/* POST to path of a JSON body, or with json_len >= 0 of a binary tensor data body whose first
+ * json_len bytes are JSON. The response body (malloc'd) and its
  * Inference-Header-Content-Length (-1 when absent). */
-int am_http_post(const char *host, int port, const char *path, const char *body, size_t len,
-                 long json_len, char **resp, size_t *resp_len, int *status, long *resp_json_len,
-                 char *err);
+int am_http_post(am_http *h, const char *path, const char *body, size_t len, long json_len,
+                 char **resp, size_t *resp_len, int *status, long *resp_json_len, char *err);
+long am_http_connections(const am_http *h); /* connections opened so far */
+void am_http_close(am_http *h);
 
 /* ---- Prometheus metrics ------------------------------------------------------------------ */
 typedef struct am_metrics am_metrics;

@@ -14,6 +14,7 @@ struct am_backend {
   char host[256], path[1024], *body; /* HTTP */
   int port, binary;
   size_t body_cap;
+  am_http *http;
 };
 
 static int check_io(const am_backend *b, char *err) {
@@ -119,6 +120,7 @@ am_backend *am_backend_http(const am_config *cfg, const char *url, const char *m
     free(b);
     return NULL;
   }
+  b->http = am_http_open(b->host, b->port);
   return b;
 }
 
@@ -227,7 +229,7 @@ static int run_http(am_backend *b, const float *in, int n, float *out, char *err
   size_t resp_len = 0;
   char *resp = NULL;
   int status = 0;
-  if (am_http_post(b->host, b->port, b->path, b->body, len, json_len, &resp, &resp_len, &status,
+  if (am_http_post(b->http, b->path, b->body, len, json_len, &resp, &resp_len, &status,
                    &resp_json_len, err))
     return -1;
   int rc = 0;
@@ -249,8 +251,9 @@ int am_backend_run(am_backend *b, const float *in, int n, float *out, char *err)
 
 void am_backend_summary(const am_backend *b, FILE *out) {
   if (!b->session) {
-    fprintf(out, "optimisation: done by the server (http://%s:%d%s, %s tensors)\n", b->host,
-            b->port, b->path, b->binary ? "binary" : "JSON");
+    fprintf(out, "optimisation: done by the server (http://%s:%d%s, %s tensors, %ld HTTP "
+            "connection(s))\n", b->host, b->port, b->path, b->binary ? "binary" : "JSON",
+            am_http_connections(b->http));
     return;
   }
   const char *pass;
@@ -272,6 +275,7 @@ void am_backend_summary(const am_backend *b, FILE *out) {
 void am_backend_free(am_backend *b) {
   if (!b) return;
   kiln_session_free(b->session);
+  am_http_close(b->http);
   free(b->body);
   free(b);
 }

@@ -85,6 +85,21 @@ static int check_values(const am_config *cfg, char *err) {
   return 0;
 }
 
+/* "smooth_rule": "min" (train.py) or "mean" (models from before the rule was recorded). */
+static int read_smooth_rule(json_t *root, am_config *cfg, char *err) {
+  char *rule = get_str(root, "smooth_rule", "mean");
+  int rc = 0;
+  if (strcmp(rule, "min") == 0) {
+    cfg->smooth_min = 1;
+  } else if (strcmp(rule, "mean") != 0) {
+    snprintf(err, AM_ERR_LEN,
+             "config.json: \"smooth_rule\" must be \"min\" or \"mean\", not \"%.100s\"", rule);
+    rc = -1;
+  }
+  free(rule);
+  return rc;
+}
+
 static int parse(json_t *root, const char *model_dir, am_config *cfg, char *err) {
   if (!json_is_object(root)) {
     snprintf(err, AM_ERR_LEN, "config.json: not a JSON object");
@@ -92,7 +107,7 @@ static int parse(json_t *root, const char *model_dir, am_config *cfg, char *err)
   }
   if (read_channels(root, cfg, err) || get_int(root, "window", 1, &cfg->window, err) ||
       get_int(root, "stride", 1, &cfg->stride, err) ||
-      get_int(root, "smooth", 1, &cfg->smooth, err) ||
+      get_int(root, "smooth", 1, &cfg->smooth, err) || read_smooth_rule(root, cfg, err) ||
       get_int(root, "merge_gap", 0, &cfg->merge_gap, err) ||
       get_doubles(root, "mean", cfg->channels, &cfg->mean, err) ||
       get_doubles(root, "std", cfg->channels, &cfg->std, err) ||

@@ -1,8 +1,9 @@
 /* The scorer: reconstructions of windows -> per-row scores -> flags -> events, exactly as
  * scoring.py defines them (see there). Rows live in a ring until they are final: their error
  * is final once every window covering them has been seen, their smoothed score once the rows
- * `smooth / 2` ahead are final, their stuck-sensor flag once each channel's current run of
- * identical values has either ended or reached its limit. */
+ * it reads ahead are final (smooth - 1 with the "min" rule, smooth / 2 with "mean"), their
+ * stuck-sensor flag once each channel's current run of identical values has either ended or
+ * reached its limit. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,7 @@ struct am_scorer {
   int *label;
   char **ts;
   long *run_start; /* per channel: accepted row where the current run of one value began */
-  double *sm;      /* (C) scratch */
+  double *sm, *sm2; /* (C) scratch */
   int ev_open;
   long ev_last;    /* accepted row of the open event's last flagged row */
   am_event ev;
@@ -56,6 +57,7 @@ am_scorer *am_scorer_create(const am_config *cfg, const am_sink *sink, FILE *sco
   s->ts = calloc((size_t)s->cap, sizeof(char *));
   s->run_start = calloc((size_t)s->C, sizeof(long));
   s->sm = calloc((size_t)s->C, sizeof(double));
+  s->sm2 = calloc((size_t)s->C, sizeof(double));
   if (s->dump) {
     fprintf(s->dump, "row");
     for (int c = 0; c < s->C; c++) fprintf(s->dump, ",%s", cfg->names[c]);
@@ -114,17 +116,31 @@ void am_scorer_add_window(am_scorer *s, long start, const float *x, const float 
   if (start + s->cfg->stride > s->err_upto) s->err_upto = start + s->cfg->stride;
 }
 
-static void smooth_row(am_scorer *s, long r, long total) {
-  int k = s->cfg->smooth;
-  long lo = r - (k - 1) / 2, hi = r + k / 2 + 1;
-  if (lo < 0) lo = 0;
-  if (hi > total) hi = total;
-  for (int c = 0; c < s->C; c++) s->sm[c] = 0;
+/* Mean error over rows [lo, hi) into out (C). */
+static void stretch_mean(const am_scorer *s, long lo, long hi, double *out) {
+  for (int c = 0; c < s->C; c++) out[c] = 0;
   for (long q = lo; q < hi; q++) {
     const double *e = &s->err[(q & s->mask) * s->C];
-    for (int c = 0; c < s->C; c++) s->sm[c] += isinf(e[c]) ? 0.0 : e[c];
+    for (int c = 0; c < s->C; c++) out[c] += isinf(e[c]) ? 0.0 : e[c];
   }
-  for (int c = 0; c < s->C; c++) s->sm[c] /= (double)(hi - lo);
+  for (int c = 0; c < s->C; c++) out[c] /= (double)(hi - lo);
+}
+
+static long clampl(long v, long lo, long hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* The row's score per channel into s->sm, as scoring.smooth. */
+static void smooth_row(am_scorer *s, long r, long total) {
+  int k = s->cfg->smooth;
+  if (!s->cfg->smooth_min) {
+    stretch_mean(s, clampl(r - (k - 1) / 2, 0, total), clampl(r + k / 2 + 1, 0, total), s->sm);
+    return;
+  }
+  for (int c = 0; c < s->C; c++) s->sm[c] = INFINITY;
+  for (long st = r - k + 1; st <= r; st++) {
+    stretch_mean(s, clampl(st, 0, total), clampl(st + k, 0, total), s->sm2);
+    for (int c = 0; c < s->C; c++)
+      if (s->sm2[c] < s->sm[c]) s->sm[c] = s->sm2[c];
+  }
 }
 
 static void close_event(am_scorer *s) {
@@ -191,7 +207,7 @@ static long flat_decided(const am_scorer *s) {
 void am_scorer_flush(am_scorer *s, int eof) {
   long upto = s->added;
   if (!eof) {
-    long e = s->err_upto - s->cfg->smooth / 2;
+    long e = s->err_upto - (s->cfg->smooth_min ? s->cfg->smooth - 1 : s->cfg->smooth / 2);
     long f = flat_decided(s);
     upto = e < upto ? e : upto;
     upto = f < upto ? f : upto;
@@ -212,5 +228,6 @@ void am_scorer_free(am_scorer *s) {
   free(s->label);
   free(s->run_start);
   free(s->sm);
+  free(s->sm2);
   free(s);
 }

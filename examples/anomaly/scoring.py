@@ -4,7 +4,10 @@ train.py to calibrate the threshold and by evaluate.py. Keep the two in step.
 For a stream of normalised rows x (n, C) and the autoencoder's reconstructions of the windows
 starting at rows 0, s, 2s, ... (each (W, C)):
   err[r, c]   mean over the windows covering row r of (x[r, c] - xhat[r, c])^2
-  sm[r, c]    err averaged over the `smooth` rows centred on r (fewer at the stream's ends)
+  sm[r, c]    smooth_rule "min" (what train.py writes): the smallest mean of err over the
+              `smooth`-row stretches that contain r (fewer rows at the stream's ends); "mean"
+              (models written before the rule existed): err averaged over the `smooth` rows
+              centred on r
   z[r, c]     sm[r, c] / threshold[c]; a row is anomalous when max_c z[r, c] > 1
 Rows no window covers (a tail shorter than a stride) get err 0.
 
@@ -58,9 +61,23 @@ def row_errors(x, starts, recon):
     return best
 
 
-def smooth(err, k):
+def smooth(err, k, rule="min"):
+    """The row score from row errors (n, C). "min": the smallest mean over the k-row stretches
+    containing the row, like the smallest error over the windows covering it: a row's score is
+    raised only when every stretch around it is, so a one-row spike stays one row long (the
+    centred mean spreads it over k rows: on a monthly series, two false alarms per spike), and
+    the score is never raised outside the rows whose own error is. Inside a long anomaly it
+    still averages over k rows."""
     if k <= 1:
         return err
+    if rule == "min":
+        n = len(err)
+        cs = np.vstack([np.zeros((1, err.shape[1])), np.cumsum(err, axis=0)])
+        out = np.full(err.shape, np.inf)
+        for s in range(-(k - 1), n):
+            lo, hi = max(s, 0), min(s + k, n)
+            out[lo:hi] = np.minimum(out[lo:hi], (cs[hi] - cs[lo]) / (hi - lo))
+        return out
     n = len(err)
     cs = np.vstack([np.zeros((1, err.shape[1])), np.cumsum(err, axis=0)])
     lo = np.clip(np.arange(n) - (k - 1) // 2, 0, n)

@@ -9,6 +9,7 @@ With the kiln command given, --serve also runs end to end against `kiln serve`.
 import http.server
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -247,6 +248,66 @@ def test_serve():
     check(rc == 1 and "http://" in err, "--serve: https refused with a clear error")
 
 
+class KeepStub(http.server.BaseHTTPRequestHandler):
+    """An HTTP/1.1 echo endpoint (JSON) that keeps connections open ("keep"), closes each one
+    after its reply without saying so ("drop"), says Connection: close on every third reply
+    ("close3"), or answers in chunks ("chunked"); counts connections and requests."""
+    protocol_version = "HTTP/1.1"
+    mode, connections, requests = "keep", 0, 0
+
+    def setup(self):
+        KeepStub.connections += 1
+        super().setup()
+
+    def do_POST(self):
+        KeepStub.requests += 1
+        inp = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["inputs"][0]
+        payload = json.dumps({"outputs": [{"name": "reconstruction", "shape": inp["shape"],
+                                           "datatype": "FP32", "data": inp["data"]}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if KeepStub.mode == "close3" and KeepStub.requests % 3 == 0:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        if KeepStub.mode == "chunked":
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            half = len(payload) // 2
+            for part in (payload[:half], payload[half:], b""):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            return
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+        if KeepStub.mode == "drop":
+            self.close_connection = True
+
+    def log_message(self, *a):
+        pass
+
+
+def test_keep_alive():
+    """--serve keeps one connection for all batches, and opens another when the server closes
+    it (announced or not); a chunked reply is read."""
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), KeepStub)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    header, rows = head_rows(400)
+    path = os.path.join(TMP, "keep.csv")
+    open(path, "w").write(header + "\n" + "\n".join(rows) + "\n")
+    batches = -(-(400 - W + 1) // 32)
+    for mode, conns in (("keep", 1), ("drop", batches), ("close3", -(-batches // 3)),
+                        ("chunked", 1)):
+        KeepStub.mode, KeepStub.connections, KeepStub.requests = mode, 0, 0
+        rc, out, err = run([MODEL, "--input", path, "--serve", url])
+        check(rc == 0 and events_of(out) == [] and KeepStub.requests == batches and
+              KeepStub.connections == conns and f"{conns} HTTP connection(s)" in err,
+              f"--serve, server {mode}: {KeepStub.requests} requests over {KeepStub.connections} "
+              f"connection(s), {conns} expected" + ("" if rc == 0 else ": " + err[-200:]))
+    srv.shutdown()
+    srv.server_close()
+
+
 def test_kiln_serve():
     """kiln-anomaly --serve against a real `kiln serve` of the same model: the same events as
     in-process."""
@@ -272,9 +333,10 @@ def test_kiln_serve():
         rc1, local, _ = run([MODEL, "--input", path])
         for extra in ([], ["--binary"]):
             rc2, served, err = run([MODEL, "--input", path, "--serve", f"http://127.0.0.1:{port}"] + extra)
-            check(rc1 == 0 and rc2 == 0 and served == local and len(events_of(local)) > 0,
+            check(rc1 == 0 and rc2 == 0 and served == local and len(events_of(local)) > 0 and
+                  "1 HTTP connection(s)" in err,
                   f"--serve {' '.join(extra)} against kiln serve: the same {len(events_of(local))} events "
-                  "as in-process" + ("" if rc2 == 0 else ": " + err[-300:]))
+                  "as in-process, over one connection" + ("" if rc2 == 0 else ": " + err[-300:]))
     finally:
         p.terminate()
         p.wait(timeout=60)
@@ -315,13 +377,46 @@ def test_metrics():
     check(p.returncode == 0, "--metrics-port: the run ends when stdin closes")
 
 
+def model_with(tag, **changes):
+    d = os.path.join(TMP, tag)
+    os.makedirs(d, exist_ok=True)
+    shutil.copy(os.path.join(MODEL, CFG["model"]), d)
+    json.dump(dict(CFG, **changes), open(os.path.join(d, "config.json"), "w"))
+    return d
+
+
+def test_smooth_rule(path):
+    """The "min" rule never flags a row beside a one-row spike; "mean" (older configs) still
+    loads; a rule of another name is refused."""
+    header, rows = head_rows(180)  # the first injected anomaly starts at row 209
+    cells = [r.split(",") for r in rows]
+    spike = 100
+    cells[spike][1] = str(float(cells[spike][1]) * 3)
+    spiked = os.path.join(TMP, "spike.csv")
+    open(spiked, "w").write(header + "\n" + "\n".join(",".join(c) for c in cells) + "\n")
+    dump = os.path.join(TMP, "spike_scores.csv")
+    rc, out, _ = run([model_with("smooth_min"), "--input", spiked, "--scores", dump])
+    ev = [e for e in events_of(out) if e["start_row"] <= spike <= e["end_row"]]
+    check(rc == 0 and len(ev) == 1 and ev[0]["start_row"] == spike and ev[0]["end_row"] == spike,
+          f"smooth_rule min: a one-row spike is one flagged row ({ev})")
+    rc, out, _ = run([model_with("smooth_mean", smooth_rule="mean"), "--input", spiked])
+    ev = [e for e in events_of(out) if e["start_row"] <= spike <= e["end_row"]]
+    check(rc == 0 and len(ev) == 1 and ev[0]["start_row"] < spike < ev[0]["end_row"],
+          f"smooth_rule mean: the centred mean spreads the spike to its neighbours ({ev})")
+    rc, _, err = run([model_with("smooth_bad", smooth_rule="median"), "--input", path])
+    check(rc != 0 and "smooth_rule" in err and "median" in err,
+          "smooth_rule of another name: refused, naming it")
+
+
 def main():
     test_help()
     path, out = test_pipeline()
     test_stdin(path, out)
+    test_smooth_rule(path)
     test_malformed()
     test_headers()
     test_serve()
+    test_keep_alive()
     test_kiln_serve()
     test_metrics()
     print(f"{len(failures)} failures")

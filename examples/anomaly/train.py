@@ -10,6 +10,7 @@ those scores times a margin. Writes OUT/model.onnx (opset 17, input `window` (N,
 
 Usage: train.py --train CLEAN.csv --out MODEL_DIR [--window W] [--epochs E] [--seed S]
                 [--arch mlp|conv] [--holdout F] [--quantile Q] [--margin M] [--smooth K]
+                [--smooth-rule min|mean]
                 [--merge-gap G] [--noise S] [--threads N] [--recalibrate]
 """
 import argparse
@@ -88,9 +89,9 @@ def reconstruct(model, wins):
                                for i in range(0, len(wins), 1024)])
 
 
-def row_scores(model, xn, w, stride, smooth):
+def row_scores(model, xn, w, stride, smooth, rule="min"):
     starts, wins = scoring.windows(xn, w, stride)
-    return scoring.smooth(scoring.row_errors(xn, starts, reconstruct(model, wins)), smooth)
+    return scoring.smooth(scoring.row_errors(xn, starts, reconstruct(model, wins)), smooth, rule)
 
 
 def export(model, out, w, c):
@@ -115,6 +116,8 @@ def main():
     ap.add_argument("--quantile", type=float, default=0.999)
     ap.add_argument("--margin", type=float, default=2.0)
     ap.add_argument("--smooth", type=int, default=3, help="rows of score smoothing")
+    ap.add_argument("--smooth-rule", choices=["min", "mean"], default="min",
+                    help="smallest mean over the stretches containing a row, or the centred mean")
     ap.add_argument("--merge-gap", type=int, default=16, help="rows joining two flagged runs")
     ap.add_argument("--noise", type=float, default=0.05, help="denoising input noise (std)")
     ap.add_argument("--threads", type=int, default=1)
@@ -142,7 +145,7 @@ def main():
         train(model, wins, a.epochs, 128, a.noise, a.seed)
     model.eval()
 
-    cal = row_scores(model, xn[split:], a.window, a.stride, a.smooth)
+    cal = row_scores(model, xn[split:], a.window, a.stride, a.smooth, a.smooth_rule)
     q = np.quantile(cal, a.quantile, axis=0)
     thr = q * a.margin
     flagged = (cal / thr).max(axis=1) > 1
@@ -152,7 +155,7 @@ def main():
         "model": "model.onnx", "input": "window", "output": "reconstruction",
         "channels": names, "window": a.window, "stride": a.stride,
         "mean": [float(v) for v in mean], "std": [float(v) for v in std],
-        "smooth": a.smooth, "merge_gap": a.merge_gap, "flat_limit": scoring.flat_limits(x),
+        "smooth": a.smooth, "smooth_rule": a.smooth_rule, "merge_gap": a.merge_gap, "flat_limit": scoring.flat_limits(x),
         "threshold": [float(v) for v in thr],
         "threshold_rule": {
             "method": "per-channel quantile of held-out clean row scores, times a margin",

@@ -52,7 +52,20 @@ typedef enum kiln_dtype {
   KILN_UINT64 = 13,
   KILN_COMPLEX64 = 14,
   KILN_COMPLEX128 = 15,
-  KILN_BFLOAT16 = 16
+  KILN_BFLOAT16 = 16,
+  /* The 8- and 4-bit types (ONNX 1.14+ / opsets 19, 21, 23). In memory every element takes
+   * one byte, whatever TensorProto does: float8 kinds hold the 8-bit code; UINT4 holds 0..15
+   * and INT4 -8..7 as uint8/int8 values; FLOAT4E2M1 holds its 4-bit code (0..15) in the low
+   * nibble. kiln_dtype_size() is 1 for each, so kernels index them like uint8 and the API
+   * hands back one byte per element. Only TensorProto packs INT4, UINT4 and FLOAT4E2M1 two
+   * per byte (first element in the low nibble); kiln packs and unpacks at that boundary. */
+  KILN_FLOAT8E4M3FN = 17,   /* 1-4-3, bias 7, no infinity, NaN 0x7f/0xff, max 448 */
+  KILN_FLOAT8E4M3FNUZ = 18, /* 1-4-3, bias 8, no infinity, no -0, NaN 0x80, max 240 */
+  KILN_FLOAT8E5M2 = 19,     /* 1-5-2, bias 15, IEEE-like: infinities and NaNs, max 57344 */
+  KILN_FLOAT8E5M2FNUZ = 20, /* 1-5-2, bias 16, no infinity, no -0, NaN 0x80, max 57344 */
+  KILN_UINT4 = 21,
+  KILN_INT4 = 22,
+  KILN_FLOAT4E2M1 = 23      /* 1-2-1, bias 1, no infinity or NaN, max 6 */
 } kiln_dtype;
 
 /* A value is a tensor, a sequence of values, or an empty optional. */

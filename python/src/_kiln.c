@@ -62,6 +62,10 @@ static int npy_of(kiln_dtype t) {
     case KILN_COMPLEX64: return NPY_COMPLEX64;
     case KILN_COMPLEX128: return NPY_COMPLEX128;
     case KILN_STRING: return NPY_OBJECT;
+    /* the 8- and 4-bit types as their one byte per element (codes; int4 as int8 values) */
+    case KILN_INT4: return NPY_INT8;
+    case KILN_FLOAT8E4M3FN: case KILN_FLOAT8E4M3FNUZ: case KILN_FLOAT8E5M2:
+    case KILN_FLOAT8E5M2FNUZ: case KILN_UINT4: case KILN_FLOAT4E2M1: return NPY_UINT8;
     default: return -1;
   }
 }
@@ -98,6 +102,13 @@ static const char *ort_type(kiln_dtype t) {
     case KILN_STRING: return "string";
     case KILN_COMPLEX64: return "complex64";
     case KILN_COMPLEX128: return "complex128";
+    case KILN_FLOAT8E4M3FN: return "float8e4m3fn";
+    case KILN_FLOAT8E4M3FNUZ: return "float8e4m3fnuz";
+    case KILN_FLOAT8E5M2: return "float8e5m2";
+    case KILN_FLOAT8E5M2FNUZ: return "float8e5m2fnuz";
+    case KILN_UINT4: return "uint4";
+    case KILN_INT4: return "int4";
+    case KILN_FLOAT4E2M1: return "float4e2m1";
     default: return "undefined";
   }
 }
@@ -390,6 +401,8 @@ static kiln_tensor *to_tensor(const io_decl *d, PyObject *v, PyObject **keep) {
     a = (PyArrayObject *)Py_NewRef(v);
     got = kiln_of(PyArray_DESCR(a));
     if (want == KILN_BFLOAT16 && got == KILN_UINT16) got = KILN_BFLOAT16; /* bfloat16 bits */
+    if (want > KILN_BFLOAT16 && got == (kiln_dtype)(want == KILN_INT4 ? KILN_INT8 : KILN_UINT8))
+      got = want; /* the 8- and 4-bit types: one byte per element */
     if (got == KILN_UNDEFINED || (want != KILN_UNDEFINED && got != want)) {
       Py_DECREF(a);
       return type_error(d, got), NULL;

@@ -75,6 +75,16 @@ static void mark_outer_reads(const kiln_graph *g, const nest *at, bool *mark) {
     }
 }
 
+void kiln_node_mark_outer_reads(const kiln_graph *g, const kiln_node *n, bool *mark) {
+  for (size_t a = 0; a < n->n_attrs; a++) {
+    const kiln_attr *at = &n->attrs[a];
+    for (size_t k = 0; k < (at->g ? 1 : at->graphs ? at->n : 0); k++) {
+      nest top = {at->g ? at->g : at->graphs[k], NULL};
+      mark_outer_reads(g, &top, mark);
+    }
+  }
+}
+
 size_t *kiln_graph_use_counts(const kiln_graph *g) {
   size_t *uses = kiln_calloc(g->n_values, sizeof *uses);
   bool *mark = kiln_calloc(g->n_values, sizeof *mark);

@@ -144,6 +144,68 @@ const char *kiln_node_label(const kiln_node *n, char *buf, size_t len) {
   return buf;
 }
 
+/* Whether sub defines value v itself (an input, an initializer or a node's output). */
+static bool defined_in(const kiln_graph *sub, int v) {
+  const kiln_value_info *vi = &sub->values[v];
+  if (vi->init || vi->is_input || vi->producer >= 0) return true;
+  if (vi->is_outer) return false; /* sub was sorted: an outer value */
+  for (size_t i = 0; i < sub->n_nodes; i++)
+    for (size_t k = 0; k < sub->nodes[i].n_out; k++)
+      if (sub->nodes[i].out[k] == v) return true;
+  return false;
+}
+
+/* Calls fn(v, node, ctx) for every value v of g that node reads from g's nodes: its inputs and
+ * the values its subgraphs (at any depth) read from g by name, which must be produced before
+ * the node runs too. */
+typedef void (*dep_fn)(int v, int node, void *ctx);
+
+static void sub_deps(const kiln_graph *g, const kiln_graph *sub, int node, dep_fn fn, void *ctx) {
+  for (size_t i = 0; i < sub->n_nodes; i++) {
+    const kiln_node *n = &sub->nodes[i];
+    for (size_t k = 0; k < n->n_in; k++) {
+      if (n->in[k] < 0 || defined_in(sub, n->in[k])) continue;
+      int v = kiln_graph_find(g, sub->values[n->in[k]].name);
+      if (v >= 0) fn(v, node, ctx);
+    }
+    for (size_t a = 0; a < n->n_attrs; a++) {
+      const kiln_attr *at = &n->attrs[a];
+      if (at->g) sub_deps(g, at->g, node, fn, ctx);
+      for (size_t k = 0; at->graphs && k < at->n; k++) sub_deps(g, at->graphs[k], node, fn, ctx);
+    }
+  }
+}
+
+static void node_deps(const kiln_graph *g, int i, dep_fn fn, void *ctx) {
+  const kiln_node *n = &g->nodes[i];
+  for (size_t k = 0; k < n->n_in; k++)
+    if (n->in[k] >= 0) fn(n->in[k], i, ctx);
+  for (size_t a = 0; a < n->n_attrs; a++) {
+    const kiln_attr *at = &n->attrs[a];
+    if (at->g) sub_deps(g, at->g, i, fn, ctx);
+    for (size_t k = 0; at->graphs && k < at->n; k++) sub_deps(g, at->graphs[k], i, fn, ctx);
+  }
+}
+
+typedef struct sort_edges {
+  const int *producer;
+  int *pending;
+  size_t *n_users, *user_off, n_edges;
+  int *users; /* NULL while counting */
+} sort_edges;
+
+static void add_edge(int v, int node, void *ctx) {
+  sort_edges *e = ctx;
+  if (e->producer[v] < 0) return;
+  if (!e->users) {
+    e->n_users[v]++;
+    e->n_edges++;
+    e->pending[node]++;
+  } else {
+    e->users[e->user_off[v] + e->n_users[v]++] = node;
+  }
+}
+
 kiln_code kiln_graph_toposort(kiln_graph *g, kiln_error *err) {
   size_t nv = g->n_values, nn = g->n_nodes;
   char lbl[300];
@@ -166,7 +228,6 @@ kiln_code kiln_graph_toposort(kiln_graph *g, kiln_error *err) {
       }
       producer[v] = (int)i;
     }
-  size_t n_edges = 0;
   for (size_t i = 0; i < nn; i++)
     for (size_t k = 0; k < g->nodes[i].n_in; k++) {
       int v = g->nodes[i].in[k];
@@ -183,22 +244,17 @@ kiln_code kiln_graph_toposort(kiln_graph *g, kiln_error *err) {
                        "initializer defines it", vi->name, node_label(&g->nodes[i], lbl, sizeof lbl));
         goto done;
       }
-      n_users[v]++;
-      n_edges++;
-      pending[i]++;
     }
-  /* Nodes of a subgraph may also read outer values only through nested subgraphs; those are
-   * resolved by the nested graph's own sort. */
+  /* The edges: a node's inputs and what its subgraphs read from this graph (an If branch
+   * reading a value computed beside the If must run after it). */
+  sort_edges e = {producer, pending, n_users, user_off, 0, NULL};
+  for (size_t i = 0; i < nn; i++) node_deps(g, (int)i, add_edge, &e);
   for (size_t v = 0; v < nv; v++) user_off[v + 1] = user_off[v] + n_users[v];
-  users = kiln_malloc((n_edges ? n_edges : 1) * sizeof *users);
+  users = kiln_malloc((e.n_edges ? e.n_edges : 1) * sizeof *users);
   if (!users) goto oom;
   memset(n_users, 0, nv * sizeof *n_users);
-  for (size_t i = 0; i < nn; i++)
-    for (size_t k = 0; k < g->nodes[i].n_in; k++) {
-      int v = g->nodes[i].in[k];
-      if (v < 0 || producer[v] < 0) continue;
-      users[user_off[v] + n_users[v]++] = (int)i;
-    }
+  e.users = users;
+  for (size_t i = 0; i < nn; i++) node_deps(g, (int)i, add_edge, &e);
   size_t head = 0, tail = 0;
   for (size_t i = 0; i < nn; i++)
     if (pending[i] == 0) queue[tail++] = (int)i;

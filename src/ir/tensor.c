@@ -7,12 +7,14 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "ir/small_types.h"
 
 const char *kiln_dtype_name(kiln_dtype t) {
   static const char *names[] = {"undefined", "float",   "uint8",  "int8",      "uint16",
                                 "int16",     "int32",   "int64",  "string",    "bool",
                                 "float16",   "double",  "uint32", "uint64",    "complex64",
-                                "complex128", "bfloat16"};
+                                "complex128", "bfloat16", "float8e4m3fn", "float8e4m3fnuz",
+                                "float8e5m2", "float8e5m2fnuz", "uint4", "int4", "float4e2m1"};
   if ((unsigned)t < sizeof names / sizeof names[0]) return names[t];
   return "unknown";
 }
@@ -21,6 +23,9 @@ size_t kiln_dtype_size(kiln_dtype t) {
   switch (t) {
     case KILN_FLOAT: case KILN_INT32: case KILN_UINT32: return 4;
     case KILN_UINT8: case KILN_INT8: case KILN_BOOL: return 1;
+    case KILN_FLOAT8E4M3FN: case KILN_FLOAT8E4M3FNUZ: case KILN_FLOAT8E5M2:
+    case KILN_FLOAT8E5M2FNUZ: case KILN_UINT4: case KILN_INT4: case KILN_FLOAT4E2M1:
+      return 1; /* one element per byte in memory, also the packed 4-bit types */
     case KILN_UINT16: case KILN_INT16: case KILN_FLOAT16: case KILN_BFLOAT16: return 2;
     case KILN_INT64: case KILN_DOUBLE: case KILN_UINT64: case KILN_COMPLEX64: return 8;
     case KILN_COMPLEX128: return 16;
@@ -360,6 +365,11 @@ double kiln_get_f64(const kiln_tensor *t, int64_t i) {
     case KILN_UINT64: return (double)((const uint64_t *)d)[i];
     case KILN_BOOL: return ((const uint8_t *)d)[i] ? 1.0 : 0.0;
     case KILN_STRING: return strtod(((char *const *)d)[i], NULL);
+    case KILN_INT4: return ((const int8_t *)d)[i];
+    case KILN_UINT4: return ((const uint8_t *)d)[i];
+    case KILN_FLOAT8E4M3FN: case KILN_FLOAT8E4M3FNUZ: case KILN_FLOAT8E5M2:
+    case KILN_FLOAT8E5M2FNUZ: case KILN_FLOAT4E2M1:
+      return kiln_small_to_f32(t->dtype, ((const uint8_t *)d)[i]);
     default: return 0;
   }
 }
@@ -387,6 +397,11 @@ void kiln_set_f64(kiln_tensor *t, int64_t i, double v) {
     case KILN_BFLOAT16: ((uint16_t *)d)[i] = kiln_f32_to_bf16((float)v); break;
     case KILN_BOOL: ((uint8_t *)d)[i] = v != 0; break;
     case KILN_UINT64: ((uint64_t *)d)[i] = sat_u64(v); break;
+    case KILN_INT4: case KILN_UINT4: ((int8_t *)d)[i] = kiln_int4_from_f64(t->dtype, v); break;
+    case KILN_FLOAT8E4M3FN: case KILN_FLOAT8E4M3FNUZ: case KILN_FLOAT8E5M2:
+    case KILN_FLOAT8E5M2FNUZ: case KILN_FLOAT4E2M1:
+      ((uint8_t *)d)[i] = kiln_small_from_f64(t->dtype, v, true); /* Cast's default */
+      break;
     case KILN_STRING: {
       char buf[64];
       snprintf(buf, sizeof buf, "%.9g", v);
@@ -416,6 +431,8 @@ int64_t kiln_get_i64(const kiln_tensor *t, int64_t i) {
     case KILN_UINT64: return (int64_t)((const uint64_t *)d)[i];
     case KILN_BOOL: return ((const uint8_t *)d)[i] != 0;
     case KILN_STRING: return strtoll(((char *const *)d)[i], NULL, 10);
+    case KILN_INT4: return ((const int8_t *)d)[i];
+    case KILN_UINT4: return ((const uint8_t *)d)[i];
     default: return sat_i64(kiln_get_f64(t, i));
   }
 }
@@ -432,6 +449,7 @@ void kiln_set_i64(kiln_tensor *t, int64_t i, int64_t v) {
     case KILN_INT64: ((int64_t *)d)[i] = v; break;
     case KILN_UINT64: ((uint64_t *)d)[i] = (uint64_t)v; break;
     case KILN_BOOL: ((uint8_t *)d)[i] = v != 0; break;
+    case KILN_INT4: case KILN_UINT4: ((int8_t *)d)[i] = kiln_int4_from_i64(t->dtype, v); break;
     case KILN_STRING: {
       char buf[32];
       snprintf(buf, sizeof buf, "%lld", (long long)v);
@@ -451,6 +469,7 @@ uint64_t kiln_get_u64(const kiln_tensor *t, int64_t i) {
 }
 
 void kiln_set_u64(kiln_tensor *t, int64_t i, uint64_t v) {
+  if ((t->dtype == KILN_INT4 || t->dtype == KILN_UINT4) && v > 15) v = 15; /* clips, as int4 does */
   if (t->dtype == KILN_UINT64) {
     ((uint64_t *)t->data)[i] = v;
   } else if (kiln_dtype_is_float(t->dtype)) {

@@ -33,6 +33,9 @@ typedef struct attn_plan {
   const float *in_data[3];       /* where the Q, K, V views start */
   float *owned[3];               /* copies of views strides cannot express (freed by the run) */
   float scale, fill;
+  float softcap;                 /* > 0: scores become softcap * tanh(scores / softcap) before the masks */
+  bool causal;                   /* query row i sees keys j <= i + causal_off only (no mask tensor) */
+  int64_t causal_off;
   bool has_mask, has_cond, keep_true, where_after;
   bool v_direct; /* V rows are contiguous and Dv is a whole number of tiles: read in place */
   /* K stored (Sk, D) transposed into a panel with SIMD (NULL: the scalar loop) */

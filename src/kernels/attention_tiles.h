@@ -171,6 +171,11 @@ void AT_FN(kiln_attend)(const attn_plan *p, attn_work *w, const float *q, const 
     const uint8_t *crow = p->has_cond ? cd + i0 * csq : NULL;
     for (int64_t kb = 0; kb < p->nkb; kb++) {
       int64_t j0 = kb * BK, nk = p->sk - j0 < BK ? p->sk - j0 : BK;
+      if (p->causal) { /* the keys the tile's last row sees end here; later blocks see none */
+        int64_t vis = i0 + nr + p->causal_off - j0;
+        if (vis <= 0) break;
+        if (vis < nk) nk = vis;
+      }
       if (block_masked(p, mrow, crow, nr, j0, nk)) continue;
       nk = mask_extent(p, mrow, nr, j0, nk); /* > 0: the block is not masked out */
       AT_FN(qk_tile)(w->q, p->d, w->kp + kb * p->d * BK, (nk + AT_NCI - 1) / AT_NCI * AT_NCI, w->s);
@@ -180,6 +185,11 @@ void AT_FN(kiln_attend)(const attn_plan *p, attn_work *w, const float *q, const 
           memset(s, 0, BK * sizeof *s);
           continue;
         }
+        if (p->causal)
+          for (int64_t j = i0 + r + p->causal_off + 1 - j0 < 0 ? 0 : i0 + r + p->causal_off + 1 - j0; j < nk; j++)
+            s[j] = -INFINITY;
+        if (p->softcap > 0)
+          for (int64_t j = 0; j < nk; j++) s[j] = p->softcap * tanhf(s[j] / p->softcap);
         if (p->has_cond && !p->where_after) apply_cond(p, s, crow + r * csq, j0, nk);
         if (p->has_mask) apply_mask(p, s, mrow + r * msq, j0, nk);
         if (p->has_cond && p->where_after) apply_cond(p, s, crow + r * csq, j0, nk);

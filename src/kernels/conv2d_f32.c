@@ -43,7 +43,15 @@ static void im2col_seg(const col_ctx *cc, float *d, const float *xp, int64_t ky,
     return;
   }
 #endif
-  for (int64_t ox = lo; ox < hi; ox++) d[ox - lo] = ox >= a && ox < b ? xr[ox * p->sw] : 0.0f;
+  /* zeros before the input, the input columns (a copy for stride 1), zeros after */
+  int64_t s = a < lo ? lo : a > hi ? hi : a, e = b < s ? s : b > hi ? hi : b;
+  if (s > lo) memset(d, 0, sizeof(float) * (size_t)(s - lo));
+  if (p->sw == 1) {
+    if (e > s) memcpy(d + (s - lo), xr + s, sizeof(float) * (size_t)(e - s));
+  } else {
+    for (int64_t ox = s; ox < e; ox++) d[ox - lo] = xr[ox * p->sw];
+  }
+  if (hi > e) memset(d + (e - lo), 0, sizeof(float) * (size_t)(hi - e));
 }
 
 /* im2col rows [begin, end) of the tile: row r = (ci, ky, kx) holds the input values under
@@ -298,25 +306,6 @@ int kiln_conv2d_f32_uses_winograd(const kiln_conv2d_f32_params *p, int cached) {
          (p->winograd > 0 || kiln_wino_f32_pick(p, cached));
 }
 
-kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
-                          const float *x, const float *w, const kiln_conv2d_f32_epilogue *ep,
-                          float *y) {
-  return kiln_conv2d_f32_ex(pool, isa, p, x, w, NULL, ep, y);
-}
-
-kiln_code kiln_conv2d_f32_ex(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
-                             const float *x, const float *w, const float *wu,
-                             const kiln_conv2d_f32_epilogue *ep, float *y) {
-  return kiln_conv2d_f32_ex2(pool, isa, p, x, w, wu, NULL, ep, y);
-}
-
-kiln_code kiln_conv2d_f32_ex2(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
-                              const float *x, const float *w, const float *wu,
-                              const kiln_gemm_packed_b *wt, const kiln_conv2d_f32_epilogue *ep,
-                              float *y) {
-  return kiln_conv2d_f32_ex3(pool, isa, p, x, w, wu, wt, NULL, ep, y);
-}
-
 int kiln_conv2d_f32_uses_amx(const kiln_conv2d_f32_params *p, int isa) {
   if (!p || kiln_isa_resolve(isa) != KILN_ISA_AVX512 || !kiln_amx_available()) return 0;
   if (p->group != 1 || p->c < 2 || kiln_conv2d_f32_uses_winograd(p, 1) ||
@@ -335,12 +324,14 @@ int kiln_conv2d_f32_uses_amx(const kiln_conv2d_f32_params *p, int isa) {
   return 1;
 }
 
-kiln_code kiln_conv2d_f32_ex3(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
-                              const float *x, const float *w, const float *wu,
-                              const kiln_gemm_packed_b *wt, const kiln_amx_w *wa,
-                              const kiln_conv2d_f32_epilogue *ep, float *y) {
-  static const kiln_conv2d_f32_epilogue none = {0};
-  if (!ep) ep = &none;
+kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
+                          const kiln_conv2d_f32_args *a) {
+  if (!a) return KILN_ERR_INVALID_ARG;
+  const float *x = a->x, *w = a->w, *wu = a->wu;
+  const kiln_gemm_packed_b *wt = a->wt;
+  const kiln_amx_w *wa = a->wa;
+  const kiln_conv2d_f32_epilogue *ep = &a->ep;
+  float *y = a->y;
   isa = kiln_isa_resolve(isa);
   if (isa < 0 || !p || p->n < 0 || p->c < 1 || p->h < 0 || p->w < 0 || p->m < 0 ||
       p->group < 1 || p->c % p->group || p->m % p->group || p->kh < 1 || p->kw < 1 ||

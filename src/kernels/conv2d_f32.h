@@ -28,7 +28,7 @@
  *   they stay wide enough; else the tiles run in turn with the im2col and GEMM loops on the
  *   pool.
  * - 1x1 kernels with small output planes (7x7 and the like, one group;
- *   kiln_conv2d_f32_uses_transposed) and W^T packed beforehand (kiln_conv2d_f32_ex2):
+ *   kiln_conv2d_f32_uses_transposed) and W^T packed beforehand (kiln_conv2d_f32_args.wt):
  *   C^T = X^T * W^T, vectorised along the output channels instead of the plane (49 of 64
  *   lanes), the input (or, strided, its im2col block) read transposed in place, the bias per
  *   column of C^T; C^T is written back to NCHW through 16 x 16 register transposes that add
@@ -37,7 +37,7 @@
  * - 3x3, stride 1, dilation 1, one group, enough channels and a large enough output plane:
  *   Winograd (kernels/winograd_f32.h: F(4x4, 3x3) on planes of 24x24 and up, F(2x2, 3x3) below),
  *   weights transformed per call (F(2x2)) unless the caller passes them transformed
- *   (kiln_conv2d_f32_ex; the transformed weights say which tile size they are for).
+ *   (kiln_conv2d_f32_args.wu; the transformed weights say which tile size they are for).
  * Loops run on `pool` (NULL: the calling thread).
  */
 #ifndef KILN_KERNELS_CONV2D_F32_H
@@ -68,45 +68,44 @@ typedef struct kiln_conv2d_f32_epilogue {
   kiln_act act;          /* KILN_ACT_NONE: none */
 } kiln_conv2d_f32_epilogue;
 
-/* Writes every element of y (which must not overlap x, w, bias or residual).
- * ep may be NULL. Returns KILN_ERR_INVALID_ARG for inconsistent parameters, KILN_ERR_NOMEM
- * when scratch cannot be allocated. `isa`: KILN_ISA_AUTO or a level to force (tests). */
+/* The operands of one convolution, by designated initializers; what is left out is none.
+ * The prepared weights are optional, e.g. made once for constant weights; each is used only
+ * when its path is taken and it matches p, else the kernel works from w. */
+struct kiln_amx_w;
+typedef struct kiln_conv2d_f32_args {
+  const float *x;              /* input [n, c, h, w] */
+  const float *w;              /* weights [m, c / group, kh, kw] */
+  float *y;                    /* output [n, m, oh, ow]: every element written; must not
+                                  overlap x, w, the bias or the residual */
+  kiln_conv2d_f32_epilogue ep; /* bias, residual, activation ({0}: none) */
+  /* w transformed by kiln_wino_f32_weights (kernels/winograd_f32.h: 16 * m * c floats), for
+   * the Winograd path (kiln_conv2d_f32_uses_winograd); without it w is transformed per call */
+  const float *wu;
+  /* W^T packed by kiln_gemm_pack_b (kiln_conv2d_f32_uses_transposed) */
+  const kiln_gemm_packed_b *wt;
+  /* W packed by kiln_amx_pack_w (kiln_conv2d_f32_uses_amx; takes precedence over wt) */
+  const struct kiln_amx_w *wa;
+} kiln_conv2d_f32_args;
+
+/* The convolution p of a->x by a->w into a->y, with a->ep's epilogue. Returns
+ * KILN_ERR_INVALID_ARG for inconsistent parameters, KILN_ERR_NOMEM when scratch cannot be
+ * allocated. `isa`: KILN_ISA_AUTO or a level to force (tests). E.g.
+ *   kiln_conv2d_f32(pool, isa, &p, &(kiln_conv2d_f32_args){.x = x, .w = w, .y = y,
+ *                                                           .ep = {.bias = b}});         */
 kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
-                          const float *x, const float *w, const kiln_conv2d_f32_epilogue *ep,
-                          float *y);
+                          const kiln_conv2d_f32_args *a);
 
-/* As kiln_conv2d_f32; when the Winograd path is taken (kiln_conv2d_f32_uses_winograd) and
- * wu is not NULL, wu holds w transformed by kiln_wino_f32_weights (kernels/winograd_f32.h:
- * 16 * m * c floats), e.g. made once for constant weights; else w is transformed per call. */
-kiln_code kiln_conv2d_f32_ex(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
-                             const float *x, const float *w, const float *wu,
-                             const kiln_conv2d_f32_epilogue *ep, float *y);
 /* 1 when p (1x1, one group, small output plane) is computed faster transposed, C^T = X^T * W^T
- * vectorised along the output channels, at ISA level `isa`: then kiln_conv2d_f32_ex2 takes
- * W^T packed by kiln_gemm_pack_b(isa, 1, c * kh * kw, m, w, c * kh * kw, ...). */
+ * vectorised along the output channels, at ISA level `isa`: then kiln_conv2d_f32 takes (as
+ * .wt) W^T packed by kiln_gemm_pack_b(isa, 1, c * kh * kw, m, w, c * kh * kw, ...). */
 int kiln_conv2d_f32_uses_transposed(const kiln_conv2d_f32_params *p, int isa);
-
-/* As kiln_conv2d_f32_ex; wt (or NULL) holds the packed W^T above, e.g. made once for constant
- * weights, and is used when kiln_conv2d_f32_uses_transposed(p, isa) and it matches. */
-kiln_code kiln_conv2d_f32_ex2(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
-                              const float *x, const float *w, const float *wu,
-                              const kiln_gemm_packed_b *wt, const kiln_conv2d_f32_epilogue *ep,
-                              float *y);
 
 /* 1 when p's GEMM (im2col or 1x1, one group) may run on AMX tiles in bf16x3 (see
  * kernels/gemm_amx.h: within a few 1e-6 of float32) at ISA level `isa`: then
- * kiln_conv2d_f32_ex3 takes W packed by kiln_amx_pack_w(w, m, c * kh * kw, c * kh * kw). */
+ * kiln_conv2d_f32 takes (as .wa) W packed by kiln_amx_pack_w(w, m, c * kh * kw, c * kh * kw). */
 int kiln_conv2d_f32_uses_amx(const kiln_conv2d_f32_params *p, int isa);
 
-/* As kiln_conv2d_f32_ex2; wa (or NULL) holds W packed for the AMX GEMM, used when
- * kiln_conv2d_f32_uses_amx(p, isa) and it matches (it then takes precedence over wt). */
-struct kiln_amx_w;
-kiln_code kiln_conv2d_f32_ex3(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
-                              const float *x, const float *w, const float *wu,
-                              const kiln_gemm_packed_b *wt, const struct kiln_amx_w *wa,
-                              const kiln_conv2d_f32_epilogue *ep, float *y);
-
-/* 1 when kiln_conv2d_f32_ex computes p (valid parameters) with Winograd, given
+/* 1 when kiln_conv2d_f32 computes p (valid parameters) with Winograd, given
  * transformed weights (cached 1) or not (0: fewer shapes gain, the transform is per call). */
 int kiln_conv2d_f32_uses_winograd(const kiln_conv2d_f32_params *p, int cached);
 

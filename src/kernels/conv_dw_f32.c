@@ -1,5 +1,5 @@
-/* Depthwise float32 convolution: direct AVX-512 row kernels (stride 1 and 2) and a portable
- * path. See conv_internal.h. */
+/* Depthwise float32 convolution: direct AVX-512 row kernels (stride 1 and 2), the AVX2 one
+ * (conv_dw_avx2.c) and a portable path. See conv_internal.h. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,12 +48,13 @@ V512 __m512 dw_in16(const float *xr, int64_t s, int sw) {
   return _mm512_permutex2var_ps(_mm512_loadu_ps(xr + s), ev, _mm512_loadu_ps(xr + s + 16));
 }
 
-/* The padded plane for dw_plane_avx512: rows [0, ph) x columns [0, pw) where padded (r, q) is
- * input (r - pt, q - pl), zero outside. Sizes so that every 16-lane chunk's taps lie inside. */
-static void dw_pad_dims(const kiln_conv2d_f32_params *p, int64_t *ph, int64_t *pw) {
-  int64_t nch = (p->ow + 15) / 16;
+/* The padded plane for dw_plane_avx512 (16 lanes) and kiln_dw_plane_avx2 (8): rows [0, ph) x
+ * columns [0, pw) where padded (r, q) is input (r - pt, q - pl), zero outside. Sizes so that
+ * every chunk's taps lie inside. */
+static void dw_pad_dims(const kiln_conv2d_f32_params *p, int64_t lanes, int64_t *ph, int64_t *pw) {
+  int64_t nch = (p->ow + lanes - 1) / lanes;
   *ph = (p->oh - 1) * p->sh + (p->kh - 1) * p->dh + 1;
-  *pw = (nch - 1) * 16 * p->sw + (p->kw - 1) * p->dw + 16 * p->sw;
+  *pw = (nch - 1) * lanes * p->sw + (p->kw - 1) * p->dw + lanes * p->sw;
 }
 
 /* Writes every element of the padded plane (zeros only where there is no input). */
@@ -400,13 +401,14 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
   int64_t ph = 0, pw = 0;
 #ifdef KILN_HAVE_X86_KERNELS
   bool avx512 = d->isa >= KILN_ISA_AVX512, flat = avx512 && dwf_fits(p), dw3 = false;
+  bool avx2 = d->isa == KILN_ISA_AVX2 && (p->sw == 1 || p->sw == 2); /* kiln_dw_plane_avx2 */
   dwf_masks fm;
   if (flat) dwf_build(p, &fm);
   if (avx512 && !flat && dw3_fits(p)) /* dw3_plane reads rows outside the input from a zero row */
     dw3 = (zero = calloc((size_t)p->w, sizeof(float))) != NULL;
   bool direct = avx512 && !flat && !dw3 && (p->sw == 1 || p->sw == 2) && p->kw <= DW_KW_MAX;
-  if (avx512 && !flat && !dw3 && !direct && (p->sw == 1 || p->sw == 2)) {
-    dw_pad_dims(p, &ph, &pw);
+  if ((avx512 && !flat && !dw3 && !direct && (p->sw == 1 || p->sw == 2)) || avx2) {
+    dw_pad_dims(p, avx2 ? 8 : 16, &ph, &pw);
     pad = kiln_malloc(sizeof(float) * (size_t)(ph * pw)); /* NULL: the portable path */
   }
   dw3_prefetch pf = dw3 ? dw3_prefetch_plan(p) : (dw3_prefetch){NULL, 0, 0};
@@ -434,7 +436,10 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
         padded_ci = ci;
         padded_n = nn;
       }
-      dw_plane_avx512(p, pad, pw, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp);
+      if (avx2)
+        kiln_dw_plane_avx2(p, pad, pw, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp);
+      else
+        dw_plane_avx512(p, pad, pw, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp);
     } else
 #endif
       dw_plane_c(p, xp, wk, bv, rp, yp);

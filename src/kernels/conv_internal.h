@@ -145,6 +145,13 @@ static inline void add_bias_res(int isa, float *y, int64_t n, float b, const flo
   add_bias_res_c(y, n, b, r);
 }
 
+/* One depthwise output plane (stride 1 or 2 in x) from the zero-padded input plane of width pw
+ * (8-lane chunks, conv_dw_f32.c's dw_pad): bias bv, residual rp (or NULL), act NULL or an
+ * act_inline one. AVX2+FMA (conv_dw_avx2.c): call only when kiln_cpu_isa() chose AVX2 or more. */
+void kiln_dw_plane_avx2(const kiln_conv2d_f32_params *p, const float *pad, int64_t pw,
+                        const float *wk, float bv, const float *rp, const kiln_act *act,
+                        float *yp);
+
 /* Depthwise convolution (one input channel per group, any channel multiplier), any padding,
  * stride and dilation; planes split over the pool. */
 void kiln_conv2d_dw_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,

@@ -187,16 +187,21 @@ static T256 void store_tile256(size_t mr, size_t nc, const float *buf, float *c,
       __m256i m = mask256(nc - j < 8 ? nc - j : 8);
       __m256 v = finish256(_mm256_load_ps(buf + 16 * i + j), cr + j, m, j, t, brp,
                            rp ? rp + j : NULL, simple);
-      _mm256_maskstore_ps(cr + j, m, v);
+      if (j + 8 <= nc)
+        _mm256_storeu_ps(cr + j, v);
+      else
+        _mm256_maskstore_ps(cr + j, m, v);
     }
     if (post) post_row256(cr, nc, t, rp);
   }
 }
 
-V256 void ukr256(const int MR, const int NV, const int PF, size_t nc, size_t kc, const float *a,
-                 size_t lda, const float *b, size_t ldb, float *c, size_t ldc,
+V256 void ukr256(const int MR, const int NV, const int PF, const int FULL, size_t nc, size_t kc,
+                 const float *a, size_t lda, const float *b, size_t ldb, float *c, size_t ldc,
                  const kiln_gemm_tile *t) {
-  const size_t tail = nc - (size_t)(NV - 1) * 8;
+  /* FULL: nc is NV whole vectors, so no load or store is masked (masked stores are slow on
+   * some CPUs, e.g. AMD's) */
+  const size_t tail = FULL ? 8 : nc - (size_t)(NV - 1) * 8;
   const __m256i ml = mask256(tail);
   const int fast = kiln_tile_fast_mode(t);
   if (fast != 1) /* C will be read: start bringing it in (a plain store needs no read) */
@@ -208,9 +213,11 @@ V256 void ukr256(const int MR, const int NV, const int PF, size_t nc, size_t kc,
 #define DECL(i) __m256 c##i##0 = _mm256_setzero_ps(), c##i##1 = c##i##0;
   DECL(0) DECL(1) DECL(2) DECL(3) DECL(4) DECL(5)
 #undef DECL
+#pragma GCC unroll 4
   for (size_t k = 0; k < kc; k++) {
-    __m256 b0 = NV == 1 ? _mm256_maskload_ps(b, ml) : _mm256_loadu_ps(b);
-    __m256 b1 = NV == 2 ? _mm256_maskload_ps(b + 8, ml) : _mm256_setzero_ps();
+    __m256 b0 = NV == 1 && !FULL ? _mm256_maskload_ps(b, ml) : _mm256_loadu_ps(b);
+    __m256 b1 = NV < 2 ? _mm256_setzero_ps()
+                       : FULL ? _mm256_loadu_ps(b + 8) : _mm256_maskload_ps(b + 8, ml);
     if (PF) _mm_prefetch((const char *)(b + 8 * ldb), _MM_HINT_T0); /* B streams from L2 */
     b += ldb;
 #define ROW(i)                                              \
@@ -223,13 +230,16 @@ V256 void ukr256(const int MR, const int NV, const int PF, size_t nc, size_t kc,
 #undef ROW
   }
   if (fast) { /* C = acc or C += acc, straight from registers */
-    const __m256i mfull = mask256(8);
 #define PUT(i, j)                                                                        \
   if (MR > i && NV > j) {                                                                \
     float *cp = c + (size_t)i * ldc + 8 * j;                                             \
-    __m256i m = NV - 1 == j ? ml : mfull;                                                \
-    __m256 v = fast == 2 ? _mm256_add_ps(c##i##j, _mm256_maskload_ps(cp, m)) : c##i##j; \
-    _mm256_maskstore_ps(cp, m, v);                                                       \
+    if (FULL || NV - 1 != j) {                                                           \
+      __m256 v = fast == 2 ? _mm256_add_ps(c##i##j, _mm256_loadu_ps(cp)) : c##i##j;      \
+      _mm256_storeu_ps(cp, v);                                                           \
+    } else {                                                                             \
+      __m256 v = fast == 2 ? _mm256_add_ps(c##i##j, _mm256_maskload_ps(cp, ml)) : c##i##j; \
+      _mm256_maskstore_ps(cp, ml, v);                                                    \
+    }                                                                                    \
   }
 #define PUTROW(i) PUT(i, 0) PUT(i, 1)
     PUTROW(0) PUTROW(1) PUTROW(2) PUTROW(3) PUTROW(4) PUTROW(5)
@@ -248,30 +258,38 @@ V256 void ukr256(const int MR, const int NV, const int PF, size_t nc, size_t kc,
   store_tile256(MR, nc, buf, c, ldc, t);
 }
 
-#define UKR(MR, NV, PF)                                                                      \
-  static T256 void ukr256_##MR##x##NV##_##PF(size_t nc, size_t kc, const float *a, size_t lda,  \
-                                             const float *b, size_t ldb, float *c, size_t ldc,  \
-                                             const kiln_gemm_tile *t) {                         \
-    ukr256(MR, NV, PF, nc, kc, a, lda, b, ldb, c, ldc, t);                                    \
+#define UKR(MR, NV, PF, F)                                                                    \
+  static T256 void ukr256_##MR##x##NV##_##PF##F(size_t nc, size_t kc, const float *a, size_t lda, \
+                                                const float *b, size_t ldb, float *c, size_t ldc, \
+                                                const kiln_gemm_tile *t) {                       \
+    ukr256(MR, NV, PF, F, nc, kc, a, lda, b, ldb, c, ldc, t);                                   \
   }
-#define UKR_ROW(MR) UKR(MR, 1, 0) UKR(MR, 2, 0) UKR(MR, 1, 1) UKR(MR, 2, 1)
+#define UKR_F(MR, NV, PF) UKR(MR, NV, PF, 0) UKR(MR, NV, PF, 1)
+#define UKR_ROW(MR) UKR_F(MR, 1, 0) UKR_F(MR, 2, 0) UKR_F(MR, 1, 1) UKR_F(MR, 2, 1)
 UKR_ROW(1) UKR_ROW(2) UKR_ROW(3) UKR_ROW(4) UKR_ROW(5) UKR_ROW(6)
 #undef UKR_ROW
+#undef UKR_F
 #undef UKR
 
 typedef void (*ukr_fn)(size_t, size_t, const float *, size_t, const float *, size_t, float *,
                        size_t, const kiln_gemm_tile *);
-#define UKR_ROW(MR, PF) {ukr256_##MR##x1_##PF, ukr256_##MR##x2_##PF}
-static const ukr_fn ukr256_table[2][6][2] = {
-    {UKR_ROW(1, 0), UKR_ROW(2, 0), UKR_ROW(3, 0), UKR_ROW(4, 0), UKR_ROW(5, 0), UKR_ROW(6, 0)},
-    {UKR_ROW(1, 1), UKR_ROW(2, 1), UKR_ROW(3, 1), UKR_ROW(4, 1), UKR_ROW(5, 1), UKR_ROW(6, 1)}};
+/* [prefetch B][whole vectors][rows - 1][vectors - 1] */
+#define UKR_ROW(MR, PF, F) {ukr256_##MR##x1_##PF##F, ukr256_##MR##x2_##PF##F}
+#define UKR_TAB(PF, F)                                                                   \
+  {UKR_ROW(1, PF, F), UKR_ROW(2, PF, F), UKR_ROW(3, PF, F), UKR_ROW(4, PF, F),           \
+   UKR_ROW(5, PF, F), UKR_ROW(6, PF, F)}
+static const ukr_fn ukr256_table[2][2][6][2] = {{UKR_TAB(0, 0), UKR_TAB(0, 1)},
+                                                {UKR_TAB(1, 0), UKR_TAB(1, 1)}};
+#undef UKR_TAB
 #undef UKR_ROW
 
-/* When B does not stay in L1 between calls (t->pf_b), the kernel prefetches it ahead of use. */
+/* When B does not stay in L1 between calls (t->pf_b), the kernel prefetches it ahead of use;
+ * a tile of whole vectors takes the variant without masked loads and stores. */
 static void f32_gemm_6x16__avx2(size_t mr, size_t nc, size_t kc, const float *a, size_t lda,
                                 const float *b, size_t ldb, float *c, size_t ldc,
                                 const kiln_gemm_tile *t) {
-  ukr256_table[t->pf_b != 0][mr - 1][(nc + 7) / 8 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
+  ukr256_table[t->pf_b != 0][(nc & 7) == 0][mr - 1][(nc + 7) / 8 - 1](nc, kc, a, lda, b, ldb, c,
+                                                                      ldc, t);
 }
 
 /* ---- matrix-vector ------------------------------------------------------------------- */

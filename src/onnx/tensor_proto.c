@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/status.h"
+#include "ir/small_types.h"
 #include "onnx/proto.h"
 
 static const char *tname(const Onnx__TensorProto *p) { return p->name && *p->name ? p->name : "<unnamed>"; }
@@ -142,6 +143,23 @@ static kiln_code fill_typed(const Onnx__TensorProto *p, kiln_tensor *t, kiln_err
       }
       break;
     }
+    case KILN_FLOAT8E4M3FN: case KILN_FLOAT8E4M3FNUZ: case KILN_FLOAT8E5M2:
+    case KILN_FLOAT8E5M2FNUZ:
+      /* raw 8-bit codes in int32_data */
+      if ((rc = need(p, p->n_int32_data, n, "int32_data", err))) return rc;
+      for (int64_t i = 0; i < n; i++) ((uint8_t *)t->data)[i] = (uint8_t)p->int32_data[i];
+      break;
+    case KILN_INT4: case KILN_UINT4: case KILN_FLOAT4E2M1: {
+      /* two 4-bit elements per int32_data value, the first in the low nibble */
+      int64_t packed = (n + 1) / 2;
+      if ((rc = need(p, p->n_int32_data, packed, "int32_data", err))) return rc;
+      uint8_t *b = malloc((size_t)packed);
+      if (!b) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+      for (int64_t k = 0; k < packed; k++) b[k] = (uint8_t)p->int32_data[k];
+      kiln_unpack4(t->dtype, b, n, t->data);
+      free(b);
+      break;
+    }
     case KILN_FLOAT16: case KILN_BFLOAT16:
       /* stored as raw 16-bit patterns in int32_data */
       if ((rc = need(p, p->n_int32_data, n, "int32_data", err))) return rc;
@@ -178,12 +196,16 @@ kiln_tensor *kiln_tensor_from_proto(const Onnx__TensorProto *p, const kiln_ext_c
    * shape over a few bytes of data. */
   bool external = p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
   int64_t numel = kiln_numel((int)p->n_dims, p->dims), bytes = kiln_tensor_bytes(dt, (int)p->n_dims, p->dims);
+  if (bytes >= 0 && kiln_dtype_is_packed4(dt)) bytes = kiln_proto_raw_bytes(dt, numel);
   if (!external && numel >= 0 && (bytes >= 0 || dt == KILN_STRING)) {
     bool raw = p->has_raw_data && dt != KILN_STRING;
     int64_t have = raw ? (int64_t)p->raw_data.len
                        : (int64_t)(p->n_float_data + p->n_int32_data + p->n_string_data + p->n_int64_data +
                                    p->n_double_data + p->n_uint64_data);
-    int64_t want = raw ? bytes : (dt == KILN_COMPLEX64 || dt == KILN_COMPLEX128 ? 2 * numel : numel);
+    int64_t want = raw ? bytes
+                       : dt == KILN_COMPLEX64 || dt == KILN_COMPLEX128 ? 2 * numel
+                       : kiln_dtype_is_packed4(dt)                     ? (numel + 1) / 2
+                                                                       : numel;
     if (have != want) {
       kiln_fail(err, KILN_ERR_MODEL, "tensor '%s': holds %lld %s, shape %s of %s needs %lld", tname(p),
                 (long long)have, raw ? "raw_data bytes" : "values",
@@ -203,6 +225,9 @@ kiln_tensor *kiln_tensor_from_proto(const Onnx__TensorProto *p, const kiln_ext_c
   kiln_code rc;
   if (p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
     rc = load_external(p, ext, t, err);
+  } else if (p->has_raw_data && kiln_dtype_is_packed4(dt)) {
+    kiln_unpack4(dt, p->raw_data.data, t->numel, t->data); /* the length was checked above */
+    rc = KILN_OK;
   } else if (p->has_raw_data && dt != KILN_STRING) {
     if (p->raw_data.len != t->nbytes)
       rc = kiln_fail(err, KILN_ERR_MODEL, "tensor '%s': raw_data has %zu bytes, shape %s of %s needs %zu",
@@ -227,6 +252,7 @@ kiln_tensor *kiln_tensor_take_proto(Onnx__TensorProto *p, const kiln_ext_ctx *ex
   bool external = p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
   int64_t bytes = kiln_tensor_bytes(dt, (int)p->n_dims, p->dims);
   if (!p->has_raw_data || external || !p->has_data_type || dt == KILN_STRING || p->segment ||
+      kiln_dtype_is_packed4(dt) ||
       p->n_dims > KILN_MAX_RANK || bytes <= 0 || (uint64_t)bytes != p->raw_data.len || !p->raw_data.data)
     return kiln_tensor_from_proto(p, ext, err); /* the general path checks and reports */
   for (size_t i = 0; i < p->n_dims; i++)
@@ -302,6 +328,13 @@ kiln_code kiln_tensor_to_proto(const kiln_tensor *t, const char *name, Onnx__Ten
       p->string_data[i].data = (uint8_t *)s[i];
       p->string_data[i].len = strlen(s[i]);
     }
+  } else if (kiln_dtype_is_packed4(t->dtype)) { /* TensorProto packs two per byte */
+    size_t len = (size_t)kiln_proto_raw_bytes(t->dtype, t->numel);
+    p->has_raw_data = 1;
+    p->raw_data.data = malloc(len ? len : 1);
+    if (!p->raw_data.data) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+    kiln_pack4(t->data, t->numel, p->raw_data.data);
+    p->raw_data.len = len;
   } else {
     p->has_raw_data = 1;
     p->raw_data.data = t->data;
@@ -311,6 +344,11 @@ kiln_code kiln_tensor_to_proto(const kiln_tensor *t, const char *name, Onnx__Ten
 }
 
 void kiln_tensor_proto_release(Onnx__TensorProto *p) {
+  if (p->has_data_type && kiln_dtype_is_packed4((kiln_dtype)p->data_type)) {
+    free(p->raw_data.data); /* the packed copy kiln_tensor_to_proto made */
+    p->raw_data.data = NULL;
+    p->raw_data.len = 0;
+  }
   free(p->string_data);
   p->string_data = NULL;
   p->n_string_data = 0;

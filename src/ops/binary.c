@@ -1,5 +1,6 @@
 /* Binary and variadic elementwise operators with numpy broadcasting: arithmetic (Add, Sub,
- * Mul, Div, Pow, Mod), bitwise and logical ops, comparisons, Max/Min/Sum/Mean and Where.
+ * Mul, Div, Pow, Mod), bit shifts, the Bitwise family (And/Or/Xor on integers, Not), logical
+ * ops, comparisons (Equal-19 also on strings), Max/Min/Sum/Mean and Where.
  *
  * The output is walked in rows: broadcast_plan merges dimensions until the operands are plain
  * strided runs (stride 1, or 0 where broadcast), so a same-shape or scalar-broadcast op is a
@@ -14,7 +15,7 @@
 
 typedef enum binop {
   B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MOD, B_FMOD, B_MAX, B_MIN,
-  B_AND, B_OR, B_XOR, B_SHL, B_SHR,
+  B_AND, B_OR, B_XOR, B_SHL, B_SHR, B_BAND, B_BOR, B_BXOR,
   B_EQ, B_LT, B_GT, B_LE, B_GE /* comparisons: bool output */
 } binop;
 
@@ -184,6 +185,9 @@ static int64_t s64_op(binop op, int64_t a, int64_t b) {
     case B_GT: return a > b;
     case B_LE: return a <= b;
     case B_GE: return a >= b;
+    case B_BAND: return a & b;
+    case B_BOR: return a | b;
+    case B_BXOR: return a ^ b;
     default: return 0;
   }
 }
@@ -204,6 +208,9 @@ static uint64_t u64_op(binop op, uint64_t a, uint64_t b, int bits) {
     /* shifting by the width or more empties the value (C would leave it undefined) */
     case B_SHL: return b >= (uint64_t)bits ? 0 : a << b;
     case B_SHR: return b >= (uint64_t)bits ? 0 : a >> b;
+    case B_BAND: return a & b;
+    case B_BOR: return a | b;
+    case B_BXOR: return a ^ b;
     case B_EQ: return a == b;
     case B_LT: return a < b;
     case B_GT: return a > b;
@@ -302,7 +309,10 @@ static void row_generic(binop op, const kiln_tensor *A, int64_t ia, int64_t sa,
   const int bits = (int)kiln_dtype_size(t) * 8;
   for (int64_t i = 0; i < n; i++) {
     const int64_t ja = ia + i * sa, jb = ib + i * sb, jy = o + i;
-    if (kiln_dtype_is_float(t) || (op == B_POW && kiln_dtype_is_float(B->dtype))) {
+    if (t == KILN_STRING) { /* Equal-19 */
+      const char *x = ((char *const *)A->data)[ja], *z = ((char *const *)B->data)[jb];
+      ((uint8_t *)Y->data)[jy] = x && z ? !strcmp(x, z) : x == z;
+    } else if (kiln_dtype_is_float(t) || (op == B_POW && kiln_dtype_is_float(B->dtype))) {
       /* float operands, or an integer base raised to a float exponent (truncated back) */
       kiln_set_f64(Y, jy, f64_op(op, kiln_get_f64(A, ja), kiln_get_f64(B, jb)));
     } else if (op == B_POW) {
@@ -362,7 +372,8 @@ static int op_accepts(binop op) {
   switch (op) {
     case B_AND: case B_OR: case B_XOR: return C_BOOL;
     case B_SHL: case B_SHR: return C_UINT;
-    case B_EQ: return C_NUM | C_BOOL;
+    case B_BAND: case B_BOR: case B_BXOR: return C_SINT | C_UINT;
+    case B_EQ: return C_NUM | C_BOOL | C_STR;
     default: return C_NUM;
   }
 }
@@ -426,7 +437,7 @@ static kiln_code legacy_view(kiln_kctx *c, const kiln_tensor *A, const kiln_tens
 
 static kiln_code binary_run(kiln_kctx *c, binop op, bool legacy) {
   kiln_code rc;
-  const int accept = op_accepts(op);
+  const int accept = op_accepts(op) & (op == B_EQ && c->opset < 19 ? ~C_STR : ~0);
   if ((rc = check_input(c, 0, accept)) || (rc = check_input(c, 1, accept))) return rc;
   const kiln_tensor *A = c->in[0], *B = c->in[1];
   if (op != B_POW && A->dtype != B->dtype)
@@ -468,6 +479,20 @@ BINARY(less, B_LT, true)
 BINARY(greater, B_GT, true)
 BINARY(less_equal, B_LE, false)
 BINARY(greater_equal, B_GE, false)
+BINARY(bitwise_and, B_BAND, false)
+BINARY(bitwise_or, B_BOR, false)
+BINARY(bitwise_xor, B_BXOR, false)
+
+/* BitwiseNot (opset 18): ~x on any integer type. */
+static kiln_code bitwise_not_run(kiln_kctx *c) {
+  kiln_code rc = check_input(c, 0, C_SINT | C_UINT);
+  if (rc) return rc;
+  const kiln_tensor *X = c->in[0];
+  kiln_tensor *Y = kiln_out_uninit(c, 0, X->dtype, X->rank, X->dims);
+  if (!Y) return out_failed(c);
+  for (int64_t i = 0; i < X->numel; i++) kiln_set_u64(Y, i, ~kiln_get_u64(X, i));
+  return KILN_OK;
+}
 
 static kiln_code mod_run(kiln_kctx *c) {
   return binary_run(c, kiln_attr_int(c->node, "fmod", 0) ? B_FMOD : B_MOD, false);
@@ -629,6 +654,12 @@ const kiln_op_schema kiln_ops_binary[] = {
     OP2("Greater", 1, greater, infer_cmp),
     OP2("LessOrEqual", 12, less_equal, infer_cmp),
     OP2("GreaterOrEqual", 12, greater_equal, infer_cmp),
+    OP2("BitwiseAnd", 18, bitwise_and, infer_arith_new),
+    OP2("BitwiseOr", 18, bitwise_or, infer_arith_new),
+    OP2("BitwiseXor", 18, bitwise_xor, infer_arith_new),
+    {.domain = "", .name = "BitwiseNot", .since = 18, .inputs = {1, 1}, .outputs = {1, 1},
+     .infer = kiln_infer_unary, .run = bitwise_not_run, .flags = KILN_OPF_IN_PLACE,
+     .flow = KILN_FLOW_SAME},
     OPN("Max", 1, max),
     OPN("Min", 1, min),
     OPN("Sum", 1, sum),

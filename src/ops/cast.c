@@ -6,7 +6,11 @@
  * even in one step. Strings parse with C's strtod rules ("NaN", "INF", "-inf", "1e-5", any
  * case), and numbers print as numpy's str() does, which is what the ONNX tests compare with:
  * the shortest digits that read back to the same value, positional for 1e-4 <= |x| < 1e16
- * (|x| compared at the source precision: float32 1e-4 is below 1e-4 and prints "1e-04"). */
+ * (|x| compared at the source precision: float32 1e-4 is below 1e-4 and prints "1e-04").
+ *
+ * The 8- and 4-bit types (opsets 19, 21, 23) convert as ir/small_types.h says: to a float8 kind
+ * or float4e2m1 by rounding to nearest even, `saturate` (default 1) choosing between +-max
+ * and NaN/Inf for values out of range; to int4/uint4 by rounding half to even and clipping. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -14,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/small_types.h"
 #include "ops/op.h"
 
 static kiln_code out_failed(kiln_kctx *c) { return c->err && c->err->code ? c->err->code : KILN_ERR_NOMEM; }
@@ -233,7 +238,11 @@ static bool cast_fast(const kiln_tensor *X, kiln_tensor *Y) {
 }
 
 /* Write a double into element i of a numeric tensor. */
-static void put_f64(kiln_tensor *Y, int64_t i, double d) {
+static void put_f64(kiln_tensor *Y, int64_t i, double d, bool saturate) {
+  if (kiln_dtype_is_small_float(Y->dtype)) {
+    ((uint8_t *)Y->data)[i] = kiln_small_from_f64(Y->dtype, d, saturate);
+    return;
+  }
   switch (Y->dtype) {
     case KILN_FLOAT16: ((uint16_t *)Y->data)[i] = to_f16(d); break;
     case KILN_BFLOAT16: ((uint16_t *)Y->data)[i] = to_bf16(d); break;
@@ -242,10 +251,10 @@ static void put_f64(kiln_tensor *Y, int64_t i, double d) {
   }
 }
 
-static kiln_code cast_value(kiln_kctx *c, const kiln_tensor *X, kiln_dtype to) {
+static kiln_code cast_value(kiln_kctx *c, const kiln_tensor *X, kiln_dtype to, bool saturate) {
   if (to == KILN_COMPLEX64 || to == KILN_COMPLEX128)
     return kiln_kunsup(c, "casting to %s is not supported", kiln_dtype_name(to));
-  if (to <= KILN_UNDEFINED || to > KILN_BFLOAT16)
+  if (to <= KILN_UNDEFINED || to > KILN_DTYPE_LAST)
     return kiln_kfail(c, "target type %d is not an ONNX element type", (int)to);
   if (!X || X->kind != KILN_KIND_TENSOR) return kiln_kfail(c, "input 0 must be a tensor");
   if (X->dtype == KILN_COMPLEX64 || X->dtype == KILN_COMPLEX128 || !kiln_dtype_size(X->dtype))
@@ -273,7 +282,7 @@ static kiln_code cast_value(kiln_kctx *c, const kiln_tensor *X, kiln_dtype to) {
     char **d = Y->data;
     for (int64_t i = 0; i < n; i++) {
       char buf[64];
-      if (kiln_dtype_is_float(from))
+      if (kiln_dtype_is_float(from) || kiln_dtype_is_small_float(from))
         format_float(kiln_get_f64(X, i), from, buf, sizeof buf);
       else if (from == KILN_BOOL)
         snprintf(buf, sizeof buf, "%s", kiln_get_i64(X, i) ? "True" : "False");
@@ -289,19 +298,20 @@ static kiln_code cast_value(kiln_kctx *c, const kiln_tensor *X, kiln_dtype to) {
     return KILN_OK;
   }
   if (cast_fast(X, Y)) return KILN_OK;
-  const bool to_float = kiln_dtype_is_float(to);
+  const bool to_float = kiln_dtype_is_float(to) || kiln_dtype_is_small_float(to);
+  const bool from_float = kiln_dtype_is_float(from) || kiln_dtype_is_small_float(from);
   for (int64_t i = 0; i < n; i++) {
-    if (kiln_dtype_is_float(from)) {
-      put_f64(Y, i, kiln_get_f64(X, i));
+    if (from_float) {
+      put_f64(Y, i, kiln_get_f64(X, i), saturate);
     } else if (from == KILN_UINT64) {
       uint64_t u = kiln_get_u64(X, i);
-      if (to_float) put_f64(Y, i, (double)u);
+      if (to_float) put_f64(Y, i, (double)u, saturate);
       else kiln_set_u64(Y, i, u);
     } else {
       /* integers and bool fit int64; to float they round once (double is exact below 2^53) */
       int64_t v = kiln_get_i64(X, i);
       if (to == KILN_FLOAT) ((float *)Y->data)[i] = (float)v;
-      else if (to_float) put_f64(Y, i, (double)v);
+      else if (to_float) put_f64(Y, i, (double)v, saturate);
       else kiln_set_i64(Y, i, v);
     }
   }
@@ -315,24 +325,26 @@ static kiln_dtype cast_target(const kiln_node *node) {
   if (a->kind == KILN_ATTR_STRING) {
     static const char *const names[] = {"UNDEFINED", "FLOAT", "UINT8", "INT8", "UINT16", "INT16",
                                         "INT32", "INT64", "STRING", "BOOL", "FLOAT16", "DOUBLE",
-                                        "UINT32", "UINT64", "COMPLEX64", "COMPLEX128", "BFLOAT16"};
+                                        "UINT32", "UINT64", "COMPLEX64", "COMPLEX128", "BFLOAT16",
+                                        "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+                                        "FLOAT8E5M2FNUZ", "UINT4", "INT4", "FLOAT4E2M1"};
     for (int t = 1; t < (int)(sizeof names / sizeof names[0]); t++)
       if (a->s && ieq(a->s, names[t])) return (kiln_dtype)t;
     return KILN_UNDEFINED;
   }
-  return a->i > 0 && a->i <= KILN_BFLOAT16 ? (kiln_dtype)a->i : KILN_UNDEFINED;
+  return a->i > 0 && a->i <= KILN_DTYPE_LAST ? (kiln_dtype)a->i : KILN_UNDEFINED;
 }
 
 static kiln_code cast_run(kiln_kctx *c) {
   kiln_dtype to = cast_target(c->node);
   if (!to) return kiln_kfail(c, "attribute 'to' is missing or not an element type");
-  return cast_value(c, kiln_in(c, 0), to);
+  return cast_value(c, kiln_in(c, 0), to, kiln_attr_int(c->node, "saturate", 1) != 0);
 }
 
 static kiln_code castlike_run(kiln_kctx *c) {
   const kiln_tensor *T = kiln_in(c, 1);
   if (!T || T->kind != KILN_KIND_TENSOR) return kiln_kfail(c, "input 1 must be a tensor");
-  return cast_value(c, kiln_in(c, 0), T->dtype);
+  return cast_value(c, kiln_in(c, 0), T->dtype, kiln_attr_int(c->node, "saturate", 1) != 0);
 }
 
 /* Output 0: input 0's shape with element type `to`. */

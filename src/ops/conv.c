@@ -566,15 +566,13 @@ kiln_code kiln_conv2d_f32_run(kiln_kctx *c, const kiln_tensor *residual, const k
   }
   kiln_tensor *y = kiln_out_uninit(c, 0, KILN_FLOAT, 4, dims); /* the kernel writes every element */
   if (!y) return KILN_ERR_NOMEM;
-  kiln_conv2d_f32_epilogue ep = {b ? (const float *)b->data : NULL,
-                                 residual ? (const float *)residual->data : NULL,
-                                 act ? *act : (kiln_act){KILN_ACT_NONE, 0, 0}};
+  kiln_conv2d_f32_args a = {.x = x->data, .w = w->data, .y = y->data,
+                            .ep = {.bias = b ? (const float *)b->data : NULL,
+                                   .residual = residual ? (const float *)residual->data : NULL,
+                                   .act = act ? *act : (kiln_act){KILN_ACT_NONE, 0, 0}}};
   int isa = kiln_isa_resolve(KILN_ISA_AUTO);
-  const float *wu;
-  const kiln_amx_w *wa;
-  const kiln_gemm_packed_b *wt;
-  conv2d_weights(c, w, &p, isa, &wu, &wa, &wt);
-  rc = kiln_conv2d_f32_ex3(kiln_kpool(c), isa, &p, x->data, w->data, wu, wt, wa, &ep, y->data);
+  conv2d_weights(c, w, &p, isa, &a.wu, &a.wa, &a.wt);
+  rc = kiln_conv2d_f32(kiln_kpool(c), isa, &p, &a);
   if (rc == KILN_ERR_NOMEM) return kiln_kfail(c, "out of memory for the convolution");
   if (rc) return kiln_kfail(c, "convolution failed (code %d)", (int)rc);
   return KILN_OK;

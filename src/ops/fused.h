@@ -45,4 +45,13 @@ kiln_code kiln_fused_gemm_prepare(kiln_kctx *c);
 kiln_code kiln_fused_matmul_run(kiln_kctx *c);
 kiln_code kiln_fused_gemm_run(kiln_kctx *c);
 
+/* ai.kiln::Attention's streaming kernel on a plan made outside src/ops/fused_attention.c (the
+ * standard Attention op, src/ops/attention.c): the caller sets the plan's q, k, v views
+ * (logical (batch..., Sq, D), (batch..., D, Sk), (batch..., Sk, Dv), with strides; batch axes
+ * of extent 1 broadcast), in_data, has_mask with the m view (trailing axes 1 or Sq, and 1 or
+ * Sk), the o view (batch..., Sq, Dv, strides into y's data), scale, softcap and fill
+ * (kernels/attention.h); the rest is filled here. mask: the m view's data, or NULL. */
+struct attn_plan;
+kiln_code kiln_attention_run_views(kiln_kctx *c, struct attn_plan *p, const float *mask, kiln_tensor *y);
+
 #endif

@@ -291,31 +291,9 @@ static void batch_strides(const view *v, int nb, int64_t *bs) {
 /* ---- the kernel ---- */
 
 
-static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
-  const kiln_tensor *t[5];
-  for (size_t i = 0; i < 5; i++) {
-    t[i] = kiln_in(c, i);
-    if (i < 3 && !t[i]) return kiln_kfail(c, "input %zu is missing", i);
-    if (t[i] && t[i]->kind != KILN_KIND_TENSOR) return kiln_kfail(c, "input %zu must be a tensor", i);
-  }
-  for (size_t i = 0; i < 4; i++)
-    if (t[i] && t[i]->dtype != KILN_FLOAT)
-      return kiln_kunsup(c, "Attention supports float32 only, input %zu is %s", i, kiln_dtype_name(t[i]->dtype));
-  if (t[4] && t[4]->dtype != KILN_BOOL) return kiln_kfail(c, "cond must be bool");
-  static const char *perms[3] = {"q_perm", "k_perm", "v_perm"};
-  view *vw[3] = {&p->q, &p->k, &p->v};
-  for (size_t i = 0; i < 3; i++) {
-    int perm[MAXR], r;
-    int64_t dims[MAXR], st[MAXR];
-    if (!input_view(c, i, t[i], &r, dims, st, &p->in_data[i], &p->owned[i])) return c->err->code;
-    if (r < 2) return kiln_kfail(c, "input %zu must have rank >= 2", i);
-    if (!read_perm(c->node, perms[i], r, perm)) return kiln_kfail(c, "%s is not a permutation of %d axes", perms[i], r);
-    make_strided_view(vw[i], r, dims, st, perm);
-  }
-  p->has_mask = t[3] != NULL;
-  p->has_cond = t[4] != NULL;
-  if (p->has_mask) make_view(&p->m, t[3]->rank, t[3]->dims, NULL);
-  if (p->has_cond) make_view(&p->c, t[4]->rank, t[4]->dims, NULL);
+/* The sizes, the masks' trailing axes and the batch broadcast of a plan whose q, k, v (and m, c)
+ * views are set. */
+static kiln_code plan_common(kiln_kctx *c, attn_plan *p) {
   p->sq = p->q.dims[p->q.rank - 2];
   p->d = p->q.dims[p->q.rank - 1];
   p->sk = p->k.dims[p->k.rank - 1];
@@ -352,6 +330,36 @@ static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
   batch_strides(&p->v, p->nb, p->vbs);
   if (p->has_mask) batch_strides(&p->m, p->nb, p->mbs);
   if (p->has_cond) batch_strides(&p->c, p->nb, p->cbs);
+  return KILN_OK;
+}
+
+static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
+  const kiln_tensor *t[5];
+  for (size_t i = 0; i < 5; i++) {
+    t[i] = kiln_in(c, i);
+    if (i < 3 && !t[i]) return kiln_kfail(c, "input %zu is missing", i);
+    if (t[i] && t[i]->kind != KILN_KIND_TENSOR) return kiln_kfail(c, "input %zu must be a tensor", i);
+  }
+  for (size_t i = 0; i < 4; i++)
+    if (t[i] && t[i]->dtype != KILN_FLOAT)
+      return kiln_kunsup(c, "Attention supports float32 only, input %zu is %s", i, kiln_dtype_name(t[i]->dtype));
+  if (t[4] && t[4]->dtype != KILN_BOOL) return kiln_kfail(c, "cond must be bool");
+  static const char *perms[3] = {"q_perm", "k_perm", "v_perm"};
+  view *vw[3] = {&p->q, &p->k, &p->v};
+  for (size_t i = 0; i < 3; i++) {
+    int perm[MAXR], r;
+    int64_t dims[MAXR], st[MAXR];
+    if (!input_view(c, i, t[i], &r, dims, st, &p->in_data[i], &p->owned[i])) return c->err->code;
+    if (r < 2) return kiln_kfail(c, "input %zu must have rank >= 2", i);
+    if (!read_perm(c->node, perms[i], r, perm)) return kiln_kfail(c, "%s is not a permutation of %d axes", perms[i], r);
+    make_strided_view(vw[i], r, dims, st, perm);
+  }
+  p->has_mask = t[3] != NULL;
+  p->has_cond = t[4] != NULL;
+  if (p->has_mask) make_view(&p->m, t[3]->rank, t[3]->dims, NULL);
+  if (p->has_cond) make_view(&p->c, t[4]->rank, t[4]->dims, NULL);
+  kiln_code rc = plan_common(c, p);
+  if (rc) return rc;
   /* The output: logical (batch..., Sq, Dv), stored transposed by out_perm. */
   int r = p->nb + 2, perm[MAXR];
   int64_t od[MAXR], yd[MAXR];
@@ -380,9 +388,6 @@ static kiln_code plan_views(kiln_kctx *c, attn_plan *p, kiln_tensor **yout) {
   p->fill = kiln_attr_float(c->node, "mask_fill", -INFINITY);
   p->keep_true = kiln_attr_int(c->node, "cond_keep", 1) != 0;
   p->where_after = kiln_attr_int(c->node, "where_after_mask", 0) != 0;
-  p->dvp = (p->dv + DVPAD - 1) / DVPAD * DVPAD;
-  p->v_direct = p->v.stride[p->v.rank - 1] == 1 && p->dv == p->dvp;
-  p->nkb = (p->sk + BK - 1) / BK;
   *yout = y;
   return KILN_OK;
 }
@@ -427,13 +432,14 @@ static void bufs_free(void *wp) {
   free(w);
 }
 
-/* The work buffers for a run of plan p: the node's cached set when it has the same geometry
- * (taken out of the node's cache, so concurrent runs never share one), else a fresh zeroed set. A
+/* The work buffers for a run of plan p: the set the node's last run in this run context left
+ * (kiln_kscratch_take: never shared with a concurrent run) when it has the same geometry, else
+ * a fresh zeroed set. A
  * set's padding (key columns past Sk, value columns past Dv) is zeroed at allocation and never
  * written, so it stays valid for every run of the same geometry; reusing the set saves the
  * allocation, the zeroing and the page faults of about 100 KiB per node and run. */
 static attn_bufs *bufs_take(kiln_kctx *c, const attn_plan *p, size_t nslot, size_t nthr) {
-  attn_bufs want, *w = kiln_cache_take(c);
+  attn_bufs want, *w = kiln_kscratch_take(c);
   bufs_sizes(&want, p, nslot, nthr);
   if (w && w->kpn == want.kpn && w->vpn == want.vpn && w->qn == want.qn && w->sn == want.sn &&
       w->accn == want.accn && w->nslot == nslot && w->nthr == nthr && w->sk == want.sk && w->dv == want.dv)
@@ -452,8 +458,8 @@ static attn_bufs *bufs_take(kiln_kctx *c, const attn_plan *p, size_t nslot, size
   return NULL;
 }
 
-/* Put the set back into the node for the next run (freed if another run put one back first). */
-static void bufs_give(kiln_kctx *c, attn_bufs *w) { kiln_cache_put(c, w, bufs_free); }
+/* Put the set back into the run context for the node's next run (freed without one). */
+static void bufs_give(kiln_kctx *c, attn_bufs *w) { kiln_kscratch_put(c, w, bufs_free); }
 
 
 static void pack_k(const attn_plan *p, const float *k, float *kp) {
@@ -558,12 +564,13 @@ static void attend_task(void *ctx, size_t begin, size_t end, int thread) {
   }
 }
 
-static kiln_code attention_exec(kiln_kctx *c, attn_plan *pp) {
-  attn_plan p;
-  kiln_tensor *y = NULL;
-  kiln_code rc = plan_views(c, pp, &y);
-  p = *pp;
-  if (rc) return rc;
+/* Run plan p (views and batch broadcast set by plan_common) into y: md, cd the mask's and
+ * cond's data or NULL. */
+static kiln_code exec_plan(kiln_kctx *c, attn_plan *pp, const float *md, const uint8_t *cd, kiln_tensor *y) {
+  attn_plan p = *pp;
+  p.dvp = (p.dv + DVPAD - 1) / DVPAD * DVPAD;
+  p.v_direct = p.v.stride[p.v.rank - 1] == 1 && p.dv == p.dvp;
+  p.nkb = (p.sk + BK - 1) / BK;
   if (y->numel == 0) return KILN_OK;
   if (p.sk == 0) { /* softmax over nothing times an empty V: zeros, as MatMul gives */
     memset(y->data, 0, y->nbytes);
@@ -593,9 +600,8 @@ static kiln_code attention_exec(kiln_kctx *c, attn_plan *pp) {
   /* query tiles: 8 microkernel tiles, or fewer when there are few batch elements to share */
   int64_t qt = QB * 8;
   while (qt > QB && nbatch * ((p.sq + qt - 1) / qt) < 4 * (int64_t)nthr) qt /= 2;
-  attn_job j = {&p, w, attend, p.in_data[0], p.in_data[1], p.in_data[2],
-                p.has_mask ? kiln_in(c, 3)->data : NULL, p.has_cond ? kiln_in(c, 4)->data : NULL,
-                y->data, 0, 0, (p.sq + qt - 1) / qt, qt, w->slots, w->slots + group};
+  attn_job j = {&p, w, attend, p.in_data[0], p.in_data[1], p.in_data[2], md, cd, y->data,
+                0, 0, (p.sq + qt - 1) / qt, qt, w->slots, w->slots + group};
   for (int64_t b0 = 0; b0 < nbatch; b0 += group) {
     j.b0 = b0;
     j.nbat = nbatch - b0 < group ? nbatch - b0 : group;
@@ -613,6 +619,25 @@ static kiln_code attention_exec(kiln_kctx *c, attn_plan *pp) {
   }
   bufs_give(c, w);
   return KILN_OK;
+}
+
+static kiln_code attention_exec(kiln_kctx *c, attn_plan *p) {
+  kiln_tensor *y = NULL;
+  kiln_code rc = plan_views(c, p, &y);
+  if (rc) return rc;
+  return exec_plan(c, p, p->has_mask ? kiln_in(c, 3)->data : NULL, p->has_cond ? kiln_in(c, 4)->data : NULL, y);
+}
+
+kiln_code kiln_attention_run_views(kiln_kctx *c, attn_plan *p, const float *mask, kiln_tensor *y) {
+  p->has_cond = false;
+  kiln_code rc = plan_common(c, p);
+  if (rc) return rc;
+  if (p->o.rank != p->nb + 2) return kiln_kfail(c, "the output view has rank %d, not %d", p->o.rank, p->nb + 2);
+  for (int i = 0; i < p->nb; i++) {
+    if (p->o.dims[i] != p->bdims[i]) return kiln_kfail(c, "the output view does not match the batch axes");
+    p->obs[i] = p->o.stride[i];
+  }
+  return exec_plan(c, p, mask, NULL, y);
 }
 
 static kiln_code attention_run(kiln_kctx *c) {

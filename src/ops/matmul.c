@@ -374,6 +374,19 @@ static bool all_finite(const float *v, int64_t n) {
   return true;
 }
 
+static bool qlmm_scale_type(const kiln_kctx *c, kiln_dtype t) {
+  return t == KILN_FLOAT || (c->opset >= 21 && (t == KILN_FLOAT16 || t == KILN_BFLOAT16));
+}
+
+/* a_scale's then b_scale's values as float. */
+static float *scales_f32(const kiln_tensor *as, const kiln_tensor *bs) {
+  float *v = kiln_malloc((size_t)(as->numel + bs->numel) * sizeof *v);
+  if (!v) return NULL;
+  for (int64_t i = 0; i < as->numel; i++) v[i] = (float)kiln_get_f64(as, i);
+  for (int64_t i = 0; i < bs->numel; i++) v[as->numel + i] = (float)kiln_get_f64(bs, i);
+  return v;
+}
+
 static kiln_code qlinearmatmul_run(kiln_kctx *c) {
   const kiln_tensor *a = kiln_in(c, 0), *as = kiln_in(c, 1), *b = kiln_in(c, 3),
                     *bs = kiln_in(c, 4), *ys = kiln_in(c, 6), *yzp = kiln_in(c, 7);
@@ -381,27 +394,35 @@ static kiln_code qlinearmatmul_run(kiln_kctx *c) {
   uint64_t *acc;
   kiln_code rc = int_matmul(c, a, kiln_in(c, 2), b, kiln_in(c, 5), &p, &acc);
   if (rc) return rc;
-  /* Scales: a per row (M values) or b per column (N values) are allowed besides scalars. */
-  if (!is_tensor(as) || as->dtype != KILN_FLOAT || (as->numel != 1 && as->numel != p.m) ||
-      !is_tensor(bs) || bs->dtype != KILN_FLOAT || (bs->numel != 1 && bs->numel != p.n) ||
-      !is_tensor(ys) || ys->dtype != KILN_FLOAT || ys->numel != 1 || !is_tensor(yzp) ||
+  /* Scales: a per row (M values) or b per column (N values) are allowed besides scalars;
+   * float, and from opset 21 also float16 or bfloat16 (one type for all three). */
+  if (!is_tensor(as) || !qlmm_scale_type(c, as->dtype) || (as->numel != 1 && as->numel != p.m) ||
+      !is_tensor(bs) || bs->dtype != as->dtype || (bs->numel != 1 && bs->numel != p.n) ||
+      !is_tensor(ys) || ys->dtype != as->dtype || ys->numel != 1 || !is_tensor(yzp) ||
       !is_q8(yzp->dtype) || yzp->numel != 1) {
     free(acc);
-    return kiln_kfail(c, "scales must be float scalars (or per row / column) and y_zero_point "
-                         "a uint8 or int8 scalar");
+    return kiln_kfail(c, "scales must be %s scalars (or per row / column) and y_zero_point "
+                         "a uint8 or int8 scalar", c->opset >= 21 ? "float, float16 or bfloat16" : "float");
   }
-  const float *asv = as->data, *bsv = bs->data, ysv = ((const float *)ys->data)[0];
+  float *sv = scales_f32(as, bs);
+  if (!sv) {
+    free(acc);
+    return KILN_ERR_NOMEM;
+  }
+  const float *asv = sv, *bsv = sv + as->numel, ysv = (float)kiln_get_f64(ys, 0);
   /* y = acc * a_scale * b_scale / y_scale: a zero or non-finite y_scale has no defined result
    * (ONNX Runtime saturates to garbage); refuse it rather than divide by zero. */
   if (!(fabsf(ysv) > 0.0f) || !isfinite(ysv) || !all_finite(asv, as->numel) ||
       !all_finite(bsv, bs->numel)) {
     free(acc);
+    free(sv);
     return kiln_kfail(c, "y_scale must be finite and non-zero and a_scale, b_scale finite (y_scale %g)",
                       (double)ysv);
   }
   kiln_tensor *y = kiln_out(c, 0, yzp->dtype, p.yrank, p.ydims);
   if (!y) {
     free(acc);
+    free(sv);
     return KILN_ERR_NOMEM;
   }
   double zp = (double)kiln_get_i64(yzp, 0), lo = yzp->dtype == KILN_UINT8 ? 0 : -128,
@@ -414,6 +435,7 @@ static kiln_code qlinearmatmul_run(kiln_kctx *c) {
     kiln_set_i64(y, i, (int64_t)(v < lo ? lo : v > hi ? hi : v));
   }
   free(acc);
+  free(sv);
   return KILN_OK;
 }
 

@@ -145,16 +145,15 @@ void *kiln_cache_publish(kiln_kctx *c, void *mine, void (*free_fn)(void *)) {
   return expected;
 }
 
-void *kiln_cache_take(kiln_kctx *c) {
-  return c->state ? __atomic_exchange_n(&c->state->cache, NULL, __ATOMIC_ACQ_REL) : NULL;
+void *kiln_kscratch_take(kiln_kctx *c) {
+  return c->rt && c->rt->scratch_take ? c->rt->scratch_take(c->rt->rt, c) : NULL;
 }
 
-void kiln_cache_put(kiln_kctx *c, void *v, void (*free_fn)(void *)) {
-  void *expected = NULL;
+void kiln_kscratch_put(kiln_kctx *c, void *v, void (*free_fn)(void *)) {
   if (!v) return;
-  if (c->state) __atomic_store_n(&c->state->cache_free, free_fn, __ATOMIC_RELEASE);
-  if (!c->state ||
-      !__atomic_compare_exchange_n(&c->state->cache, &expected, v, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+  if (c->rt && c->rt->scratch_put)
+    c->rt->scratch_put(c->rt->rt, c, v, free_fn);
+  else
     free_fn(v);
 }
 
@@ -221,6 +220,13 @@ kiln_code kiln_read_ints(kiln_kctx *c, const kiln_tensor *t, int64_t *out, size_
                                                 (long long)t->numel);
   for (int64_t i = 0; i < t->numel; i++) out[i] = kiln_get_i64(t, i);
   *count = (size_t)t->numel;
+  return KILN_OK;
+}
+
+kiln_code kiln_scalar_int(kiln_kctx *c, const kiln_tensor *t, const char *what, int64_t *v) {
+  if (!kiln_dtype_is_int(t->dtype) || t->numel != 1)
+    return kiln_kfail(c, "%s must be a single integer", what);
+  *v = kiln_get_i64(t, 0);
   return KILN_OK;
 }
 

@@ -24,7 +24,7 @@ struct kiln_options;
 
 /* What the runtime offers kernels, filled by the executor once per graph run: kernels reach it
  * through the functions below (kiln_out, kiln_kpool, kiln_kamx, kiln_in_const,
- * kiln_subgraph_run), never through the executor's own state. NULL where a kernel runs
+ * kiln_kscratch_take, kiln_subgraph_run), never through the executor's own state. NULL where a kernel runs
  * outside a session (constant folding): outputs are then allocated, loops run serially and no
  * subgraph can run. */
 typedef struct kiln_kservices {
@@ -38,6 +38,9 @@ typedef struct kiln_kservices {
   /* Run graph g (an attribute of c's node) on inputs bound to g's inputs in order. */
   kiln_code (*subgraph)(void *rt, struct kiln_kctx *c, const kiln_graph *g, size_t n_inputs,
                         const kiln_tensor *const *inputs, kiln_tensor **outputs);
+  /* The run context's scratch slot of c's node (see kiln_kscratch_take), or NULL for none. */
+  void *(*scratch_take)(void *rt, const struct kiln_kctx *c);
+  void (*scratch_put)(void *rt, const struct kiln_kctx *c, void *v, void (*free_fn)(void *));
 } kiln_kservices;
 
 /* What the compiled model keeps for one node (at any depth of the graph) beside the immutable
@@ -46,8 +49,8 @@ typedef struct kiln_kservices {
  * keeps a fused node's verdicts here. */
 typedef struct kiln_node_state {
   void *cache;                 /* the kernel's cache: packed or transformed constant weights
-                                  (published once), or reusable work buffers (taken and put
-                                  back); freed with the model by cache_free */
+                                  (published once; work buffers go to kiln_kscratch_take);
+                                  freed with the model by cache_free */
   void (*cache_free)(void *cache);
   int fallback;                /* a fused node whose kernel failed runs "original" from now on */
   int verified;                /* verify_fusions: 0 not yet, 2 claimed by a run, 1 compared */
@@ -214,10 +217,14 @@ void *kiln_cache_get(const kiln_kctx *c);
  * returns the cache now in place, mine or the one another run published first (mine is then
  * freed); NULL (mine freed) when the node has no state. */
 void *kiln_cache_publish(kiln_kctx *c, void *mine, void (*free_fn)(void *));
-/* For reusable work buffers: take the cache out (NULL when empty), so no concurrent run uses
- * it, and put one back after the run (freed by free_fn if another run put one back first). */
-void *kiln_cache_take(kiln_kctx *c);
-void kiln_cache_put(kiln_kctx *c, void *v, void (*free_fn)(void *));
+
+/* ---- scratch: the run's memory for this node (kiln_kservices.scratch_take), never shared ----
+ * Work buffers a kernel reuses from one run to the next: owned by the session's run context
+ * (runtime/scratch.h), not by the compiled model, so concurrent runs each have their own.
+ * Take what the node's slot holds (NULL when empty or outside a run); put one back after the
+ * run (freed by free_fn when there is no run context or the slot was filled meanwhile). */
+void *kiln_kscratch_take(kiln_kctx *c);
+void kiln_kscratch_put(kiln_kctx *c, void *v, void (*free_fn)(void *));
 
 /* Normalise an axis in [-rank, rank) to [0, rank); -1 (and c->err set) when out of range. */
 int kiln_axis(kiln_kctx *c, int64_t axis, int rank);
@@ -238,6 +245,9 @@ int64_t kiln_bcast_index(const kiln_bcast *b, int64_t i);
 /* Integer list input (e.g. shape, axes) to int64 array of at most KILN_MAX_RANK*4 items. */
 kiln_code kiln_read_ints(kiln_kctx *c, const kiln_tensor *t, int64_t *out, size_t cap,
                          size_t *count);
+
+/* A scalar (or one-element) integer tensor input as int64; `what` names it in the error. */
+kiln_code kiln_scalar_int(kiln_kctx *c, const kiln_tensor *t, const char *what, int64_t *v);
 
 /* Every input below `required` must be present, and every present input a tensor. */
 kiln_code kiln_need_tensors(kiln_kctx *c, size_t required);

@@ -1,11 +1,13 @@
-/* Resampling operators: Resize (opsets 10, 11, 13, 18), Upsample (7, 9) and GridSample (16).
+/* Resampling operators: Resize (opsets 10, 11, 13, 18, 19), Upsample (7, 9) and GridSample
+ * (16; 20: N-D, modes renamed linear/cubic).
  *
  * Resize is separable: for every axis and output coordinate we precompute the input taps
  * (index, weight) once, then each output element sums the product of its axes' taps. The
  * coordinate rules follow the ONNX reference implementation (onnx/backend/test/case/node/
  * resize.py), which the conformance data was generated from: e.g. align_corners divides by
  * `scale * input_length - 1`, not by the rounded output length. GridSample follows PyTorch's
- * grid_sampler_2d, which produced its test data. */
+ * grid_sampler_2d (its 2-D test data came from it), taken to 1 to 3 spatial axes as ONNX's
+ * reference does. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +37,7 @@ typedef struct rs_params {
   int mode, ctm, nearest;
   double cubic_a, extrapolation;
   bool exclude_outside;
+  bool antialias; /* opset 18: linear and cubic filters widen by 1/scale when downsampling */
 } rs_params;
 
 static int pick(const char *s, const char *const *names, int n) {
@@ -55,6 +58,7 @@ static const char *rs_read_params(const kiln_node *n, int opset, rs_params *p) {
   p->cubic_a = -0.75;
   p->extrapolation = 0;
   p->exclude_outside = false;
+  p->antialias = false;
   if (upsample || opset < 11) return NULL;
   static const char *const ctms[] = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
                                      "align_corners", "asymmetric", "tf_half_pixel_for_nn",
@@ -70,6 +74,7 @@ static const char *rs_read_params(const kiln_node *n, int opset, rs_params *p) {
   p->cubic_a = kiln_attr_float(n, "cubic_coeff_a", -0.75f);
   p->exclude_outside = kiln_attr_int(n, "exclude_outside", 0) != 0;
   p->extrapolation = kiln_attr_float(n, "extrapolation_value", 0.0f);
+  p->antialias = opset >= 18 && p->mode != M_NEAREST && kiln_attr_int(n, "antialias", 0) != 0;
   return NULL;
 }
 
@@ -195,12 +200,40 @@ static kiln_code infer_resize(kiln_ictx *c) {
 
 /* Taps of one output coordinate on one axis: up to 4 (index, weight) pairs, or `outside` when
  * tf_crop_and_resize maps it off the input (the element becomes extrapolation_value). */
+/* Taps of one output coordinate: 4 at most (cubic) but with antialias, which widens the
+ * filter to 4 / scale taps (cubic) or 2 / scale (linear); RS_MAX_TAPS bounds that. */
+enum { RS_MAX_TAPS = 32 };
 typedef struct rs_tap {
   int n;
   bool outside;
-  int64_t idx[4];
-  double w[4];
+  int64_t idx[RS_MAX_TAPS];
+  double w[RS_MAX_TAPS];
 } rs_tap;
+
+/* Taps an antialiased downscale by s (< 1) needs; 0 when more than RS_MAX_TAPS. */
+static int rs_antialias_taps(int mode, double s) {
+  double reach = mode == M_LINEAR ? 1 : 2, start = floor(-reach / s) + 1;
+  double n = 2 - 2 * start;
+  return n <= RS_MAX_TAPS ? (int)n : 0;
+}
+
+/* ONNX's reference antialias filter: the linear (triangle) or cubic kernel stretched by 1/s,
+ * over the n taps first = x0 - (n/2 - 1) ... around xo = x0 + ratio (ratio in (0, 1]), and
+ * normalised to sum 1. */
+static void rs_antialias_coeffs(const rs_params *p, double ratio, double s, int n, double *c) {
+  const double a = p->cubic_a;
+  double sum = 0;
+  for (int k = 0; k < n; k++) {
+    double v = fabs(s * ((double)(k - (n / 2 - 1)) - ratio)), w;
+    if (p->mode == M_LINEAR) w = v < 1 ? 1 - v : 0;
+    else if (v <= 1) w = ((a + 2) * v - (a + 3)) * v * v + 1;
+    else if (v < 2) w = ((a * v - 5 * a) * v + 8 * a) * v - 4 * a;
+    else w = 0;
+    c[k] = w;
+    sum += w;
+  }
+  for (int k = 0; k < n && sum != 0; k++) c[k] /= sum;
+}
 
 static void cubic_coeffs(double t, double a, double *c) {
   double u = 1 - t;
@@ -251,13 +284,19 @@ static void rs_axis_taps(const rs_params *p, int64_t x, int64_t len, int64_t ole
     t->w[0] = 1;
     return;
   }
-  double c[4];
+  double c[RS_MAX_TAPS];
   int n = p->mode == M_LINEAR ? 2 : 4;
   int64_t first = p->mode == M_LINEAR ? x0 : x0 - 1;
-  if (p->mode == M_LINEAR)
+  if (p->antialias && s < 1) {
+    n = rs_antialias_taps(p->mode, s); /* checked by rs_run */
+    if (f == 0) f = 1, x0 -= 1;         /* the tap left of a whole coordinate, as the reference */
+    first = x0 - (n / 2 - 1);
+    rs_antialias_coeffs(p, f, s, n, c);
+  } else if (p->mode == M_LINEAR) {
     c[0] = 1 - f, c[1] = f;
-  else
+  } else {
     cubic_coeffs(f, p->cubic_a, c);
+  }
   if (p->exclude_outside) { /* drop taps off the input and renormalise the rest */
     double sum = 0;
     for (int k = 0; k < n; k++) {
@@ -279,8 +318,12 @@ static kiln_code rs_run(kiln_kctx *c, const kiln_tensor *x, const rs_params *p, 
   int r = x->rank;
   if (p->mode != M_NEAREST && !kiln_dtype_is_float(x->dtype) && !kiln_dtype_is_int(x->dtype))
     return kiln_kfail(c, "cannot interpolate %s values", kiln_dtype_name(x->dtype));
-  for (int d = 0; d < r; d++)
+  for (int d = 0; d < r; d++) {
     if (x->dims[d] == 0 && out[d] > 0) return kiln_kfail(c, "cannot resize an empty axis");
+    if (p->antialias && scale[d] < 1 && !rs_antialias_taps(p->mode, scale[d]))
+      return kiln_kunsup(c, "antialias for a downscale by %g (below 1/%d) is not supported",
+                         scale[d], RS_MAX_TAPS / (p->mode == M_LINEAR ? 2 : 4));
+  }
   kiln_tensor *o = kiln_out(c, 0, x->dtype, r, out);
   if (!o) return c->err->code;
   if (o->numel == 0) return KILN_OK;
@@ -342,8 +385,6 @@ static kiln_code run_resize(kiln_kctx *c) {
   rs_params p;
   const char *e = rs_read_params(c->node, c->opset, &p);
   if (e) return kiln_kfail(c, "%s", e);
-  if (c->opset >= 18 && kiln_attr_int(c->node, "antialias", 0) && p.mode != M_NEAREST)
-    return kiln_kunsup(c, "antialias is not implemented");
   int64_t out[MAXR];
   double scale[MAXR], roi[2 * MAXR];
   int si, zi, ri;
@@ -367,7 +408,7 @@ static kiln_code run_resize(kiln_kctx *c) {
   return rs_run(c, x, &p, out, scale, roi);
 }
 
-/* ---- GridSample (PyTorch's grid_sampler_2d semantics) ---- */
+/* ---- GridSample (PyTorch's grid_sampler semantics, N-D) ---- */
 
 enum { GS_ZEROS, GS_BORDER, GS_REFLECTION };
 
@@ -395,81 +436,119 @@ static double gs_unnorm(double g, int64_t size, bool ac) {
   return ac ? (g + 1) / 2 * (double)(size - 1) : ((g + 1) * (double)size - 1) / 2;
 }
 
-/* Pixel (ix, iy) of one input plane, 0 outside. */
-static double gs_pixel(const kiln_tensor *x, int64_t base, int64_t w, int64_t h, int64_t ix,
-                       int64_t iy) {
-  if (ix < 0 || iy < 0 || ix >= w || iy >= h) return 0;
-  return kiln_get_f64(x, base + iy * w + ix);
+enum { GS_MAX_SPATIAL = 3, GS_MAX_TAPS = 64 /* 4^3: cubic in 3-D */ };
+
+/* The input rank GridSample takes: 4-D before opset 20, 3- to 5-D (1 to 3 spatial axes) from
+ * opset 20. */
+static bool gs_rank_ok(int opset, int rank) {
+  return opset >= 20 ? rank >= 3 && rank <= GS_MAX_SPATIAL + 2 : rank == 4;
 }
 
 static kiln_code infer_gridsample(kiln_ictx *c) {
   const kiln_type *x = kiln_itype(c, 0), *g = kiln_itype(c, 1);
-  int64_t out[4] = {-1, -1, -1, -1};
-  if (x && x->rank >= 0 && x->rank != 4) return kiln_ifail(c, "X must be 4-D");
-  if (g && g->rank >= 0 && g->rank != 4) return kiln_ifail(c, "grid must be 4-D");
-  if (x && x->rank == 4) out[0] = x->dims[0], out[1] = x->dims[1];
-  if (g && g->rank == 4) {
+  if (x && x->rank >= 0 && !gs_rank_ok(c->opset, x->rank))
+    return kiln_ifail(c, c->opset >= 20 ? "X must be 3-D to 5-D" : "X must be 4-D");
+  int rank = x && x->rank >= 0 ? x->rank : g && g->rank >= 0 ? g->rank : -1;
+  if (g && g->rank >= 0 && g->rank != rank) return kiln_ifail(c, "grid must have X's rank");
+  if (rank < 0) return KILN_OK;
+  int64_t out[GS_MAX_SPATIAL + 2];
+  for (int d = 0; d < rank; d++) out[d] = -1;
+  if (x && x->rank == rank) out[0] = x->dims[0], out[1] = x->dims[1];
+  if (g && g->rank == rank) {
     if (out[0] < 0) out[0] = g->dims[0];
-    out[2] = g->dims[1], out[3] = g->dims[2];
+    for (int d = 2; d < rank; d++) out[d] = g->dims[d - 1];
   }
-  kiln_infer_tensor(c, 0, x ? x->dtype : KILN_UNDEFINED, 4, out);
+  kiln_infer_tensor(c, 0, x ? x->dtype : KILN_UNDEFINED, rank, out);
   return KILN_OK;
+}
+
+/* The taps of one output point: flat offsets into an input plane (-1: outside, reads 0) and
+ * their weights. Grid coordinates come x first: coordinate k addresses spatial axis r-1-k. */
+typedef struct gs_taps {
+  int n;
+  int64_t off[GS_MAX_TAPS];
+  double w[GS_MAX_TAPS];
+} gs_taps;
+
+static void gs_point(const double *gc, int r, const int64_t *sp, int mode, int pad, bool ac,
+                     gs_taps *t) {
+  double f[GS_MAX_SPATIAL], cw[GS_MAX_SPATIAL][4];
+  int64_t f0[GS_MAX_SPATIAL];
+  const int span = mode == 0 ? 2 : mode == 1 ? 1 : 4;
+  t->n = 0;
+  for (int d = 0; d < r; d++) {
+    f[d] = gs_unnorm(gc[r - 1 - d], sp[d], ac);
+    if (mode != 2) f[d] = gs_pad(f[d], sp[d], pad, ac);
+    if (mode == 1) f[d] = nearbyint(f[d]); /* nearest: round half to even */
+    if (!floor_index(f[d], &f0[d])) return;  /* NaN or huge: the output is 0 */
+    double frac = f[d] - (double)f0[d];
+    if (mode == 0) cw[d][0] = 1 - frac, cw[d][1] = frac;
+    else if (mode == 1) cw[d][0] = 1;
+    else cubic_coeffs(frac, -0.75, cw[d]);
+  }
+  int total = 1;
+  for (int d = 0; d < r; d++) total *= span;
+  for (int k = 0; k < total; k++) {
+    int64_t off = 0;
+    double w = 1;
+    for (int d = 0, rest = k; d < r; d++, rest /= span) {
+      int j = rest % span;
+      int64_t ix = mode == 2 ? f0[d] - 1 + j : f0[d] + j;
+      if (mode == 2) { /* cubic: the padding applies to each tap */
+        double pv = gs_pad((double)ix, sp[d], pad, ac);
+        if (!floor_index(pv, &ix)) off = -1;
+      }
+      if (ix < 0 || ix >= sp[d]) off = -1;
+      if (off >= 0) off = off * sp[d] + ix;
+      w *= cw[d][j];
+    }
+    t->off[t->n] = off;
+    t->w[t->n++] = w;
+  }
 }
 
 static kiln_code run_gridsample(kiln_kctx *c) {
   kiln_code rc = kiln_need_tensors(c, 2);
   if (rc) return rc;
   const kiln_tensor *x = c->in[0], *g = c->in[1];
-  static const char *const modes[] = {"bilinear", "nearest", "bicubic"};
+  /* opset 20 renamed the modes (linear, cubic) when GridSample became N-D */
+  static const char *const modes16[] = {"bilinear", "nearest", "bicubic"};
+  static const char *const modes20[] = {"linear", "nearest", "cubic"};
   static const char *const pads[] = {"zeros", "border", "reflection"};
-  int mode = pick(kiln_attr_str(c->node, "mode", "bilinear"), modes, 3);
+  const char *ms = kiln_attr_str(c->node, "mode", c->opset >= 20 ? "linear" : "bilinear");
+  int mode = pick(ms, c->opset >= 20 ? modes20 : modes16, 3);
   int pad = pick(kiln_attr_str(c->node, "padding_mode", "zeros"), pads, 3);
   bool ac = kiln_attr_int(c->node, "align_corners", 0) != 0;
-  if (mode < 0 || pad < 0) return kiln_kfail(c, "unknown mode or padding_mode");
-  if (x->rank != 4 || g->rank != 4 || g->dims[0] != x->dims[0] || g->dims[3] != 2)
-    return kiln_kfail(c, "X must be [N,C,H,W] and grid [N,H_out,W_out,2]");
+  if (mode < 0) return kiln_kfail(c, "unknown mode '%s' at opset %d", ms, c->opset);
+  if (pad < 0) return kiln_kfail(c, "unknown padding_mode");
+  const int r = x->rank - 2;
+  if (!gs_rank_ok(c->opset, x->rank) || g->rank != x->rank || g->dims[0] != x->dims[0] ||
+      g->dims[g->rank - 1] != r)
+    return kiln_kfail(c, "X must be [N,C,D1..Dr] (r = %s) and grid [N,O1..Or,r]",
+                      c->opset >= 20 ? "1 to 3" : "2");
   if (!kiln_dtype_is_float(x->dtype) || !kiln_dtype_is_float(g->dtype))
     return kiln_kfail(c, "X and grid must be floating point");
-  int64_t n = x->dims[0], ch = x->dims[1], h = x->dims[2], w = x->dims[3];
-  int64_t ho = g->dims[1], wo = g->dims[2], out[4] = {n, ch, ho, wo};
-  kiln_tensor *o = kiln_out(c, 0, x->dtype, 4, out);
+  const int64_t n = x->dims[0], ch = x->dims[1];
+  int64_t out[GS_MAX_SPATIAL + 2] = {n, ch}, plane = 1, opts = 1;
+  for (int d = 0; d < r; d++) {
+    out[d + 2] = g->dims[d + 1];
+    plane *= x->dims[d + 2];
+    opts *= g->dims[d + 1];
+  }
+  kiln_tensor *o = kiln_out(c, 0, x->dtype, x->rank, out);
   if (!o) return c->err->code;
+  gs_taps t;
   for (int64_t b = 0; b < n; b++)
-    for (int64_t i = 0; i < ho * wo; i++) {
-      double gx = kiln_get_f64(g, (b * ho * wo + i) * 2), gy = kiln_get_f64(g, (b * ho * wo + i) * 2 + 1);
-      double fx = gs_unnorm(gx, w, ac), fy = gs_unnorm(gy, h, ac);
-      if (mode != 2) fx = gs_pad(fx, w, pad, ac), fy = gs_pad(fy, h, pad, ac);
-      int64_t x0 = 0, y0 = 0;
-      bool ok = floor_index(fx, &x0) && floor_index(fy, &y0);
+    for (int64_t i = 0; i < opts; i++) {
+      double gc[GS_MAX_SPATIAL];
+      for (int k = 0; k < r; k++) gc[k] = kiln_get_f64(g, (b * opts + i) * r + k);
+      gs_point(gc, r, x->dims + 2, mode, pad, ac, &t);
       for (int64_t k = 0; k < ch; k++) {
-        int64_t base = (b * ch + k) * h * w;
+        const int64_t base = (b * ch + k) * plane;
         double v = 0;
-        if (!ok) {
-          v = 0;
-        } else if (mode == 1) { /* nearest: round half to even, like nearbyint */
-          int64_t nx, ny;
-          if (floor_index(nearbyint(fx), &nx) && floor_index(nearbyint(fy), &ny))
-            v = gs_pixel(x, base, w, h, nx, ny);
-        } else if (mode == 0) {
-          double tx = fx - (double)x0, ty = fy - (double)y0;
-          v = gs_pixel(x, base, w, h, x0, y0) * (1 - tx) * (1 - ty) +
-              gs_pixel(x, base, w, h, x0 + 1, y0) * tx * (1 - ty) +
-              gs_pixel(x, base, w, h, x0, y0 + 1) * (1 - tx) * ty +
-              gs_pixel(x, base, w, h, x0 + 1, y0 + 1) * tx * ty;
-        } else { /* bicubic: padding applies to each of the 4x4 taps */
-          double cx[4], cy[4];
-          cubic_coeffs(fx - (double)x0, -0.75, cx);
-          cubic_coeffs(fy - (double)y0, -0.75, cy);
-          for (int j = 0; j < 4; j++)
-            for (int l = 0; l < 4; l++) {
-              double px = gs_pad((double)(x0 - 1 + l), w, pad, ac);
-              double py = gs_pad((double)(y0 - 1 + j), h, pad, ac);
-              int64_t ix, iy;
-              if (floor_index(px, &ix) && floor_index(py, &iy))
-                v += cy[j] * cx[l] * gs_pixel(x, base, w, h, ix, iy);
-            }
-        }
-        kiln_set_f64(o, (b * ch + k) * ho * wo + i, v);
+        for (int j = 0; j < t.n; j++)
+          if (t.off[j] >= 0) v += t.w[j] * kiln_get_f64(x, base + t.off[j]);
+        kiln_set_f64(o, (b * ch + k) * opts + i, v);
       }
     }
   return KILN_OK;

@@ -4,7 +4,7 @@
  * The shape functions matter as much as the kernels: these ops are where constant shape inputs
  * (initializers) turn into static output shapes. They state only what is certain and fail only
  * on inputs that are invalid whatever the run-time values. The data-moving shape ops
- * (Transpose, Slice, Expand, Tile, Pad, ...) live in shape2.c. */
+ * (Transpose, Slice, Expand, Tile, Pad, ...) live in layout.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -14,7 +14,8 @@
  *       fuse_matmul, which only knows default-domain activations
  *   Add(x, constant bias over the last dim) -> GELU    =>  ai.kiln::BiasGelu(x, bias)
  *   GELU                                               =>  ai.kiln::Gelu(x)
- * with attribute approximate = "none" | "tanh" on the last two. */
+ * where GELU is one of the chains above or the standard Gelu op (opset 20), with attribute
+ * approximate = "none" | "tanh" on the last two. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,6 +193,15 @@ kiln_code kiln_pass_fuse_gelu(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) 
       f.tanh = !strcmp(a, "tanh");
       if (!kfn_is_float(g, f.x) || !extend(g, uses, dead, &f, fused_bias ? n->in[1] : -1) || !strcmp(f.op, "Gelu"))
         continue;
+    } else if (kiln_op_is(n, "Gelu") && n->n_in == 1 && n->n_out == 1) {
+      /* the standard Gelu (opset 20): what its chain would have become */
+      const char *a = kiln_attr_str(n, "approximate", "none");
+      if ((strcmp(a, "none") && strcmp(a, "tanh")) || !kfn_is_float(g, n->in[0])) continue;
+      f.m.n = 1;
+      f.m.nodes[0] = i;
+      f.x = f.in[0] = n->in[0];
+      f.tanh = !strcmp(a, "tanh");
+      extend(g, uses, dead, &f, -1);
     } else {
       if (!match_chain(g, i, uses, dead, &f)) continue;
       f.in[0] = f.x;

@@ -21,30 +21,11 @@
 #include "ir/edit.h"
 #include "opt/fuse_norm_common.h"
 
-static bool keepdims(const kiln_graph *g, const kiln_node *n) {
-  (void)g;
-  return kiln_attr_int(n, "keepdims", 1) == 1 && kiln_attr_int(n, "noop_with_empty_axes", 0) == 0;
-}
-
-/* Pow(d, 2) or Mul(d, d). */
-static bool square(const kiln_graph *g, const kiln_node *n) {
-  if (kiln_op_is(n, "Pow")) return n->n_in == 2 && kfn_scalar_is(g, n, 1, 2.0, 0.0);
-  return n->n_in == 2 && n->in[0] == n->in[1];
-}
-
-static bool eps_add(const kiln_graph *g, const kiln_node *n) {
-  for (size_t i = 0; i < 2 && n->n_in == 2; i++) {
-    const kiln_tensor *t = kiln_const_input(g, n, i);
-    if (t && t->numel == 1 && t->dtype == KILN_FLOAT && !kiln_const_input(g, n, 1 - i)) return true;
-  }
-  return false;
-}
-
 static bool const_side(const kiln_graph *g, const kiln_node *n) {
   return n->n_in == 2 && (kiln_const_input(g, n, 0) != NULL) != (kiln_const_input(g, n, 1) != NULL);
 }
 
-#define SPINE {"Pow|Mul", -1, square}, {"ReduceMean", 0, keepdims}, {"Add", -1, eps_add}, \
+#define SPINE {"Pow|Mul", -1, kfn_square}, {"ReduceMean", 0, kfn_keepdims}, {"Add", -1, kfn_eps_add}, \
               {"Sqrt", 0, NULL}, {"Div", 1, NULL}
 static const kiln_pattern spines[] = {
     {"ln_gamma_beta", 7, {SPINE, {"Mul", -1, const_side}, {"Add", -1, const_side}}},
@@ -52,35 +33,6 @@ static const kiln_pattern spines[] = {
     {"ln_beta", 6, {SPINE, {"Add", -1, const_side}}},
     {"ln", 5, {SPINE}},
 };
-
-/* The reduced axes of a ReduceMean as "the last k dims of a rank-r value": k, or 0 when they
- * are not such a suffix (or not constant). */
-static int suffix_axes(const kiln_graph *g, const kiln_node *n, int r) {
-  int64_t axes[KILN_MAX_RANK];
-  size_t na = 0;
-  if (n->opset >= 18) {
-    if (n->n_in >= 2 && n->in[1] >= 0) {
-      const kiln_tensor *t = kiln_const_input(g, n, 1);
-      if (!t || !kiln_dtype_is_int(t->dtype) || t->numel > KILN_MAX_RANK) return 0;
-      for (int64_t i = 0; i < t->numel; i++) axes[na++] = kiln_get_i64(t, i);
-    }
-  } else {
-    size_t cnt = 0;
-    const int64_t *a = kiln_attr_ints(n, "axes", &cnt);
-    if (cnt > KILN_MAX_RANK) return 0;
-    for (size_t i = 0; i < cnt; i++) axes[na++] = a[i];
-  }
-  if (na == 0) return r; /* no axes: everything (noop_with_empty_axes was refused above) */
-  bool seen[KILN_MAX_RANK] = {false};
-  int lo = r;
-  for (size_t i = 0; i < na; i++) {
-    int64_t a = axes[i] < 0 ? axes[i] + r : axes[i];
-    if (a < 0 || a >= r || seen[a]) return 0;
-    seen[a] = true;
-    if (a < lo) lo = (int)a;
-  }
-  return (size_t)(r - lo) == na ? r - lo : 0; /* distinct axes from lo to r-1: a suffix */
-}
 
 static int const_of(const kiln_graph *g, const kiln_node *n) {
   return kiln_const_input(g, n, 0) ? n->in[0] : n->in[1];
@@ -99,11 +51,11 @@ static bool match_decomposed(const kiln_graph *g, size_t anchor, const size_t *u
     if (sb < 0 || g->nodes[sb].n_in != 2) return false;
     int x = g->nodes[sb].in[0];
     int rm1 = kfn_producer(g, g->nodes[sb].in[1], "ReduceMean", taken);
-    if (rm1 < 0 || g->nodes[rm1].in[0] != x || !keepdims(g, &g->nodes[rm1]) || !kfn_is_float(g, x))
+    if (rm1 < 0 || g->nodes[rm1].in[0] != x || !kfn_keepdims(g, &g->nodes[rm1]) || !kfn_is_float(g, x))
       return false;
     const kiln_type *xt = &g->values[x].type;
-    int r = xt->rank, k = suffix_axes(g, &g->nodes[rm1], r);
-    if (k < 1 || suffix_axes(g, rm2, r) != k) return false;
+    int r = xt->rank, k = kfn_suffix_axes(g, &g->nodes[rm1], r);
+    if (k < 1 || kfn_suffix_axes(g, rm2, r) != k) return false;
     lm->x = x;
     lm->axis = -k;
     lm->standard = false;

@@ -144,3 +144,52 @@ int kfn_fuse(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_match *m, const char 
   }
   return k;
 }
+
+/* ---- the normalisations' pieces (fuse_layernorm.c, fuse_rmsnorm.c) ---- */
+
+bool kfn_keepdims(const kiln_graph *g, const kiln_node *n) {
+  (void)g;
+  return kiln_attr_int(n, "keepdims", 1) == 1 && kiln_attr_int(n, "noop_with_empty_axes", 0) == 0;
+}
+
+bool kfn_square(const kiln_graph *g, const kiln_node *n) {
+  if (kiln_op_is(n, "Pow")) return n->n_in == 2 && kfn_scalar_is(g, n, 1, 2.0, 0.0);
+  return n->n_in == 2 && n->in[0] == n->in[1];
+}
+
+bool kfn_eps_add(const kiln_graph *g, const kiln_node *n) {
+  for (size_t i = 0; i < 2 && n->n_in == 2; i++) {
+    const kiln_tensor *t = kiln_const_input(g, n, i);
+    if (t && t->numel == 1 && t->dtype == KILN_FLOAT && !kiln_const_input(g, n, 1 - i)) return true;
+  }
+  return false;
+}
+
+/* The reduced axes of a ReduceMean as "the last k dims of a rank-r value": k, or 0 when they
+ * are not such a suffix (or not constant). */
+int kfn_suffix_axes(const kiln_graph *g, const kiln_node *n, int r) {
+  int64_t axes[KILN_MAX_RANK];
+  size_t na = 0;
+  if (n->opset >= 18) {
+    if (n->n_in >= 2 && n->in[1] >= 0) {
+      const kiln_tensor *t = kiln_const_input(g, n, 1);
+      if (!t || !kiln_dtype_is_int(t->dtype) || t->numel > KILN_MAX_RANK) return 0;
+      for (int64_t i = 0; i < t->numel; i++) axes[na++] = kiln_get_i64(t, i);
+    }
+  } else {
+    size_t cnt = 0;
+    const int64_t *a = kiln_attr_ints(n, "axes", &cnt);
+    if (cnt > KILN_MAX_RANK) return 0;
+    for (size_t i = 0; i < cnt; i++) axes[na++] = a[i];
+  }
+  if (na == 0) return r; /* no axes: everything (noop_with_empty_axes was refused above) */
+  bool seen[KILN_MAX_RANK] = {false};
+  int lo = r;
+  for (size_t i = 0; i < na; i++) {
+    int64_t a = axes[i] < 0 ? axes[i] + r : axes[i];
+    if (a < 0 || a >= r || seen[a]) return 0;
+    seen[a] = true;
+    if (a < lo) lo = (int)a;
+  }
+  return (size_t)(r - lo) == na ? r - lo : 0; /* distinct axes from lo to r-1: a suffix */
+}

@@ -55,6 +55,17 @@ int kfn_fuse(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_match *m, const char 
              const int *inputs, size_t n_inputs, const int *extra, size_t n_extra, bool **dead,
              size_t *n_dead);
 
+/* ---- the normalisations' pieces (fuse_layernorm.c, fuse_rmsnorm.c), pattern predicates ---- */
+/* A ReduceMean with keepdims 1 (and not noop_with_empty_axes). */
+bool kfn_keepdims(const kiln_graph *g, const kiln_node *n);
+/* Pow(d, 2) or Mul(d, d). */
+bool kfn_square(const kiln_graph *g, const kiln_node *n);
+/* Add(v, constant float32 scalar eps) with v not constant. */
+bool kfn_eps_add(const kiln_graph *g, const kiln_node *n);
+/* The reduced axes of ReduceMean n (attribute, or input from opset 18) as "the last k dims of a
+ * rank-r value": k, or 0 when they are not such a suffix (or not constant). */
+int kfn_suffix_axes(const kiln_graph *g, const kiln_node *n, int r);
+
 /* ---- LayerNorm matching, shared by fuse_layernorm and fuse_embedding ---- */
 
 typedef struct kiln_ln_match {

@@ -34,6 +34,7 @@ kiln_code kiln_session_create_from_model(kiln_model *m, const kiln_options *opts
     rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   if (!rc && !(s->planner = kiln_planner_new(g, s->sched ? s->sched->level : NULL)))
     rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  if (!rc && !(s->scratch = kiln_scratch_pool_new())) rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   if (!rc && s->opts.profile && !(s->profile = kiln_profile_new(g->n_nodes, s->pool, !s->sched)))
     rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
   if (!rc && s->profile) kiln_threadpool_timing(s->pool, 1);
@@ -77,6 +78,7 @@ kiln_code kiln_session_create_from_memory(const void *bytes, size_t len, const c
 void kiln_session_free(kiln_session *s) {
   if (!s) return;
   kiln_planner_free(s->planner);
+  kiln_scratch_pool_free(s->scratch);
   if (s->profile) kiln_threadpool_timing(s->pool, 0);
   kiln_pool_release(s->pool);
   kiln_profile_free(s->profile);

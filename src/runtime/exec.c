@@ -310,7 +310,9 @@ kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_g
   kiln_frame f = {.g = g, .vals = kiln_calloc(g->n_values, sizeof(kiln_tensor *)),
                   .own = kiln_calloc(g->n_values, sizeof(kiln_tensor *)), .parent = parent, .session = s,
                   .terminate = parent ? parent->terminate : kiln_run_terminate_flag(),
-                  .states = s ? kiln_states_of(&s->model->states, g) : NULL};
+                  .states = s ? kiln_states_of(&s->model->states, g) : NULL,
+                  .scratch = parent ? parent->scratch : NULL};
+  bool own_scratch = !parent && s && (f.scratch = kiln_scratch_acquire(s->scratch));
   kiln_frame_services(&f);
   kiln_code rc = KILN_OK;
   kiln_run_mem mem;
@@ -379,6 +381,7 @@ done:
     free(f.own);
   }
   if (planned) kiln_planner_end(&mem, rc == KILN_OK);
+  if (own_scratch) kiln_scratch_release(s->scratch, f.scratch);
   return rc;
 }
 
@@ -386,6 +389,14 @@ static kiln_code frame_subgraph(void *rt, kiln_kctx *c, const kiln_graph *g, siz
                                 const kiln_tensor *const *inputs, kiln_tensor **outputs) {
   kiln_frame *f = rt;
   return kiln_graph_run(f->session, f, g, n_inputs, inputs, outputs, c->err);
+}
+
+static void *frame_scratch_take(void *rt, const kiln_kctx *c) {
+  return kiln_scratch_take(((kiln_frame *)rt)->scratch, c->node);
+}
+
+static void frame_scratch_put(void *rt, const kiln_kctx *c, void *v, void (*free_fn)(void *)) {
+  kiln_scratch_put(((kiln_frame *)rt)->scratch, c->node, v, free_fn);
 }
 
 static void *frame_out_slot(void *rt, const kiln_kctx *c, size_t i, size_t bytes) {
@@ -397,5 +408,6 @@ void kiln_frame_services(kiln_frame *f) {
   const kiln_session *s = f->session;
   f->svc = (kiln_kservices){.rt = f, .graph = f->g, .pool = s ? s->pool : NULL, .opts = s ? &s->opts : NULL,
                             .plugins = s ? s->model->plugins : NULL, .out_slot = frame_out_slot,
-                            .subgraph = frame_subgraph};
+                            .subgraph = frame_subgraph, .scratch_take = frame_scratch_take,
+                            .scratch_put = frame_scratch_put};
 }

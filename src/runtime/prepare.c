@@ -24,13 +24,16 @@ static kiln_code resolve_node(kiln_node *n, const kiln_ir_model *m, const kiln_p
       return kiln_fail(err, KILN_ERR_UNSUPPORTED, "%s: the plugin that provides this op does not cover opset %d",
                        kiln_node_label(n, lbl, sizeof lbl), n->opset);
     if (kiln_op_known(n->domain, n->op_type))
-      return kiln_fail(err, KILN_ERR_UNSUPPORTED, "%s: kiln does not implement this op at opset %d",
-                       kiln_node_label(n, lbl, sizeof lbl), n->opset);
+      return kiln_fail(err, KILN_ERR_UNSUPPORTED,
+                       "%s: kiln does not implement operator '%s' in domain '%s' at opset %d",
+                       kiln_node_label(n, lbl, sizeof lbl), n->op_type,
+                       *n->domain ? n->domain : "ai.onnx", n->opset);
     bool custom = *n->domain && strcmp(n->domain, "ai.onnx") && strcmp(n->domain, "ai.onnx.ml") &&
                   strcmp(n->domain, KILN_FUSED_DOMAIN);
-    return kiln_fail(err, KILN_ERR_UNSUPPORTED, "%s: unknown operator '%s' in domain '%s'%s",
+    return kiln_fail(err, KILN_ERR_UNSUPPORTED, "%s: unknown operator '%s' in domain '%s'%s (the model imports the domain at opset %d)",
                      kiln_node_label(n, lbl, sizeof lbl), n->op_type, *n->domain ? n->domain : "ai.onnx",
-                     custom ? " (if a plugin provides it, load it: --plugin PATH.so or KILN_PLUGINS)" : "");
+                     custom ? " (if a plugin provides it, load it: --plugin PATH.so or KILN_PLUGINS)" : "",
+                     n->opset);
   }
   const kiln_op_schema *s = n->schema;
   if ((int)n->n_in < s->inputs.min || (s->inputs.max >= 0 && (int)n->n_in > s->inputs.max))

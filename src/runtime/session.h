@@ -9,9 +9,10 @@
 #include "runtime/planner.h"
 #include "runtime/profile.h"
 #include "runtime/schedule.h"
+#include "runtime/scratch.h"
 #include "base/threadpool.h"
 
-#define KILN_MAX_OPSET 18
+#define KILN_MAX_OPSET 26
 
 typedef struct kiln_op_hist {
   const char *op;
@@ -50,6 +51,7 @@ struct kiln_session {
   kiln_threadpool *pool;   /* shared pool of opts.threads threads; NULL runs single-threaded */
   kiln_profile *profile;   /* per-node times of the main graph (opts.profile), or NULL */
   kiln_schedule *sched;    /* waves of the main graph (opts.inter_op with a pool), or NULL */
+  kiln_scratch_pool *scratch; /* the kernels' per-run scratch, one context per run in flight */
 };
 
 /* At model load, unless opts.lazy_weights: the prepare hook of every main-graph node that has
@@ -71,6 +73,7 @@ typedef struct kiln_frame {
   kiln_run_mem *mem;        /* arena for planned intermediates (main graph only), or NULL */
   const int *terminate;     /* the run options' flag (api_run.c), checked before each node */
   kiln_node_state *states;  /* the compiled model's states of g's nodes, or NULL */
+  kiln_scratch *scratch;    /* the run's scratch context (the main graph's, shared below), or NULL */
   kiln_kservices svc;       /* what the kernels of this run are offered (rt: this frame) */
 } kiln_frame;
 

@@ -19,21 +19,26 @@
 #include "kiln/kiln.h"
 
 #define DEFAULT_DATA "/usr/share/libonnx-testdata/data"
-static const char *const SUITES[] = {"node", "pytorch-converted", "pytorch-operator", "simple"};
-enum { NSUITES = sizeof SUITES / sizeof SUITES[0] };
+static const char *const DEFAULT_SUITES = "node,pytorch-converted,pytorch-operator,simple";
+enum { MAX_SUITES = 16 };
 enum { R_PASS = 0, R_FAIL = 1, R_ERROR = 2 };
 
 typedef struct {
-  const char *data, *expected, *write_expected, *filter;
+  const char *data, *expected, *write_expected, *filter, *suites;
   int verbose, timeout, level;
 } opts;
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: kiln_conformance [--data DIR] [--expected FILE] [--write-expected FILE]\n"
-          "                        [--filter SUBSTR] [--level N] [--timeout SEC] [--inter-op] [-v]\n"
-          "Runs every model under DIR/{node,pytorch-converted,pytorch-operator,simple} and compares\n"
-          "its outputs with the reference (floats: |a-e| <= 1e-5 + 1e-3*|e|; NaN equals NaN).\n"
+          "                        [--suites A,B,...] [--filter SUBSTR] [--level N] [--timeout SEC]\n"
+          "                        [--inter-op] [-v]\n"
+          "Runs every model under DIR/SUITE for each suite (default: node,pytorch-converted,\n"
+          "pytorch-operator,simple; `light` runs DIR/light/light_*.onnx against their\n"
+          "light_*_output_0.pb) and compares its outputs with the reference (floats:\n"
+          "|a-e| <= 1e-5 + 1e-3*|e|; NaN equals NaN).\n"
+          "--data DIR         default " DEFAULT_DATA " (Debian 12's ONNX 1.12 data);\n"
+          "                   ONNX 1.17's: /var/cache/kiln/onnx-testdata/1.17.0/data\n"
           "--expected FILE    known failures, one 'suite/test  # reason' per line; the run fails\n"
           "                   when a listed test passes or an unlisted one fails\n"
           "--write-expected F write the current failures to F (with kiln's error as the reason)\n"
@@ -156,20 +161,72 @@ static void bf16_quirk(kiln_tensor *t, const kiln_io_info *info) {
 /* --inter-op: run every model with two threads and independent nodes at the same time */
 static int g_inter_op;
 
-static int run_test(const char *dir, int level, char *why, size_t n) {
-  char path[4096];
+static kiln_session *open_model(const char *path, int level, char *why, size_t n) {
   kiln_error err = {0};
   kiln_options o;
   kiln_options_init(&o);
   o.opt_level = level;
   o.threads = g_inter_op ? 2 : 1;
   o.inter_op = g_inter_op;
-  snprintf(path, sizeof path, "%s/model.onnx", dir);
   kiln_session *s = NULL;
   if (kiln_session_create(path, &o, &s, &err)) {
-    snprintf(why, n, "load: %s", err.message);
-    return R_ERROR;
+    size_t len = strlen(path); /* the message without the model's path */
+    const char *m = err.message;
+    if (!strncmp(m, path, len) && !strncmp(m + len, ": ", 2)) m += len + 2;
+    snprintf(why, n, "load: %s", m);
+    return NULL;
   }
+  return s;
+}
+
+/* Runs s on the ni inputs and compares its outputs with the files exp[0..nout-1]. Twice: the
+ * first run measures and builds the memory plan, the second runs in it. */
+static int run_compare(kiln_session *s, int ni, const char **names, kiln_tensor **in,
+                       char exp[][4096], char *why, size_t n) {
+  kiln_error err = {0};
+  size_t nout = kiln_session_output_count(s);
+  kiln_tensor **out = calloc(nout + 1, sizeof *out);
+  int result = R_PASS;
+  for (int pass = 0; pass < 2 && result == R_PASS; pass++) {
+    for (size_t i = 0; i < nout; i++) {
+      kiln_tensor_free(out[i]);
+      out[i] = NULL;
+    }
+    const char *tag = pass ? " (second run, planned memory)" : "";
+    if (kiln_session_run(s, (size_t)ni, names, (const kiln_tensor *const *)in, nout, NULL, out, &err)) {
+      snprintf(why, n, "run%s: %s", tag, err.message);
+      result = R_ERROR;
+    }
+    for (size_t i = 0; i < nout && result == R_PASS; i++) {
+      kiln_tensor *e = NULL;
+      kiln_io_info oinfo;
+      kiln_session_output_info(s, i, &oinfo, NULL);
+      if (kiln_value_load_pb(exp[i], pb_format(&oinfo), &e, &err)) {
+        snprintf(why, n, "expected output: %s", err.message);
+        result = R_ERROR;
+      } else {
+        bf16_quirk(e, &oinfo);
+        char w[600];
+        if (!cmp_tensor(out[i], e, w, sizeof w)) {
+          snprintf(why, n, "output '%s'%s: %s", oinfo.name, tag, w);
+          result = R_FAIL;
+        }
+      }
+      kiln_tensor_free(e);
+    }
+  }
+  for (size_t i = 0; i < nout; i++) kiln_tensor_free(out[i]);
+  free(out);
+  return result;
+}
+
+/* A test directory: model.onnx and test_data_set_N/{input,output}_K.pb. */
+static int run_test(const char *dir, int level, char *why, size_t n) {
+  char path[4096];
+  kiln_error err = {0};
+  snprintf(path, sizeof path, "%s/model.onnx", dir);
+  kiln_session *s = open_model(path, level, why, n);
+  if (!s) return R_ERROR;
   int result = R_PASS;
   DIR *d = opendir(dir);
   struct dirent *de;
@@ -181,8 +238,9 @@ static int run_test(const char *dir, int level, char *why, size_t n) {
     snprintf(set, sizeof set, "%s/%s", dir, de->d_name);
     int ni = count_files(set, "input"), no = count_files(set, "output");
     size_t nfeed = kiln_session_input_count(s), nout = kiln_session_output_count(s);
-    kiln_tensor **in = calloc((size_t)ni + 1, sizeof *in), **out = calloc(nout + 1, sizeof *out);
+    kiln_tensor **in = calloc((size_t)ni + 1, sizeof *in);
     const char **names = calloc((size_t)ni + 1, sizeof *names);
+    char(*exp)[4096] = calloc((size_t)no + 1, sizeof *exp);
     if ((size_t)no != nout) {
       snprintf(why, n, "model has %zu outputs, test data %d", nout, no);
       result = R_ERROR;
@@ -202,44 +260,12 @@ static int run_test(const char *dir, int level, char *why, size_t n) {
       }
       bf16_quirk(in[i], &info);
     }
-    /* Twice: the first run measures and builds the memory plan, the second runs in it. */
-    for (int pass = 0; pass < 2 && result == R_PASS; pass++) {
-      for (size_t i = 0; i < nout; i++) {
-        kiln_tensor_free(out[i]);
-        out[i] = NULL;
-      }
-      const char *tag = pass ? " (second run, planned memory)" : "";
-      if (result == R_PASS &&
-          kiln_session_run(s, (size_t)ni, names, (const kiln_tensor *const *)in, nout, NULL, out, &err)) {
-        snprintf(why, n, "run%s: %s", tag, err.message);
-        result = R_ERROR;
-      }
-      for (int i = 0; i < no && result == R_PASS; i++) {
-        kiln_tensor *e = NULL;
-        snprintf(path, sizeof path, "%s/output_%d.pb", set, i);
-        kiln_io_info oinfo;
-        kiln_session_output_info(s, (size_t)i, &oinfo, NULL);
-        if (kiln_value_load_pb(path, pb_format(&oinfo), &e, &err)) {
-          snprintf(why, n, "expected output: %s", err.message);
-          result = R_ERROR;
-        } else {
-          bf16_quirk(e, &oinfo);
-          char w[600];
-          if (!cmp_tensor(out[i], e, w, sizeof w)) {
-            kiln_io_info info;
-            kiln_session_output_info(s, (size_t)i, &info, NULL);
-            snprintf(why, n, "output '%s'%s: %s", info.name, tag, w);
-            result = R_FAIL;
-          }
-        }
-        kiln_tensor_free(e);
-      }
-    }
+    for (int i = 0; i < no; i++) snprintf(exp[i], sizeof exp[i], "%s/output_%d.pb", set, i);
+    if (result == R_PASS) result = run_compare(s, ni, names, in, exp, why, n);
     for (int i = 0; i < ni; i++) kiln_tensor_free(in[i]);
-    for (size_t i = 0; i < nout; i++) kiln_tensor_free(out[i]);
     free(in);
-    free(out);
     free(names);
+    free(exp);
   }
   if (d) closedir(d);
   if (result == R_PASS && sets == 0) {
@@ -250,17 +276,59 @@ static int run_test(const char *dir, int level, char *why, size_t n) {
   return result;
 }
 
+/* A `light` model (ONNX 1.14+): NAME.onnx, its weights made by ConstantOfShape, and the
+ * expected NAME_output_0.pb for an input the suite does not store. Its outputs do not depend
+ * on the input (every channel carries the same constants), so any input does: one float
+ * tensor in [0, 1) of the declared shape. */
+static int run_light(const char *model, int level, char *why, size_t n) {
+  kiln_session *s = open_model(model, level, why, n);
+  if (!s) return R_ERROR;
+  int result = R_PASS;
+  kiln_error err = {0};
+  kiln_io_info info;
+  kiln_tensor *in = NULL;
+  char exp[1][4096];
+  snprintf(exp[0], sizeof exp[0], "%.*s_output_0.pb", (int)(strlen(model) - 5), model);
+  if (kiln_session_input_count(s) != 1 || kiln_session_output_count(s) != 1 ||
+      kiln_session_input_info(s, 0, &info, NULL) || info.dtype != KILN_FLOAT || info.rank < 0 ||
+      info.rank > 16) {
+    snprintf(why, n, "a light model has one float input of known rank and one output");
+    result = R_ERROR;
+  } else {
+    int64_t dims[16];
+    for (int i = 0; i < info.rank && i < 16; i++) dims[i] = info.dims[i] > 0 ? info.dims[i] : 1;
+    if (kiln_tensor_create(KILN_FLOAT, info.rank, dims, &in, &err)) {
+      snprintf(why, n, "input: %s", err.message);
+      result = R_ERROR;
+    } else {
+      float *x = kiln_tensor_data(in);
+      for (int64_t i = 0; i < kiln_tensor_numel(in); i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f;
+      const char *names[1] = {info.name};
+      result = run_compare(s, 1, names, &in, exp, why, n);
+    }
+  }
+  kiln_tensor_free(in);
+  kiln_session_free(s);
+  return result;
+}
+
+static int run_any(const char *path, int level, char *why, size_t n) {
+  size_t len = strlen(path);
+  if (len > 5 && !strcmp(path + len - 5, ".onnx")) return run_light(path, level, why, n);
+  return run_test(path, level, why, n);
+}
+
 /* Fork, run, and read the verdict back through a pipe. */
 static int run_isolated(const char *dir, const opts *o, char *why, size_t n) {
   int fds[2];
-  if (pipe(fds) != 0) return run_test(dir, o->level, why, n);
+  if (pipe(fds) != 0) return run_any(dir, o->level, why, n);
   fflush(NULL);
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
     alarm((unsigned)o->timeout);
     char w[1500] = {0};
-    int r = run_test(dir, o->level, w, sizeof w);
+    int r = run_any(dir, o->level, w, sizeof w);
     ssize_t wr = write(fds[1], w, strlen(w));
     (void)wr;
     close(fds[1]);
@@ -318,7 +386,7 @@ static int in_list(const list *l, const char *name) {
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 int main(int argc, char **argv) {
-  opts o = {DEFAULT_DATA, NULL, NULL, NULL, 0, 60, 0};
+  opts o = {DEFAULT_DATA, NULL, NULL, NULL, DEFAULT_SUITES, 0, 60, 0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -335,6 +403,8 @@ int main(int argc, char **argv) {
       o.expected = argv[++i];
     } else if (next && !strcmp(a, "--write-expected")) {
       o.write_expected = argv[++i];
+    } else if (next && !strcmp(a, "--suites")) {
+      o.suites = argv[++i];
     } else if (next && !strcmp(a, "--filter")) {
       o.filter = argv[++i];
     } else if (next && !strcmp(a, "--level")) {
@@ -355,38 +425,54 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (wf) fprintf(wf, "# Known conformance failures: suite/test  # reason (kiln's error).\n"
-                      "# Regenerate: kiln_conformance --write-expected tests/conformance/known_failures.txt\n");
+                      "# Regenerate: kiln_conformance [--data DIR] [--suites ...] --write-expected FILE\n");
+  char suite_buf[512], *suites[MAX_SUITES];
+  int nsuites = 0;
+  snprintf(suite_buf, sizeof suite_buf, "%s", o.suites);
+  for (char *tok = strtok(suite_buf, ","); tok && nsuites < MAX_SUITES; tok = strtok(NULL, ","))
+    suites[nsuites++] = tok;
   int tot[3] = {0}, unexpected = 0, fixed = 0;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  printf("%-20s %7s %7s %7s\n", "suite", "passed", "failed", "errored");
-  for (int s = 0; s < NSUITES; s++) {
+  printf("%-20s %7s %7s %7s   (%s, level %d)\n", "suite", "passed", "failed", "errored", o.data, o.level);
+  for (int s = 0; s < nsuites; s++) {
     char sdir[4096];
-    snprintf(sdir, sizeof sdir, "%s/%s", o.data, SUITES[s]);
+    int light = !strcmp(suites[s], "light");
+    snprintf(sdir, sizeof sdir, "%s/%s", o.data, suites[s]);
     DIR *d = opendir(sdir);
     if (!d) {
-      fprintf(stderr, "cannot open %s: %s (install libonnx-testdata)\n", sdir, strerror(errno));
+      fprintf(stderr, "cannot open %s: %s (run scripts/install-deps.sh --test, which fetches "
+              "the ONNX test data)\n", sdir, strerror(errno));
       return 2;
     }
     char **names = NULL;
     size_t nn = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
-      if (strncmp(de->d_name, "test_", 5)) continue;
+      size_t len = strlen(de->d_name);
+      if (light) {
+        if (strncmp(de->d_name, "light_", 6) || len < 6 || strcmp(de->d_name + len - 5, ".onnx")) continue;
+      } else if (strncmp(de->d_name, "test_", 5)) {
+        continue;
+      }
       names = realloc(names, (nn + 1) * sizeof *names);
-      names[nn++] = strdup(de->d_name);
+      names[nn++] = light ? strndup(de->d_name, len - 5) : strdup(de->d_name);
     }
     closedir(d);
     if (nn) qsort(names, nn, sizeof *names, cmp_str);
+    if (!nn) {
+      fprintf(stderr, "%s holds no tests (run scripts/install-deps.sh --test)\n", sdir);
+      return 2;
+    }
     int cnt[3] = {0};
     for (size_t i = 0; i < nn; i++) {
       char full[512], dir[4096], why[1500];
-      snprintf(full, sizeof full, "%s/%s", SUITES[s], names[i]);
+      snprintf(full, sizeof full, "%s/%s", suites[s], names[i]);
       if (o.filter && !strstr(full, o.filter)) {
         free(names[i]);
         continue;
       }
-      snprintf(dir, sizeof dir, "%s/%s", sdir, names[i]);
+      snprintf(dir, sizeof dir, "%s/%s%s", sdir, names[i], light ? ".onnx" : "");
       int r = run_isolated(dir, &o, why, sizeof why);
       cnt[r]++;
       int listed = in_list(&known, full);
@@ -405,7 +491,7 @@ int main(int argc, char **argv) {
       free(names[i]);
     }
     free(names);
-    printf("%-20s %7d %7d %7d\n", SUITES[s], cnt[0], cnt[1], cnt[2]);
+    printf("%-20s %7d %7d %7d\n", suites[s], cnt[0], cnt[1], cnt[2]);
     for (int k = 0; k < 3; k++) tot[k] += cnt[k];
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);

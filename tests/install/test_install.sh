@@ -3,6 +3,8 @@
 # C example is built against the installed headers and libraries through pkg-config and through
 # find_package(kiln), shared and static, and run. libkiln.so exports the public API only.
 # Usage: test_install.sh BUILD_DIR SOURCE_DIR
+# (grep reads here-strings, not pipes: under pipefail a grep -q that stops early makes the
+# writer die of SIGPIPE and the check fail by chance)
 set -euo pipefail
 build=$(cd "$1" && pwd)
 src=$(cd "$2" && pwd)
@@ -29,9 +31,9 @@ n=$(echo "$exports" | wc -l)
 bad=$(echo "$exports" | grep -v '^kiln_' || true)
 [ -z "$bad" ] || fail "libkiln.so exports non-kiln symbols: $(echo $bad | head -c 300)"
 for f in kiln_session_create kiln_session_run kiln_model_load kiln_tensor_free; do
-  echo "$exports" | grep -qx "$f" || fail "libkiln.so does not export $f"
+  grep -qx "$f" <<<"$exports" || fail "libkiln.so does not export $f"
 done
-echo "$exports" | grep -qx kiln_fail && fail "libkiln.so exports the internal kiln_fail"
+grep -qx kiln_fail <<<"$exports" && fail "libkiln.so exports the internal kiln_fail"
 echo "libkiln.so ($soname): $n exported symbols, all kiln_*"
 
 # the README's C example
@@ -40,16 +42,16 @@ sed -n '/^```c$/,/^```$/p' "$src/README.md" | sed '1d;$d' >"$tmp/app.c"
 check_run() { # name exe: the example runs from the source tree and prints a probability
   local out
   out=$(cd "$src" && LD_LIBRARY_PATH=$libdir "$2" 2>&1) || fail "$1: example failed: $out"
-  echo "$out" | grep -q "class 0 probability 0\.[0-9]" || fail "$1: unexpected output: $out"
+  grep -q "class 0 probability 0\.[0-9]" <<<"$out" || fail "$1: unexpected output: $out"
   echo "$1: $out"
 }
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 cc -std=c11 -Wall -Werror "$tmp/app.c" $(pkg-config --cflags --libs kiln) -o "$tmp/pc_shared"
-ldd "$tmp/pc_shared" | grep -q 'libkiln.so.0 =>' || fail "pkg-config shared: not linked to libkiln.so.0"
+grep -q 'libkiln.so.0 =>' <<<"$(ldd "$tmp/pc_shared")" || fail "pkg-config shared: not linked to libkiln.so.0"
 check_run "pkg-config, shared" "$tmp/pc_shared"
 cc -std=c11 -Wall -Werror "$tmp/app.c" $(pkg-config --cflags kiln) \
    $(pkg-config --static --libs kiln | sed 's/-lkiln\b/-l:libkiln.a/') -o "$tmp/pc_static"
-ldd "$tmp/pc_static" | grep -q libkiln && fail "pkg-config static: linked to libkiln.so"
+grep -q libkiln <<<"$(ldd "$tmp/pc_static")" && fail "pkg-config static: linked to libkiln.so"
 check_run "pkg-config, static" "$tmp/pc_static"
 
 mkdir -p "$tmp/proj"
@@ -66,8 +68,8 @@ CM
 cmake -S "$tmp/proj" -B "$tmp/proj/build" -DCMAKE_PREFIX_PATH="$root" >/dev/null ||
   fail "find_package(kiln) configure failed"
 cmake --build "$tmp/proj/build" >/dev/null || fail "find_package(kiln) build failed"
-ldd "$tmp/proj/build/app_shared" | grep -q 'libkiln.so.0 =>' || fail "kiln::kiln is not libkiln.so"
-ldd "$tmp/proj/build/app_static" | grep -q libkiln && fail "kiln::kiln_static linked to libkiln.so"
+grep -q 'libkiln.so.0 =>' <<<"$(ldd "$tmp/proj/build/app_shared")" || fail "kiln::kiln is not libkiln.so"
+grep -q libkiln <<<"$(ldd "$tmp/proj/build/app_static")" && fail "kiln::kiln_static linked to libkiln.so"
 check_run "find_package, kiln::kiln" "$tmp/proj/build/app_shared"
 check_run "find_package, kiln::kiln_static" "$tmp/proj/build/app_static"
 "$root/bin/kiln" --help >/dev/null || fail "installed kiln --help failed"

@@ -3,9 +3,9 @@
  * dilations, asymmetric pads, 1x1, odd sizes, batch > 1; fused bias, residual and activation;
  * 1 and 2 threads; every ISA level this CPU has. Winograd F(2x2, 3x3): forced on 3x3 stride-1
  * shapes (odd sizes, padding 0/1/asymmetric, tile tails, several blocks, batch 2), with the
- * weights transformed per call and beforehand (kiln_conv2d_f32_ex); its normwise relative error
+ * weights transformed per call and beforehand (kiln_conv2d_f32_args.wu); its normwise relative error
  * max |y - ref| / max |ref| must stay within 1e-4. The transposed GEMM of small planes (W^T
- * packed, kiln_conv2d_f32_ex2) on fixed and random shapes; 1 and 2 threads give the same bytes
+ * packed, kiln_conv2d_f32_args.wt) on fixed and random shapes; 1 and 2 threads give the same bytes
  * for the even tile split and the transposed path. The direct kernel for few input channels
  * (stems) on fixed shapes with every epilogue, and through the random shapes. (Conv and FusedConv nodes reach this kernel
  * through src/ops/conv.c; the conformance and real-model tests cover that hook.) */
@@ -50,8 +50,8 @@ static void reference(const kiln_conv2d_f32_params *p, const float *x, const flo
 }
 
 static double g_wino_max_rel; /* largest Winograd normwise relative error seen */
-static int g_use_wu;          /* pass transformed weights (kiln_conv2d_f32_ex) */
-static int g_use_wt;          /* pass W^T packed for the transposed path (kiln_conv2d_f32_ex2) */
+static int g_use_wu;          /* pass transformed weights (kiln_conv2d_f32_args.wu) */
+static int g_use_wt;          /* pass W^T packed for the transposed path (.wt) */
 static int g_wt_runs;         /* checks that took the transposed path */
 
 static int check_one(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p, int with_bias,
@@ -80,7 +80,8 @@ static int check_one(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_param
     CHECK(kiln_gemm_pack_b(lvl, 1, kk, (size_t)p->m, w, kk, &wt, NULL) == KILN_OK);
     g_wt_runs++;
   }
-  kiln_code rc = kiln_conv2d_f32_ex2(pool, isa, p, x, w, u, wt, &ep, y);
+  kiln_code rc = kiln_conv2d_f32(pool, isa, p, &(kiln_conv2d_f32_args){.x = x, .w = w, .y = y, .ep = ep,
+                                                                    .wu = u, .wt = wt});
   CHECK_MSG(rc == KILN_OK, "rc %d", (int)rc);
   kiln_gemm_packed_b_free(wt);
   free(u);
@@ -139,8 +140,8 @@ static void check_threads_equal(kiln_threadpool *pool2, const kiln_conv2d_f32_pa
   if (p->group == 1) CHECK(kiln_gemm_pack_b(isa, 1, kk, (size_t)p->m, w, kk, &wt, NULL) == KILN_OK);
   for (int use_wt = 0; use_wt < 2; use_wt++) {
     const kiln_gemm_packed_b *u = use_wt ? wt : NULL;
-    CHECK(kiln_conv2d_f32_ex2(NULL, isa, p, x, w, NULL, u, &ep, y1) == KILN_OK);
-    CHECK(kiln_conv2d_f32_ex2(pool2, isa, p, x, w, NULL, u, &ep, y2) == KILN_OK);
+    CHECK(kiln_conv2d_f32(NULL, isa, p, &(kiln_conv2d_f32_args){.x = x, .w = w, .y = y1, .ep = ep, .wt = u}) == KILN_OK);
+    CHECK(kiln_conv2d_f32(pool2, isa, p, &(kiln_conv2d_f32_args){.x = x, .w = w, .y = y2, .ep = ep, .wt = u}) == KILN_OK);
     CHECK_MSG(memcmp(y1, y2, sizeof(float) * (size_t)yn) == 0,
               "c%lld %lldx%lld m%lld k%lld: 1 and 2 threads differ (wt %d)", (long long)p->c,
               (long long)p->h, (long long)p->w, (long long)p->m, (long long)p->kh, use_wt);
@@ -384,7 +385,9 @@ int main(void) {
   /* bad parameters */
   kiln_conv2d_f32_params bad = {1, 3, 4, 4, 4, 2, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4, 0};
   float dummy[64] = {0};
-  CHECK(kiln_conv2d_f32(NULL, KILN_ISA_AUTO, &bad, dummy, dummy, NULL, dummy) == KILN_ERR_INVALID_ARG);
+  CHECK(kiln_conv2d_f32(NULL, KILN_ISA_AUTO, &bad, &(kiln_conv2d_f32_args){.x = dummy, .w = dummy, .y = dummy}) ==
+        KILN_ERR_INVALID_ARG);
+  CHECK(kiln_conv2d_f32(NULL, KILN_ISA_AUTO, &bad, NULL) == KILN_ERR_INVALID_ARG);
   kiln_threadpool_free(pools[1]);
   return kt_finish("test_conv2d");
 }

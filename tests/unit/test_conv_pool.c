@@ -55,7 +55,7 @@ static void check_case(kiln_threadpool *pools[2], const int64_t *cv, const int64
   for (int64_t i = 0; i < p.m; i++) b[i] = kt_frand();
   kiln_conv2d_f32_epilogue ep = {with_bias ? b : NULL, NULL, act};
   for (int t = 0; t < 2; t++) {
-    CHECK(kiln_conv2d_f32(pools[t], isa, &p, x, w, &ep, c) == KILN_OK);
+    CHECK(kiln_conv2d_f32(pools[t], isa, &p, &(kiln_conv2d_f32_args){.x = x, .w = w, .y = c, .ep = ep}) == KILN_OK);
     maxpool_ref(&p, c, &q, ref);
     memset(y, 0xff, sizeof(float) * yn); /* NaN: an element left unwritten fails the compare */
     CHECK(kiln_conv2d_f32_maxpool(pools[t], isa, &p, x, w, &ep, &q, y) == KILN_OK);

@@ -56,8 +56,8 @@ static void check(kiln_threadpool *pool2, int isa, const kiln_conv2d_f32_params 
   for (int64_t i = 0; i < yn; i++) r[i] = kt_frand(), y1[i] = y2[i] = NAN;
   kiln_conv2d_f32_epilogue ep = {with_bias ? b : NULL, with_res ? r : NULL, act};
   reference(p, x, w, &ep, ref);
-  CHECK(kiln_conv2d_f32(NULL, isa, p, x, w, &ep, y1) == KILN_OK);
-  CHECK(kiln_conv2d_f32(pool2, isa, p, x, w, &ep, y2) == KILN_OK);
+  CHECK(kiln_conv2d_f32(NULL, isa, p, &(kiln_conv2d_f32_args){.x = x, .w = w, .y = y1, .ep = ep}) == KILN_OK);
+  CHECK(kiln_conv2d_f32(pool2, isa, p, &(kiln_conv2d_f32_args){.x = x, .w = w, .y = y2, .ep = ep}) == KILN_OK);
   g_cases++;
   int bad = 0;
   for (int64_t i = 0; i < yn && bad < 3; i++) {
