@@ -87,9 +87,9 @@ class Runner:
     def model_path(self, name):
         return os.path.join(self.a.models, name, "model.onnx")
 
-    def kiln(self, name, threads, warmup, repeat, level=2):
+    def kiln(self, name, threads, warmup, repeat, level=2, binary=None):
         out = os.path.join(self.tmp, "kiln.json")
-        cmd = [self.a.kiln, "bench", self.model_path(name), *input_args(self.a.models, name, self.manifest),
+        cmd = [binary or self.a.kiln, "bench", self.model_path(name), *input_args(self.a.models, name, self.manifest),
                "--threads", str(threads), "--level", str(level), "--warmup", str(warmup),
                "--repeat", str(repeat), "--quiet", "--json", out]
         return run_json(cmd, out)
@@ -184,10 +184,14 @@ def measure(a, manifest, names, threads, raw):
                     continue
                 w, r = c
                 log(f"{n} threads {t}: {a.rounds} rounds of {w}+{r} runs")
-                res = run.alternate([("kiln", lambda: run.kiln(n, t, w, r)),
-                                     ("ort", lambda: run.ort(n, t, w, r))])
+                runs = [("kiln", lambda: run.kiln(n, t, w, r))]
+                if a.baseline:  # the same model with another kiln binary, in the same rounds
+                    runs.append(("base", lambda: run.kiln(n, t, w, r, binary=a.baseline)))
+                res = run.alternate(runs + [("ort", lambda: run.ort(n, t, w, r))])
                 raw["peer"].append({"model": n, "threads": t, "warmup": w, "repeat": r,
                                     "kiln": res["kiln"], "ort": res["ort"]})
+                if a.baseline:
+                    raw["peer"][-1]["base"] = res["base"]
         t = a.fusion_threads
         for n in names:
             if not (a.fusion == "all" or (a.fusion == "micro" and manifest[n]["group"] == "micro")):
@@ -249,6 +253,7 @@ def render(raw, out=sys.stdout):
           f"(best rounds: {geomean(bests[t]):.2f}) over {len(ratios[t])} models")
     p(f"geometric mean kiln/ORT, all rows: {geomean(sum(ratios.values(), [])):.2f} "
       f"(best rounds: {geomean(sum(bests.values(), [])):.2f})")
+    failed += render_baseline(raw, p)
     cold = [e for e in raw["peer"] if not isinstance(e["kiln"], str) and not isinstance(e["ort"], str)
             and all("first_run_ms" in r for r in e["kiln"] + e["ort"])]
     if cold:
@@ -285,6 +290,32 @@ def render(raw, out=sys.stdout):
     return failed
 
 
+def render_baseline(raw, p):
+    """The --baseline table: kiln against the baseline binary, row by row; returns failed rows."""
+    rows = [e for e in raw["peer"] if "base" in e]
+    if not rows:
+        return 0
+    p(f"\n# kiln against the baseline binary ({raw.get('baseline', '?')}; same rounds; {isa_label(raw)})\n")
+    p("| model | threads | baseline ms | kiln ms | kiln/baseline | best kiln/baseline | baseline p90 | kiln p90 "
+      "| baseline peak RSS MiB | kiln peak RSS MiB |")
+    p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    failed, ratios = 0, []
+    for e in rows:
+        k, b = e["kiln"], e["base"]
+        if isinstance(k, str) or isinstance(b, str):
+            failed += 1
+            p(f"| {e['model']} | {e['threads']} | failed: {k if isinstance(k, str) else b} | | | | | | | |")
+            continue
+        km, bm = med(k, "median_ms"), med(b, "median_ms")
+        ratios.append(km / bm)
+        p(f"| {e['model']} | {e['threads']} | {bm:.3f} | {km:.3f} | {km / bm:.2f} | {best(k) / best(b):.2f} "
+          f"| {med(b, 'p90_ms'):.3f} | {med(k, 'p90_ms'):.3f} | {med(b, 'peak_rss_bytes') / MIB:.1f} "
+          f"| {med(k, 'peak_rss_bytes') / MIB:.1f} |")
+    if ratios:
+        p(f"\ngeometric mean kiln/baseline: {geomean(ratios):.2f} over {len(ratios)} rows")
+    return failed
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "kiln"))
@@ -299,6 +330,9 @@ def main():
     ap.add_argument("--fusion", default="micro", choices=["micro", "all", "none"],
                     help="models for the --level 0 vs 2 table (default: the micro-models)")
     ap.add_argument("--fusion-threads", type=int, default=1)
+    ap.add_argument("--baseline", metavar="KILN",
+                    help="another kiln binary (e.g. built at an earlier commit), run in the same rounds "
+                         "as --kiln (A B C A B C with ONNX Runtime) and compared with it in a table of its own")
     ap.add_argument("--json", help="write all raw results here")
     ap.add_argument("--report", metavar="RAW_JSON", help="only print the tables of an earlier --json")
     a = ap.parse_args()
@@ -310,6 +344,8 @@ def main():
     threads = [int(t) for t in a.threads.split(",")]
     if not os.access(a.kiln, os.X_OK):
         ap.error(f"no kiln binary at {a.kiln} (build first, or pass --kiln)")
+    if a.baseline and not os.access(a.baseline, os.X_OK):
+        ap.error(f"no kiln binary at {a.baseline} (--baseline)")
     ensure_ort()
     manifest = ensure_models(a.models)
     names = list(manifest)
@@ -322,6 +358,8 @@ def main():
     raw = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
            "kiln_commit": git_commit(), "kiln_isa": kiln_isa(a.kiln), "load_start": os.getloadavg()[0], "rounds": a.rounds,
            "threads": threads, "command": sys.argv, "peer": [], "fusion": []}
+    if a.baseline:
+        raw["baseline"] = a.baseline
     measure(a, manifest, names, threads, raw)
     raw["load_end"] = os.getloadavg()[0]
     if a.json:

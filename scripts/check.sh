@@ -31,6 +31,7 @@ scripts/check-fuzz.sh 60 build-fuzz
 
 echo "== gcc release build: unit tests and ONNX conformance"
 scripts/build.sh build
+/usr/bin/python3 scripts/check-layers.py --symbols build  # calls up the layers too (nm on the objects)
 
 echo "== emulated CPUs: no AVX-512 instruction on an AVX2 CPU, none beyond x86-64 on a baseline one"
 scripts/check-isa.sh build build-asan

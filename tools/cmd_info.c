@@ -1,12 +1,69 @@
-/* kiln info MODEL */
+/* kiln info MODEL | kiln info --ops */
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 
 static void help(FILE *f) {
   fprintf(f, "usage: kiln info MODEL\n"
+             "       kiln info --ops\n"
              "Loads and checks MODEL, then prints its opset imports, inputs and outputs with their\n"
-             "dims (symbolic names kept), the operator histogram and the parameter bytes.\n");
+             "dims (symbolic names kept), the operator histogram and the parameter bytes.\n"
+             "--ops  print the ai.onnx opsets kiln supports and every operator it implements, by\n"
+             "       domain, with the opsets where kiln's entries for the op begin\n");
+}
+
+typedef struct op_row {
+  const char *domain, *name;
+  int since;
+} op_row;
+
+static int row_cmp(const void *a, const void *b) {
+  const op_row *x = a, *y = b;
+  int c = strcmp(x->domain, y->domain);
+  if (!c) c = strcmp(x->name, y->name);
+  return c ? c : x->since - y->since;
+}
+
+/* kiln info --ops: the supported range and the operators, one line per op. */
+static int print_ops(void) {
+  size_t n = 0;
+  while (kiln_supported_op(n, NULL, NULL, NULL) == KILN_OK) n++;
+  op_row *rows = calloc(n ? n : 1, sizeof *rows);
+  if (!rows) {
+    fprintf(stderr, "kiln info: out of memory\n");
+    return CLI_ERR;
+  }
+  for (size_t i = 0; i < n; i++) kiln_supported_op(i, &rows[i].domain, &rows[i].name, &rows[i].since);
+  qsort(rows, n, sizeof *rows, row_cmp);
+  printf("ai.onnx opsets: 1 to %d\n", kiln_max_opset());
+  size_t ops = 0;
+  for (size_t i = 0; i < n; i++) {
+    bool first_of_domain = i == 0 || strcmp(rows[i].domain, rows[i - 1].domain);
+    bool first_of_op = first_of_domain || strcmp(rows[i].name, rows[i - 1].name);
+    if (first_of_domain) {
+      size_t k = 0;
+      for (size_t j = i; j < n && !strcmp(rows[j].domain, rows[i].domain); j++)
+        k += j == i || strcmp(rows[j].name, rows[j - 1].name);
+      printf("%s%s (%zu operators)%s\n", i ? "\n" : "", *rows[i].domain ? rows[i].domain : "ai.onnx", k,
+             strcmp(rows[i].domain, "ai.kiln") ? "" : ": kiln's fused operators, made by the optimizer");
+    }
+    if (first_of_op) {
+      ops++;
+      printf("  %-32s %d", rows[i].name, rows[i].since);
+    } else if (rows[i].since != rows[i - 1].since) {
+      printf(", %d", rows[i].since);
+    }
+    if (i + 1 == n || strcmp(rows[i + 1].name, rows[i].name) || strcmp(rows[i + 1].domain, rows[i].domain))
+      printf("\n");
+  }
+  printf("\n%zu operators. The numbers are the opsets where kiln's entries for an op begin; each entry\n"
+         "runs every later opset up to %d (the kernel follows the op's later versions itself).\n"
+         "A model that imports a newer opset or uses another op is refused at load, naming both.\n",
+         ops, kiln_max_opset());
+  free(rows);
+  return CLI_OK;
 }
 
 int cmd_info(int argc, char **argv) {
@@ -16,6 +73,7 @@ int cmd_info(int argc, char **argv) {
       help(stdout);
       return CLI_OK;
     }
+    if (!strcmp(argv[i], "--ops") && argc == 2) return print_ops();
     if (argv[i][0] == '-' || model) {
       fprintf(stderr, "kiln info: unexpected argument '%s'\n", argv[i]);
       help(stderr);

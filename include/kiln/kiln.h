@@ -409,6 +409,14 @@ kiln_code kiln_session_run_with(kiln_session *s, const kiln_run_options *ro, siz
                                 const char *const *input_names, const kiln_tensor *const *inputs,
                                 size_t n_outputs, const char *const *output_names,
                                 kiln_tensor **outputs, kiln_error *err);
+/* ---- what kiln supports ---------------------------------------------------------------- */
+/* The newest ai.onnx opset a model may import (the oldest is 1). */
+int kiln_max_opset(void);
+/* Operator entry i (0, 1, ...) kiln implements: its domain ("" for ai.onnx, "ai.kiln" for
+ * kiln's fused ops), name and the first opset of that entry (an op changed by later opsets has
+ * one entry per version kiln follows). KILN_ERR_INVALID_ARG past the end. */
+kiln_code kiln_supported_op(size_t i, const char **domain, const char **name, int *since);
+
 /* The instruction-set level kiln's kernels run at in this process: "scalar", "avx2" or
  * "avx512" (the CPU's best, lowered by KILN_ISA=scalar|avx2|avx512). */
 const char *kiln_cpu_isa_level(void);

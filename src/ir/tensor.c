@@ -224,6 +224,51 @@ void kiln_tensor_free(kiln_tensor *t) {
   free(t);
 }
 
+/* ---- sequences and optionals: the containers of values ---- */
+
+static kiln_code make_container(kiln_kind kind, kiln_dtype elem, kiln_tensor **out, kiln_error *err) {
+  if (!out) return kiln_fail(err, KILN_ERR_INVALID_ARG, "missing out argument");
+  *out = calloc(1, sizeof **out);
+  if (!*out) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  (*out)->kind = kind;
+  (*out)->dtype = elem;
+  return KILN_OK;
+}
+
+kiln_code kiln_sequence_create(kiln_dtype elem_dtype, kiln_tensor **out, kiln_error *err) {
+  return make_container(KILN_KIND_SEQUENCE, elem_dtype, out, err);
+}
+
+kiln_code kiln_none_create(kiln_dtype elem_dtype, kiln_tensor **out, kiln_error *err) {
+  return make_container(KILN_KIND_NONE, elem_dtype, out, err);
+}
+
+kiln_code kiln_sequence_append(kiln_tensor *seq, kiln_tensor *item, kiln_error *err) {
+  if (!seq || !item || seq->kind != KILN_KIND_SEQUENCE)
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "kiln_sequence_append: not a sequence");
+  if (seq->n_items == seq->cap_items) {
+    size_t cap = seq->cap_items ? seq->cap_items * 2 : 8;
+    kiln_tensor **it = realloc(seq->items, cap * sizeof *it);
+    if (!it) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+    seq->items = it;
+    seq->cap_items = cap;
+  }
+  if (seq->n_items == 0 && !seq->dtype) seq->dtype = item->dtype;
+  seq->items[seq->n_items++] = item;
+  return KILN_OK;
+}
+
+kiln_code kiln_tensor_set_string(kiln_tensor *t, int64_t i, const char *s, kiln_error *err) {
+  if (!t || t->dtype != KILN_STRING || i < 0 || i >= t->numel || !s)
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "kiln_tensor_set_string: bad argument");
+  char *c = kiln_strdup(s);
+  if (!c) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+  char **d = t->data;
+  free(d[i]);
+  d[i] = c;
+  return KILN_OK;
+}
+
 kiln_tensor *kiln_tensor_clone(const kiln_tensor *t, kiln_error *err) {
   if (t->kind == KILN_KIND_SEQUENCE || t->kind == KILN_KIND_NONE) {
     kiln_tensor *c = calloc(1, sizeof *c);
@@ -489,4 +534,15 @@ void kiln_copy_elem(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_
   }
   size_t esz = kiln_dtype_size(dst->dtype);
   memcpy((char *)dst->data + (size_t)di * esz, (const char *)src->data + (size_t)si * esz, esz);
+}
+
+void kiln_copy_elems(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_t si, int64_t n) {
+  if (n <= 0) return;
+  if (dst->dtype == KILN_STRING) {
+    for (int64_t k = 0; k < n; k++) kiln_copy_elem(dst, di + k, src, si + k);
+    return;
+  }
+  size_t esz = kiln_dtype_size(dst->dtype);
+  memcpy((char *)dst->data + (size_t)di * esz, (const char *)src->data + (size_t)si * esz,
+         (size_t)n * esz);
 }

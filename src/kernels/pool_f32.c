@@ -11,7 +11,10 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void pick(void) {
 #if defined(__x86_64__) || defined(__i386__)
-  if (kiln_cpu_isa() >= KILN_ISA_AVX512) g_pool = &kiln_pool_simd_avx512;
+  if (kiln_cpu_isa() >= KILN_ISA_AVX512)
+    g_pool = &kiln_pool_simd_avx512;
+  else if (kiln_cpu_isa() == KILN_ISA_AVX2)
+    g_pool = &kiln_pool_simd_avx2;
 #endif
 }
 

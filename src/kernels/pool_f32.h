@@ -23,5 +23,6 @@ typedef struct kiln_pool_simd {
 const kiln_pool_simd *kiln_pool_simd_get(void);
 
 extern const kiln_pool_simd kiln_pool_simd_avx512;
+extern const kiln_pool_simd kiln_pool_simd_avx2;
 
 #endif

@@ -7,6 +7,7 @@
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_internal.h"
+#include "kernels/winograd_tf.h"
 
 #ifdef KILN_HAVE_X86_KERNELS
 #include <immintrin.h>
@@ -221,36 +222,6 @@ T512 static void wino_out_avx512(const float *o, int64_t ps, int64_t tw, const w
 
 /* ---- F(4x4, 3x3) tile transforms --------------------------------------------------------- */
 
-/* o = B^T d for one 6-vector (rows of B^T: 4 0 -5 0 1 0 / 0 -4 -4 1 1 0 / 0 4 -4 -1 1 0 /
- * 0 -2 -1 2 1 0 / 0 2 -1 -2 1 0 / 0 4 0 -5 0 1). */
-#define WINO_BT6(T, d, o, ADD, SUB, MUL, K4, K5, K2)          \
-  do {                                                      \
-    T t1_ = SUB(d[4], MUL(K4, d[2]));        \
-    T t2_ = SUB(d[3], MUL(K4, d[1]));        \
-    T t3_ = SUB(d[4], d[2]);                 \
-    T t4_ = MUL(K2, SUB(d[3], d[1]));        \
-    o[0] = ADD(SUB(MUL(K4, d[0]), MUL(K5, d[2])), d[4]);    \
-    o[1] = ADD(t1_, t2_);                                   \
-    o[2] = SUB(t1_, t2_);                                   \
-    o[3] = ADD(t3_, t4_);                                   \
-    o[4] = SUB(t3_, t4_);                                   \
-    o[5] = ADD(SUB(MUL(K4, d[1]), MUL(K5, d[3])), d[5]);    \
-  } while (0)
-
-/* y = A^T m for one 6-vector (rows of A^T: 1 1 1 1 1 0 / 0 1 -1 2 -2 0 / 0 1 1 4 4 0 /
- * 0 1 -1 8 -8 1). */
-#define WINO_AT6(T, m, y, ADD, SUB, MUL, K2, K4, K8)           \
-  do {                                                      \
-    T s12_ = ADD(m[1], m[2]);                \
-    T d12_ = SUB(m[1], m[2]);                \
-    T s34_ = ADD(m[3], m[4]);                \
-    T d34_ = SUB(m[3], m[4]);                \
-    y[0] = ADD(ADD(m[0], s12_), s34_);                      \
-    y[1] = ADD(d12_, MUL(K2, d34_));                        \
-    y[2] = ADD(s12_, MUL(K4, s34_));                        \
-    y[3] = ADD(ADD(d12_, MUL(K8, d34_)), m[5]);             \
-  } while (0)
-
 #define WF_ADD(a, b) ((a) + (b))
 #define WF_SUB(a, b) ((a) - (b))
 #define WF_MUL(a, b) ((a) * (b))
@@ -415,6 +386,12 @@ static void wino_in_row(const wino_blk *b, const float *const *r, float *out, in
     return;
   }
 #endif
+#ifdef KILN_HAVE_X86_KERNELS
+  if (b->isa == KILN_ISA_AVX2 && b->e == 4) {
+    kiln_wino4_in_avx2(r, b->tw, out, ps);
+    return;
+  }
+#endif
   if (b->e == 4)
     wino4_in_c(r, b->tw, out, ps);
   else
@@ -423,6 +400,12 @@ static void wino_in_row(const wino_blk *b, const float *const *r, float *out, in
 
 /* The e output rows r of one tile row from O planes (stride ps). */
 static void wino_out_row(const wino_blk *b, const float *o, int64_t ps, float *const *r) {
+#ifdef KILN_HAVE_X86_KERNELS
+  if (b->isa == KILN_ISA_AVX2 && b->e == 4) {
+    kiln_wino4_out_avx2(o, ps, b->tw, r);
+    return;
+  }
+#endif
   if (b->e == 4)
     wino4_out_c(o, ps, b->tw, r);
   else

@@ -50,4 +50,11 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
                              const float *x, const float *u, const kiln_conv2d_f32_epilogue *ep,
                              float *y);
 
+/* The F(4x4, 3x3) tile transforms on AVX2+FMA (winograd_avx2.c), 8 tiles at a time, as
+ * winograd_f32.c's portable ones: V planes (stride ps) of one tile row of tw tiles from the
+ * padded input rows r (read up to 4 * round_up(tw, 8) + 8), and the output rows r (written up
+ * to 4 * round_up(tw, 8)) from the O planes. Call only when kiln_cpu_isa() chose AVX2 or more. */
+void kiln_wino4_in_avx2(const float *const r[6], int64_t tw, float *out, int64_t ps);
+void kiln_wino4_out_avx2(const float *o, int64_t ps, int64_t tw, float *const r[4]);
+
 #endif

@@ -36,6 +36,21 @@ static kiln_code open_external(const char *base_dir, const char *location, const
   return KILN_OK;
 }
 
+/* A packed 4-bit tensor's external bytes, read and unpacked into t (closes fd). */
+static kiln_code read_packed(int fd, int64_t offset, int64_t length, kiln_tensor *t, const char *who,
+                             kiln_error *err) {
+  uint8_t *b = malloc(length ? (size_t)length : 1);
+  ssize_t got = b ? pread(fd, b, (size_t)length, (off_t)offset) : -1;
+  close(fd);
+  if (got != (ssize_t)length) {
+    free(b);
+    return kiln_fail(err, b ? KILN_ERR_IO : KILN_ERR_NOMEM, "tensor '%s': cannot read external data", who);
+  }
+  kiln_unpack4(t->dtype, b, t->numel, t->data);
+  free(b);
+  return KILN_OK;
+}
+
 static kiln_code load_external(const Onnx__TensorProto *p, const kiln_ext_ctx *ext, kiln_tensor *t,
                                kiln_error *err) {
   const char *location = NULL;
@@ -57,13 +72,16 @@ static kiln_code load_external(const Onnx__TensorProto *p, const kiln_ext_ctx *e
     close(fd);
     return kiln_fail(err, KILN_ERR_IO, "tensor '%s': cannot stat external data", tname(p));
   }
-  if (length < 0) length = (int64_t)t->nbytes;
-  if (offset < 0 || length != (int64_t)t->nbytes || offset > st.st_size || st.st_size - offset < length) {
+  const bool packed = kiln_dtype_is_packed4(t->dtype); /* two per byte in the file */
+  const int64_t want = packed ? kiln_proto_raw_bytes(t->dtype, t->numel) : (int64_t)t->nbytes;
+  if (length < 0) length = want;
+  if (offset < 0 || length != want || offset > st.st_size || st.st_size - offset < length) {
     close(fd);
     return kiln_fail(err, KILN_ERR_MODEL,
-                     "tensor '%s': external data '%s' holds %lld bytes at offset %lld, the shape needs %zu",
-                     tname(p), location, (long long)(st.st_size - offset), (long long)offset, t->nbytes);
+                     "tensor '%s': external data '%s' holds %lld bytes at offset %lld, the shape needs %lld",
+                     tname(p), location, (long long)(st.st_size - offset), (long long)offset, (long long)want);
   }
+  if (packed) return read_packed(fd, offset, length, t, tname(p), err);
   if (t->nbytes == 0) {
     close(fd);
     return KILN_OK;

@@ -48,12 +48,10 @@ static kiln_code ccp_infer(kiln_ictx *c) {
   int64_t shape[KILN_MAX_RANK], out[KILN_MAX_RANK];
   size_t n = 0;
   if (!kiln_iconst_ints(c, 1, shape, KILN_MAX_RANK, &n)) {
-    /* the sizes are not known, the axes they replace are: the rest keep their dims */
-    for (int d = 0; d < x->rank; d++) out[d] = -1;
+    /* the sizes are not known: with `axes`, the other axes keep their dims */
     size_t na = 0;
-    if (kiln_attr_ints(c->node, "axes", &na))
-      for (int d = 0; d < x->rank; d++) out[d] = x->dims[d];
     const int64_t *a = kiln_attr_ints(c->node, "axes", &na);
+    for (int d = 0; d < x->rank; d++) out[d] = a ? x->dims[d] : -1;
     for (size_t i = 0; a && i < na; i++) {
       int64_t v = a[i] < 0 ? a[i] + x->rank : a[i];
       if (v >= 0 && v < x->rank) out[v] = -1;

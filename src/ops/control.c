@@ -35,18 +35,6 @@ static void free_all(kiln_tensor **v, size_t n) {
   }
 }
 
-/* Copy n contiguous elements (strings duplicated). */
-static void copy_elems(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_t si, int64_t n) {
-  if (n <= 0) return;
-  if (dst->dtype == KILN_STRING) {
-    for (int64_t k = 0; k < n; k++) kiln_copy_elem(dst, di + k, src, si + k);
-    return;
-  }
-  size_t esz = kiln_dtype_size(dst->dtype);
-  memcpy((char *)dst->data + (size_t)di * esz, (const char *)src->data + (size_t)si * esz,
-         (size_t)n * esz);
-}
-
 /* Element counts before and after `axis` of a shape. */
 static void split_dims(int rank, const int64_t *dims, int axis, int64_t *outer, int64_t *inner) {
   *outer = *inner = 1;
@@ -65,7 +53,7 @@ static kiln_tensor *slice_axis(kiln_kctx *c, const kiln_tensor *x, int axis, int
   kiln_tensor *t = kiln_tensor_new(x->dtype, x->rank - 1, dims, c->err);
   if (!t) return NULL;
   for (int64_t o = 0; o < outer; o++)
-    copy_elems(t, o * inner, x, (o * x->dims[axis] + idx) * inner, inner);
+    kiln_copy_elems(t, o * inner, x, (o * x->dims[axis] + idx) * inner, inner);
   return t;
 }
 
@@ -74,7 +62,7 @@ static void place_axis(kiln_tensor *dst, int axis, int64_t idx, const kiln_tenso
   int64_t outer, inner;
   split_dims(dst->rank, dst->dims, axis, &outer, &inner);
   for (int64_t o = 0; o < outer; o++)
-    copy_elems(dst, (o * dst->dims[axis] + idx) * inner, src, o * inner, inner);
+    kiln_copy_elems(dst, (o * dst->dims[axis] + idx) * inner, src, o * inner, inner);
 }
 
 /* A stack of `count` items of the body output `out_id` shaped like `item`, with the new axis at
@@ -192,7 +180,7 @@ static kiln_tensor *stack_list(kiln_kctx *c, const kiln_graph *g, size_t out_id,
   kiln_tensor *o = new_stack(c, g, out_id, first, 0, (int64_t)l->n);
   if (!o) return NULL;
   int64_t step = first ? first->numel : 0;
-  for (size_t i = 0; i < l->n; i++) copy_elems(o, (int64_t)i * step, l->v[i], 0, step);
+  for (size_t i = 0; i < l->n; i++) kiln_copy_elems(o, (int64_t)i * step, l->v[i], 0, step);
   return o;
 }
 
@@ -525,7 +513,7 @@ static kiln_code scan8_run(kiln_kctx *c, const kiln_graph *g) {
       }
       /* batch item b is one contiguous block; shorter scans leave zeros at the end */
       int64_t block = outs[i]->numel / batch;
-      copy_elems(outs[i], b * block, res[i], 0, res[i]->numel);
+      kiln_copy_elems(outs[i], b * block, res[i], 0, res[i]->numel);
     }
     free_all(res, nr);
   }

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ir/small_types.h"
 #include "ops/cost.h"
 #include "ops/op.h"
 
@@ -175,10 +176,21 @@ static kiln_code not_run(kiln_kctx *c) {
   return KILN_OK;
 }
 
+/* IsNaN / IsInf: float tensors, from opset 20 the float8 kinds too (read through double). */
+static kiln_code test_begin(kiln_kctx *c, const kiln_tensor **x, kiln_tensor **y) {
+  const kiln_tensor *X = kiln_in(c, 0);
+  if (c->opset >= 20 && X && X->kind == KILN_KIND_TENSOR && kiln_dtype_is_float8(X->dtype)) {
+    *x = X;
+    *y = kiln_out(c, 0, KILN_BOOL, X->rank, X->dims);
+    return *y ? KILN_OK : out_failed(c);
+  }
+  return unary_begin(c, C_FLOAT, KILN_BOOL, x, y);
+}
+
 static kiln_code isnan_run(kiln_kctx *c) {
   const kiln_tensor *X;
   kiln_tensor *Y;
-  kiln_code rc = unary_begin(c, C_FLOAT, KILN_BOOL, &X, &Y);
+  kiln_code rc = test_begin(c, &X, &Y);
   if (rc) return rc;
   uint8_t *ys = Y->data;
   for (int64_t i = 0; i < X->numel; i++) ys[i] = isnan(kiln_get_f64(X, i)) != 0;
@@ -188,7 +200,7 @@ static kiln_code isnan_run(kiln_kctx *c) {
 static kiln_code isinf_run(kiln_kctx *c) {
   const kiln_tensor *X;
   kiln_tensor *Y;
-  kiln_code rc = unary_begin(c, C_FLOAT, KILN_BOOL, &X, &Y);
+  kiln_code rc = test_begin(c, &X, &Y);
   if (rc) return rc;
   bool neg = kiln_attr_int(c->node, "detect_negative", 1) != 0;
   bool pos = kiln_attr_int(c->node, "detect_positive", 1) != 0;

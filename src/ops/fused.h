@@ -18,14 +18,20 @@ bool kiln_fused_activation_known(const char *name);
 kiln_code kiln_fused_epilogue(kiln_kctx *c, kiln_tensor *y, const kiln_tensor *bias,
                               const kiln_tensor *residual);
 
+/* The kernels/conv2d_f32 parameters of Conv inputs X, W, [B] (src/ops/conv.c);
+ * KILN_ERR_UNSUPPORTED, with the node not failed, when that path does not apply (other types or
+ * ranks); another code, with c failed, for invalid attributes or shapes. */
+struct kiln_conv2d_f32_params;
+kiln_code kiln_conv2d_f32_params_of(kiln_kctx *c, const kiln_tensor *x, const kiln_tensor *w,
+                                    const kiln_tensor *b, struct kiln_conv2d_f32_params *p);
 /* Conv (inputs X, W, [B] of c) for float32 2-D input with the residual (NULL: none) and the
- * activation (NULL: none) fused into the kernel (src/ops/conv.c). KILN_ERR_UNSUPPORTED, with
+ * activation (NULL: none) fused into the kernel (src/ops/conv2d_f32.c). KILN_ERR_UNSUPPORTED, with
  * nothing stored and the node not failed, when that path does not apply. */
 kiln_code kiln_conv2d_f32_run(kiln_kctx *c, const kiln_tensor *residual, const kiln_act *act);
 /* FusedConvMaxPool (inputs X, W, [B]): the float32 2-D convolution with the activation, then
  * max pooling (attributes pool_kernel_shape, pool_strides, pool_pads, pool_ceil_mode), in one
  * pass where kernels/conv2d_f32 has it (kiln_conv2d_f32_maxpool_ok); otherwise fails, so the
- * node runs the chain it replaced (src/ops/conv.c). */
+ * node runs the chain it replaced (src/ops/conv2d_f32.c). */
 kiln_code kiln_conv2d_f32_maxpool_run(kiln_kctx *c, const kiln_act *act);
 
 /* FusedConvMaxPool's pooling from its attributes (pool_kernel_shape, 2 values; pool_strides,

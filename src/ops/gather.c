@@ -47,18 +47,6 @@ static int64_t prod(const int64_t *d, int from, int to) {
   return p;
 }
 
-/* Copy n consecutive elements between tensors of the same dtype. */
-static void copy_run(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_t si, int64_t n) {
-  if (n <= 0) return;
-  if (dst->dtype == KILN_STRING) {
-    for (int64_t k = 0; k < n; k++) kiln_copy_elem(dst, di + k, src, si + k);
-    return;
-  }
-  size_t esz = kiln_dtype_size(dst->dtype);
-  memcpy((char *)dst->data + (size_t)di * esz, (const char *)src->data + (size_t)si * esz,
-         (size_t)n * esz);
-}
-
 /* Odometer over a shape that also tracks the matching offset in a tensor with other strides. */
 typedef struct walker {
   int rank;
@@ -118,7 +106,7 @@ static kiln_code run_gather(kiln_kctx *c) {
   for (int64_t i = 0; i < ni; i++) {
     int64_t k = 0;
     if ((rc = index_at(c, ind, i, n, &k))) return rc;
-    for (int64_t b = 0; b < outer; b++) copy_run(o, (b * ni + i) * inner, x, (b * n + k) * inner, inner);
+    for (int64_t b = 0; b < outer; b++) kiln_copy_elems(o, (b * ni + i) * inner, x, (b * n + k) * inner, inner);
   }
   return KILN_OK;
 }
@@ -321,7 +309,7 @@ static kiln_code run_gather_nd(kiln_kctx *c) {
   for (int64_t t = 0; t < p.batches * p.tuples; t++) {
     int64_t off = 0;
     if ((rc = nd_offset(c, &p, ind, t, &off))) return rc;
-    copy_run(o, t * p.slice, x, off, p.slice);
+    kiln_copy_elems(o, t * p.slice, x, off, p.slice);
   }
   return KILN_OK;
 }
@@ -346,7 +334,7 @@ static kiln_code run_scatter_nd(kiln_kctx *c) {
     int64_t off = 0;
     if ((rc = nd_offset(c, &p, ind, t, &off))) return rc;
     if (red == RED_NONE)
-      copy_run(o, off, u, t * p.slice, p.slice);
+      kiln_copy_elems(o, off, u, t * p.slice, p.slice);
     else
       for (int64_t e = 0; e < p.slice; e++) scatter_one(o, off + e, u, t * p.slice + e, red);
   }
@@ -493,7 +481,7 @@ static kiln_code run_compress(kiln_kctx *c) {
   for (int64_t b = 0; b < outer; b++)
     for (int64_t i = 0, j = 0; i < cond->numel && i < len; i++)
       if (kiln_get_i64(cond, i))
-        copy_run(o, (b * kept + j++) * inner, x, (b * len + i) * inner, inner);
+        kiln_copy_elems(o, (b * kept + j++) * inner, x, (b * len + i) * inner, inner);
   return KILN_OK;
 }
 
@@ -527,7 +515,7 @@ static kiln_code run_revseq(kiln_kctx *c) {
                         (long long)steps);
     for (int64_t t = 0; t < steps; t++) {
       int64_t src = t < n ? n - 1 - t : t;
-      copy_run(o, b * sb + t * st, x, b * sb + src * st, inner);
+      kiln_copy_elems(o, b * sb + t * st, x, b * sb + src * st, inner);
     }
   }
   return KILN_OK;

@@ -25,18 +25,6 @@ static void row_strides(int rank, const int64_t *dims, int64_t *stride) {
   }
 }
 
-/* Copy n consecutive elements between tensors of the same dtype. */
-static void copy_run(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_t si, int64_t n) {
-  if (n <= 0) return;
-  if (dst->dtype == KILN_STRING) {
-    for (int64_t k = 0; k < n; k++) kiln_copy_elem(dst, di + k, src, si + k);
-    return;
-  }
-  size_t esz = kiln_dtype_size(dst->dtype);
-  memcpy((char *)dst->data + (size_t)di * esz, (const char *)src->data + (size_t)si * esz,
-         (size_t)n * esz);
-}
-
 /* Viewing out's elements in row-major order as shape (rank, dims), set
  * out[i0..ik] = in[base + sum_d i_d * sstride[d]]: the one strided walk behind Transpose, Slice,
  * Expand and Depth/SpaceToDepth (sstride 0 broadcasts, a negative one walks backwards). */
@@ -48,7 +36,7 @@ static void gather_view(kiln_tensor *out, int rank, const int64_t *dims, const k
   size_t esz = kiln_dtype_size(out->dtype);
   for (int64_t o = 0; o < out->numel; o += inner) {
     if (is == 1) {
-      copy_run(out, o, in, src, inner);
+      kiln_copy_elems(out, o, in, src, inner);
     } else if (out->dtype == KILN_STRING) {
       for (int64_t k = 0; k < inner; k++) kiln_copy_elem(out, o + k, in, src + k * is);
     } else if (esz == 4) {
@@ -133,7 +121,7 @@ static kiln_code run_transpose(kiln_kctx *c) {
     same_order &= perm[i] > last;
     last = perm[i];
   }
-  if (same_order && o->numel) copy_run(o, 0, x, 0, x->numel);
+  if (same_order && o->numel) kiln_copy_elems(o, 0, x, 0, x->numel);
   else gather_view(o, o->rank, o->dims, x, 0, sstride);
   return KILN_OK;
 }
@@ -354,14 +342,14 @@ static kiln_code run_tile(kiln_kctx *c) {
   kiln_tensor *o = kiln_out(c, 0, x->dtype, r, out);
   if (!o) return c->err->code;
   if (o->numel == 0) return KILN_OK;
-  if (r == 0) return copy_run(o, 0, x, 0, 1), KILN_OK;
+  if (r == 0) return kiln_copy_elems(o, 0, x, 0, 1), KILN_OK;
   row_strides(r, x->dims, istride);
   /* Walk the output row by row; each row repeats one input row (index modulo the input dims). */
   int64_t idx[MAXR] = {0}, inner = out[r - 1], irow = x->dims[r - 1];
   for (int64_t o0 = 0; o0 < o->numel; o0 += inner) {
     int64_t src = 0;
     for (int d = 0; d < r - 1; d++) src += (idx[d] % x->dims[d]) * istride[d];
-    for (int64_t k = 0; k < inner; k += irow) copy_run(o, o0 + k, x, src, irow);
+    for (int64_t k = 0; k < inner; k += irow) kiln_copy_elems(o, o0 + k, x, src, irow);
     for (int d = r - 2; d >= 0; d--) {
       if (++idx[d] < out[d]) break;
       idx[d] = 0;
@@ -618,7 +606,7 @@ static kiln_code run_trilu(kiln_kctx *c) {
       lo = lo < 0 ? 0 : lo;
       hi = hi > cols ? cols : hi;
       int64_t row = (m * rows + i) * cols;
-      copy_run(o, row + lo, x, row + lo, hi - lo);
+      kiln_copy_elems(o, row + lo, x, row + lo, hi - lo);
     }
   return KILN_OK;
 }

@@ -67,6 +67,19 @@ static char control_escape(char e) {
   }
 }
 
+/* RE2's POSIX classes are ASCII; under C.UTF-8 libc's would also take other letters. The
+ * ASCII members as bracket items, or NULL for a name RE2 does not have. */
+static const char *ascii_class(const char *name, size_t len) {
+  static const char *const map[][2] = {
+      {"alnum", "0-9A-Za-z"}, {"alpha", "A-Za-z"}, {"ascii", "\x01-\x7f"}, {"blank", "\t "},
+      {"cntrl", "\x01-\x1f\x7f"}, {"digit", "0-9"}, {"graph", "!-~"}, {"lower", "a-z"},
+      {"print", " -~"}, {"punct", "!-/:-@[-`{-~"}, {"space", "\t\n\v\f\r "}, {"upper", "A-Z"},
+      {"word", "0-9A-Za-z_"}, {"xdigit", "0-9A-Fa-f"}};
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (strlen(map[i][0]) == len && !strncmp(map[i][0], name, len)) return map[i][1];
+  return NULL;
+}
+
 /* Rewrite the class starting at p[0] == '['; returns the position after it, or NULL with why. */
 static const char *rewrite_class(const char *p, rbuf *b, const char **why) {
   p++;
@@ -79,15 +92,15 @@ static const char *rewrite_class(const char *p, rbuf *b, const char **why) {
   }
   for (; *p && *p != ']'; p++) {
     char ch = *p;
-    if (ch == '[' && p[1] == ':') { /* [:alpha:] passes as it is */
+    if (ch == '[' && p[1] == ':') { /* [:alpha:]: its ASCII members, as RE2 */
       const char *end = strstr(p + 2, ":]");
-      if (!end) break;
-      char tmp[32];
-      size_t l = (size_t)(end + 2 - p);
-      if (l >= sizeof tmp) break;
-      memcpy(tmp, p, l);
-      tmp[l] = 0;
-      put(&items, tmp);
+      const char *members = end ? ascii_class(p + 2, (size_t)(end - p - 2)) : NULL;
+      if (!members) {
+        *why = "an unknown [:class:]";
+        free(items.s);
+        return NULL;
+      }
+      put(&items, members);
       p = end + 1;
       continue;
     }

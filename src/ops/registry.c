@@ -61,3 +61,12 @@ bool kiln_op_known(const char *domain, const char *name) {
   return false;
 }
 
+
+const kiln_op_schema *kiln_op_at(size_t i) {
+  for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
+    for (const kiln_op_schema *s = families[f]; s->name; s++)
+      if (i-- == 0) return s;
+  size_t n = __atomic_load_n(&n_extra, __ATOMIC_ACQUIRE);
+  const kiln_op_schema *const *x = __atomic_load_n(&extra, __ATOMIC_ACQUIRE);
+  return i < n ? x[i] : NULL;
+}

@@ -10,6 +10,10 @@ const kiln_op_schema *kiln_op_find(const char *domain, const char *name, int ops
 /* Whether any version of (domain, name) is known (to tell "unknown op" from "opset too old"). */
 bool kiln_op_known(const char *domain, const char *name);
 
+/* Entry i of every op kiln knows (the families' tables in order, then the registered extra
+ * ones), or NULL past the end: for listing what is supported. */
+const kiln_op_schema *kiln_op_at(size_t i);
+
 /* Schemas the lookups above also search, registered once by the layer above before it looks
  * anything up: kiln's own ops described through the plugin ABI (kiln_op.h), FusedGemm and
  * FusedMatMul (plugin/builtin.c, kiln_builtin_ops_init). `schemas` must stay valid. */

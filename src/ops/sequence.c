@@ -63,18 +63,6 @@ static kiln_code seq_push_clone(kiln_kctx *c, kiln_tensor *s, const kiln_tensor 
   return rc;
 }
 
-/* Copy n contiguous elements (strings duplicated). */
-static void copy_elems(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_t si, int64_t n) {
-  if (n <= 0) return;
-  if (dst->dtype == KILN_STRING) {
-    for (int64_t k = 0; k < n; k++) kiln_copy_elem(dst, di + k, src, si + k);
-    return;
-  }
-  size_t esz = kiln_dtype_size(dst->dtype);
-  memcpy((char *)dst->data + (size_t)di * esz, (const char *)src->data + (size_t)si * esz,
-         (size_t)n * esz);
-}
-
 static void infer_seq(kiln_ictx *c, size_t i, kiln_dtype dtype) {
   if (i >= c->n_out || !c->out[i]) return;
   kiln_type *t = c->out[i];
@@ -244,7 +232,7 @@ static kiln_tensor *split_piece(kiln_kctx *c, const kiln_tensor *x, int axis, in
   if (!t) return NULL;
   int64_t n = x->dims[axis];
   for (int64_t o = 0; o < outer; o++)
-    copy_elems(t, o * len * inner, x, (o * n + lo) * inner, len * inner);
+    kiln_copy_elems(t, o * len * inner, x, (o * n + lo) * inner, len * inner);
   return t;
 }
 
@@ -364,7 +352,7 @@ static kiln_code concat_run(kiln_kctx *c) {
     const kiln_tensor *t = s->items[i];
     int64_t len = stack ? 1 : t->dims[axis];
     for (int64_t q = 0; q < outer; q++)
-      copy_elems(o, (q * total + off) * inner, t, q * len * inner, len * inner);
+      kiln_copy_elems(o, (q * total + off) * inner, t, q * len * inner, len * inner);
     off += len;
   }
   return KILN_OK;

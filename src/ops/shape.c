@@ -17,18 +17,6 @@
 
 /* ---- helpers shared by the kernels (the shape-function helpers are in ops/op.h) ---- */
 
-/* Copy n consecutive elements between tensors of the same dtype. */
-static void copy_run(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_t si, int64_t n) {
-  if (n <= 0) return;
-  if (dst->dtype == KILN_STRING) {
-    for (int64_t k = 0; k < n; k++) kiln_copy_elem(dst, di + k, src, si + k);
-    return;
-  }
-  size_t esz = kiln_dtype_size(dst->dtype);
-  memcpy((char *)dst->data + (size_t)di * esz, (const char *)src->data + (size_t)si * esz,
-         (size_t)n * esz);
-}
-
 /* A copy of `in` with a new shape of the same element count. */
 static kiln_code reshaped_copy(kiln_kctx *c, size_t oi, const kiln_tensor *in, int rank,
                                const int64_t *dims) {
@@ -37,7 +25,7 @@ static kiln_code reshaped_copy(kiln_kctx *c, size_t oi, const kiln_tensor *in, i
   if (o->numel != in->numel)
     return kiln_kfail(c, "cannot reshape %lld elements to %lld", (long long)in->numel,
                       (long long)o->numel);
-  copy_run(o, 0, in, 0, in->numel);
+  kiln_copy_elems(o, 0, in, 0, in->numel);
   return KILN_OK;
 }
 
@@ -505,7 +493,7 @@ static kiln_code run_concat(kiln_kctx *c) {
     int64_t orow = out[axis] * inner, off = 0;
     for (size_t i = 0; i < c->n_in; i++) {
       int64_t row = c->in[i]->dims[axis] * inner;
-      for (int64_t b = 0; b < outer; b++) copy_run(o, b * orow + off, c->in[i], b * row, row);
+      for (int64_t b = 0; b < outer; b++) kiln_copy_elems(o, b * orow + off, c->in[i], b * row, row);
       off += row;
     }
     return KILN_OK;
@@ -634,7 +622,7 @@ static kiln_code run_split(kiln_kctx *c) {
       break;
     }
     int64_t row = sizes[i] * inner;
-    for (int64_t b = 0; b < outer; b++) copy_run(o, b * row, x, b * irow + off, row);
+    for (int64_t b = 0; b < outer; b++) kiln_copy_elems(o, b * row, x, b * irow + off, row);
     off += row;
   }
   free(split);

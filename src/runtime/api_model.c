@@ -14,13 +14,6 @@
 #include "runtime/pool_shared.h"
 #include "runtime/session.h"
 
-void kiln_options_init(kiln_options *o) {
-  memset(o, 0, sizeof *o);
-  o->size = sizeof *o;
-  o->opt_level = 2;
-  o->threads = 0;
-}
-
 kiln_model *kiln_model_ref(kiln_model *m) {
   __atomic_add_fetch(&m->refs, 1, __ATOMIC_RELAXED);
   return m;

@@ -15,38 +15,6 @@ kiln_code kiln_tensor_create(kiln_dtype dtype, int rank, const int64_t *dims, ki
   return *out ? KILN_OK : (err ? err->code : KILN_ERR_NOMEM);
 }
 
-static kiln_code make_container(kiln_kind kind, kiln_dtype elem, kiln_tensor **out, kiln_error *err) {
-  if (!out) return kiln_fail(err, KILN_ERR_INVALID_ARG, "missing out argument");
-  *out = calloc(1, sizeof **out);
-  if (!*out) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
-  (*out)->kind = kind;
-  (*out)->dtype = elem;
-  return KILN_OK;
-}
-
-kiln_code kiln_sequence_create(kiln_dtype elem_dtype, kiln_tensor **out, kiln_error *err) {
-  return make_container(KILN_KIND_SEQUENCE, elem_dtype, out, err);
-}
-
-kiln_code kiln_none_create(kiln_dtype elem_dtype, kiln_tensor **out, kiln_error *err) {
-  return make_container(KILN_KIND_NONE, elem_dtype, out, err);
-}
-
-kiln_code kiln_sequence_append(kiln_tensor *seq, kiln_tensor *item, kiln_error *err) {
-  if (!seq || !item || seq->kind != KILN_KIND_SEQUENCE)
-    return kiln_fail(err, KILN_ERR_INVALID_ARG, "kiln_sequence_append: not a sequence");
-  if (seq->n_items == seq->cap_items) {
-    size_t cap = seq->cap_items ? seq->cap_items * 2 : 8;
-    kiln_tensor **it = realloc(seq->items, cap * sizeof *it);
-    if (!it) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
-    seq->items = it;
-    seq->cap_items = cap;
-  }
-  if (seq->n_items == 0 && !seq->dtype) seq->dtype = item->dtype;
-  seq->items[seq->n_items++] = item;
-  return KILN_OK;
-}
-
 kiln_kind kiln_tensor_kind(const kiln_tensor *t) { return t->kind; }
 kiln_dtype kiln_tensor_dtype(const kiln_tensor *t) { return t->dtype; }
 int kiln_tensor_rank(const kiln_tensor *t) { return t->rank; }
@@ -65,17 +33,6 @@ kiln_code kiln_tensor_reinterpret(kiln_tensor *t, kiln_dtype dtype, kiln_error *
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "cannot reinterpret %s as %s",
                      t ? kiln_dtype_name(t->dtype) : "NULL", kiln_dtype_name(dtype));
   t->dtype = dtype;
-  return KILN_OK;
-}
-
-kiln_code kiln_tensor_set_string(kiln_tensor *t, int64_t i, const char *s, kiln_error *err) {
-  if (!t || t->dtype != KILN_STRING || i < 0 || i >= t->numel || !s)
-    return kiln_fail(err, KILN_ERR_INVALID_ARG, "kiln_tensor_set_string: bad argument");
-  char *c = kiln_strdup(s);
-  if (!c) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
-  char **d = t->data;
-  free(d[i]);
-  d[i] = c;
   return KILN_OK;
 }
 

@@ -172,6 +172,17 @@ def small_op_cases(rng):
                             ("float_to_float", xf, 1, np.float32)):
         out.append(Case(f"BitCast_{nm}", [helper.make_node("BitCast", ["X"], ["Y"], to=to)], {"X": xv}, ["Y"],
                         [xv.view(npt)], 26, atol=0, rtol=0))
+    # the 4-bit types, made by Cast and read back by Cast: int4 -> uint4 keeps the nibble
+    x8 = rng.integers(-8, 8, size=(7,)).astype(np.int8)
+    out.append(Case("BitCast_int4_to_uint4", [helper.make_node("Cast", ["X"], ["a"], to=22),
+                                              helper.make_node("BitCast", ["a"], ["b"], to=21),
+                                              helper.make_node("Cast", ["b"], ["Y"], to=6)],
+                    {"X": x8}, ["Y"], [(x8.astype(np.int32) & 0xF)], 26, atol=0, rtol=0))
+    u8 = rng.integers(0, 16, size=(7,)).astype(np.uint8)
+    out.append(Case("BitCast_uint4_to_int4", [helper.make_node("Cast", ["X"], ["a"], to=21),
+                                              helper.make_node("BitCast", ["a"], ["b"], to=22),
+                                              helper.make_node("Cast", ["b"], ["Y"], to=6)],
+                    {"X": u8}, ["Y"], [np.where(u8 > 7, u8.astype(np.int32) - 16, u8)], 26, atol=0, rtol=0))
     # CumProd: each mode, floats and integers
     x = (rng.random((3, 4)) + 0.5).astype(np.float32)
     xi = rng.integers(-3, 4, size=(2, 5)).astype(np.int64)

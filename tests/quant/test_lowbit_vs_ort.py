@@ -82,7 +82,8 @@ class Gen:
         lo, hi = (-8, 7) if to == INT4 else (0, 15)
         x = np.concatenate([np.arange(lo - 0.5, hi + 0.5, 0.125), self.r.uniform(lo - 0.5, hi + 0.5, 100), [np.nan]])
         x = np.concatenate([x, [-30, 30, np.inf, -np.inf]]).astype(np.float32)
-        skip = (x < lo - 0.5) | (x > hi + 0.5) | (np.abs(x - np.trunc(x)) == 0.5)
+        finite = np.nan_to_num(x, posinf=0, neginf=0)
+        skip = (x < lo - 0.5) | (x > hi + 0.5) | (np.abs(finite - np.trunc(finite)) == 0.5)
         nodes = [helper.make_node("Cast", ["x"], ["q"], to=to),
                  helper.make_node("Cast", ["q"], ["y"], to=TensorProto.FLOAT)]
         return f"Cast float -> {'INT4' if to == INT4 else 'UINT4'} -> float", nodes, {"x": x}, [], 21, 0, skip
@@ -107,10 +108,11 @@ class Gen:
             sshape = list(shape)
             sshape[axis] = -(-shape[axis] // b)
             attrs.update(axis=axis, block_size=b)
-        x = (r.standard_normal(shape) * r.uniform(1, 20)).astype(np.float32)
-        s = np.exp(r.uniform(-3, 1, size=sshape)).astype(np.float32)
+        ft = np.float16 if i % 3 == 2 else np.float32  # float16 x and scale: the quotient rounds to float16
+        x = (r.standard_normal(shape) * r.uniform(1, 20)).astype(ft)
+        s = np.exp(r.uniform(-3, 1, size=sshape)).astype(ft)
         if dt >= 17:
-            s = np.exp(r.uniform(-8, -2, size=sshape)).astype(np.float32)  # big quotients: saturation
+            s = np.exp(r.uniform(-8, -2, size=sshape)).astype(ft)  # big quotients: saturation
         inits = [("s", s)]
         ins = ["x", "s"]
         zp = None
@@ -121,7 +123,7 @@ class Gen:
         nodes = [helper.make_node("QuantizeLinear", ins, ["q"], **attrs),
                  helper.make_node("DequantizeLinear", ["q"] + ins[1:], ["y"],
                                   **{k: v for k, v in attrs.items() if k != "output_dtype"})]
-        return f"QuantizeLinear/DequantizeLinear {name} {shape} {mode} {attrs} zp={zp is not None}", nodes, \
+        return f"QuantizeLinear/DequantizeLinear {name} {ft.__name__} {shape} {mode} {attrs} zp={zp is not None}", nodes, \
             {"x": x}, inits + ([("z", (zp, dt))] if zp is not None else []), 21, 0, None
 
     def affine_grid(self, i):
@@ -183,7 +185,8 @@ def init_tensor(name, v):
 
 
 def make_model(nodes, feeds, inits, opset):
-    ins = [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()]
+    ins = [helper.make_tensor_value_info(k, TensorProto.FLOAT16 if v.dtype == np.float16 else TensorProto.FLOAT,
+                                         list(v.shape)) for k, v in feeds.items()]
     outs = [onnx.ValueInfoProto(name="y")]
     g = helper.make_graph(nodes, "g", ins, outs, [init_tensor(k, v) for k, v in inits])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
@@ -194,6 +197,8 @@ def make_model(nodes, feeds, inits, opset):
 def compare(got, want, mode, skip):
     if got.shape != want.shape:
         return f"shape {got.shape} vs {want.shape}"
+    if got.dtype != want.dtype:
+        return f"dtype {got.dtype} vs {want.dtype}"
     if mode == 0:
         same = (got == want) | (np.isnan(got) & np.isnan(want))
         if skip is not None:
