@@ -326,6 +326,23 @@ static kiln_code infer_tile(kiln_ictx *c) {
   return KILN_OK;
 }
 
+/* Tile's output block of axis d at offset ob from the input block at ib: the input's slices
+ * (each filled the same way one axis down), then copies of them, doubling, so that a large
+ * output is written by a few long copies whatever the shape (recursion depth: the rank). */
+static void tile_block(kiln_tensor *o, int64_t ob, const kiln_tensor *x, int64_t ib, int d, const int64_t *out,
+                       const int64_t *bout, const int64_t *istride) {
+  int64_t n = x->dims[d], sub = bout[d + 1];
+  if (d == x->rank - 1)
+    kiln_copy_elems(o, ob, x, ib, n);
+  else
+    for (int64_t i = 0; i < n; i++) tile_block(o, ob + i * sub, x, ib + i * istride[d], d + 1, out, bout, istride);
+  for (int64_t have = n * sub, want = out[d] * sub; have < want;) {
+    int64_t m = have < want - have ? have : want - have;
+    kiln_copy_elems(o, ob + have, o, ob, m);
+    have += m;
+  }
+}
+
 static kiln_code run_tile(kiln_kctx *c) {
   kiln_code rc = kiln_need_tensors(c, 2);
   if (rc) return rc;
@@ -344,17 +361,10 @@ static kiln_code run_tile(kiln_kctx *c) {
   if (o->numel == 0) return KILN_OK;
   if (r == 0) return kiln_copy_elems(o, 0, x, 0, 1), KILN_OK;
   row_strides(r, x->dims, istride);
-  /* Walk the output row by row; each row repeats one input row (index modulo the input dims). */
-  int64_t idx[MAXR] = {0}, inner = out[r - 1], irow = x->dims[r - 1];
-  for (int64_t o0 = 0; o0 < o->numel; o0 += inner) {
-    int64_t src = 0;
-    for (int d = 0; d < r - 1; d++) src += (idx[d] % x->dims[d]) * istride[d];
-    for (int64_t k = 0; k < inner; k += irow) kiln_copy_elems(o, o0 + k, x, src, irow);
-    for (int d = r - 2; d >= 0; d--) {
-      if (++idx[d] < out[d]) break;
-      idx[d] = 0;
-    }
-  }
+  int64_t bout[MAXR + 1];
+  bout[r] = 1;
+  for (int d = r - 1; d >= 0; d--) bout[d] = bout[d + 1] * out[d];
+  tile_block(o, 0, x, 0, 0, out, bout, istride);
   return KILN_OK;
 }
 

@@ -125,12 +125,11 @@ class Gen:
         ops = {"Relu": {}, "Sigmoid": {}, "Tanh": {}, "Exp": {}, "Abs": {}, "Neg": {}, "Sqrt": {}, "Erf": {},
                "LeakyRelu": {"alpha": 0.1}, "Elu": {"alpha": 0.7}, "HardSigmoid": {"alpha": 0.3, "beta": 0.4},
                "Softplus": {}, "Log": {}, "Reciprocal": {}, "Floor": {}, "Ceil": {}, "Round": {}, "Sin": {},
-               "Cos": {}, "HardSwish": {}, "Selu": {}, "Sign": {}, "Mish": {}, "Identity": {}}
-        # Gelu (opset 20) is left to a later opset: kiln reads opsets up to 18
+               "Cos": {}, "HardSwish": {}, "Selu": {}, "Gelu": {}, "Sign": {}, "Mish": {}, "Identity": {}}
         op = str(r.choice(sorted(ops)))
         positive = op in ("Sqrt", "Log", "Reciprocal")
         x = self.x(self.shape(), 0.1 if positive else None)
-        return op, [helper.make_node(op, ["x"], ["y"], **ops[op])], {"x": x}, [], 18
+        return op, [helper.make_node(op, ["x"], ["y"], **ops[op])], {"x": x}, [], 20 if op == "Gelu" else 18
 
     def clip(self):
         x = (self.x(self.shape()) * 3).astype(np.float16)
