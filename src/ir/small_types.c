@@ -105,7 +105,8 @@ int8_t kiln_int4_from_i64(kiln_dtype t, int64_t v) {
 }
 
 int64_t kiln_proto_raw_bytes(kiln_dtype t, int64_t n) {
-  return kiln_dtype_is_packed4(t) ? (n + 1) / 2 : n * (int64_t)kiln_dtype_size(t);
+  /* n / 2 + (n & 1), not (n + 1) / 2: n may be INT64_MAX (a hostile shape of one-byte elements) */
+  return kiln_dtype_is_packed4(t) ? n / 2 + (n & 1) : n * (int64_t)kiln_dtype_size(t);
 }
 
 void kiln_pack4(const uint8_t *src, int64_t n, uint8_t *dst) {

@@ -169,7 +169,7 @@ static kiln_code fill_typed(const Onnx__TensorProto *p, kiln_tensor *t, kiln_err
       break;
     case KILN_INT4: case KILN_UINT4: case KILN_FLOAT4E2M1: {
       /* two 4-bit elements per int32_data value, the first in the low nibble */
-      int64_t packed = (n + 1) / 2;
+      int64_t packed = kiln_proto_raw_bytes(t->dtype, n);
       if ((rc = need(p, p->n_int32_data, packed, "int32_data", err))) return rc;
       uint8_t *b = malloc((size_t)packed);
       if (!b) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
@@ -222,7 +222,7 @@ kiln_tensor *kiln_tensor_from_proto(const Onnx__TensorProto *p, const kiln_ext_c
                                    p->n_double_data + p->n_uint64_data);
     int64_t want = raw ? bytes
                        : dt == KILN_COMPLEX64 || dt == KILN_COMPLEX128 ? 2 * numel
-                       : kiln_dtype_is_packed4(dt)                     ? (numel + 1) / 2
+                       : kiln_dtype_is_packed4(dt)                     ? kiln_proto_raw_bytes(dt, numel)
                                                                        : numel;
     if (have != want) {
       kiln_fail(err, KILN_ERR_MODEL, "tensor '%s': holds %lld %s, shape %s of %s needs %lld", tname(p),
