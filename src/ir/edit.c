@@ -97,13 +97,7 @@ size_t *kiln_graph_use_counts(const kiln_graph *g) {
     const kiln_node *n = &g->nodes[i];
     for (size_t k = 0; k < n->n_in; k++)
       if (n->in[k] >= 0) uses[n->in[k]]++;
-    for (size_t a = 0; a < n->n_attrs; a++) {
-      const kiln_attr *at = &n->attrs[a];
-      for (size_t k = 0; k < (at->g ? 1 : at->graphs ? at->n : 0); k++) {
-        nest top = {at->g ? at->g : at->graphs[k], NULL};
-        mark_outer_reads(g, &top, mark);
-      }
-    }
+    kiln_node_mark_outer_reads(g, n, mark);
   }
   for (size_t i = 0; i < g->n_outputs; i++) uses[g->outputs[i]]++;
   for (size_t v = 0; v < g->n_values; v++) uses[v] += mark[v];
