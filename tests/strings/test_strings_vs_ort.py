@@ -101,7 +101,7 @@ def main():
         with open(os.path.join(d, "in.json"), "w") as fh:
             json.dump({k: {"dims": list(v.shape), "data": list(v.reshape(-1))} for k, v in feeds.items()}, fh)
         meta[d] = (desc, feeds, [o for o in m.graph.output], refused)
-    subprocess.run(["node", os.path.join(HERE, "ort_strings.js"), root], check=True, stderr=subprocess.DEVNULL)
+    subprocess.run(["node", os.path.join(HERE, "..", "quant", "ort_batch.js"), root], check=True, stderr=subprocess.DEVNULL)
     compared = failed = ort_refused = 0
     for d, (desc, feeds, outs, refused) in meta.items():
         outs = [o.name for o in outs]
