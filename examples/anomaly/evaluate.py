@@ -86,41 +86,94 @@ def read_kinds(path):
     return kinds
 
 
-def compare(cfg, train_csv, test_csv, rows, label_column="label", kinds=()):
-    """The autoencoder's row scores `rows` (n, C) beside the z-score detector on one labelled
-    stream. The z-score detector is calibrated on the same held-out clean rows by the same rule
-    (quantile, margin, smoothing) and gets the same stuck-sensor run check and event merging;
-    it is then also scaled (knowing the labels: in its favour) over 400 threshold multiples, for
-    its best F1 at a false-alarm rate no higher than the autoencoder's ("z@FA") and its lowest
-    false-alarm rate at a point F1 no lower than the autoencoder's ("z@F1", None when no scale
-    reaches it). Returns {"autoencoder": m, "z-score": m, "z@FA": m, "z@F1": m or None}."""
-    _, _, x, labels = scoring.read_csv(test_csv, label_column)
-    kinds = list(kinds)
-    tev = [(s, e) for _, s, e in kinds] or true_events(labels)
-    rule, gap = cfg["threshold_rule"], cfg["merge_gap"]
+def zscore_detector(cfg, train_csv, x):
+    """The per-channel z-score detector of compare(): its row scores on the held-out clean rows
+    of train_csv and on the stream x, and its thresholds (the autoencoder's rule: quantile of
+    the held-out scores times the margin)."""
+    rule = cfg["threshold_rule"]
     rule_s = cfg.get("smooth_rule", "mean")
-    flat = (scoring.flat_runs(x) >= np.array(cfg["flat_limit"])).any(axis=1)
-    fl, ev = detect(rows, np.array(cfg["threshold"]), gap, flat)
-    out = {"autoencoder": metrics(fl, labels, ev, tev, kinds)}
-    m = out["autoencoder"]
     _, _, xt, _ = scoring.read_csv(train_csv)
     split = rule["training_rows"]
     zm, zs = xt[:split].mean(axis=0), np.maximum(xt[:split].std(axis=0), 1e-6)
     cal = zscore_rows(xt[split:], zm, zs, cfg["smooth"], rule_s)
     zthr = np.quantile(cal, rule["quantile"], axis=0) * rule["margin"]
-    zrows = zscore_rows(x, zm, zs, cfg["smooth"], rule_s)
+    return cal, zscore_rows(x, zm, zs, cfg["smooth"], rule_s), zthr
+
+
+SCALES = np.geomspace(0.001, 1000, 600)
+
+
+def sweep(rows, thr, labels, gap, flat, tev, kinds):
+    """The metrics at each threshold multiple in SCALES."""
+    out = []
+    for k in SCALES:
+        fl, ev = detect(rows, thr * k, gap, flat)
+        out.append(metrics(fl, labels, ev, tev, kinds))
+    return out
+
+
+def best_at(ms, fa_budget):
+    """The best point F1 among the sweep's metrics with a false-alarm rate <= fa_budget."""
+    ok = [m for m in ms if m["false_alarm_rate"] <= fa_budget + 1e-12]
+    return max(ok, key=lambda m: (m["point_f1"], -m["false_alarm_rate"])) if ok else None
+
+
+def stream(cfg, test_csv, label_column, kinds):
+    _, _, x, labels = scoring.read_csv(test_csv, label_column)
+    kinds = list(kinds)
+    tev = [(s, e) for _, s, e in kinds] or true_events(labels)
+    flat = (scoring.flat_runs(x) >= np.array(cfg["flat_limit"])).any(axis=1)
+    return x, labels, kinds, tev, flat
+
+
+def compare(cfg, train_csv, test_csv, rows, label_column="label", kinds=()):
+    """The autoencoder's row scores `rows` (n, C) beside the z-score detector on one labelled
+    stream. The z-score detector is calibrated on the same held-out clean rows by the same rule
+    (quantile, margin, smoothing) and gets the same stuck-sensor run check and event merging;
+    it is then also scaled (knowing the labels: in its favour) over the threshold multiples
+    SCALES, for its best F1 at a false-alarm rate no higher than the autoencoder's ("z@FA") and
+    its lowest false-alarm rate at a point F1 no lower than the autoencoder's ("z@F1", None
+    when no scale reaches it). Returns {"autoencoder": m, "z-score": m, "z@FA": m, "z@F1": m or
+    None}."""
+    x, labels, kinds, tev, flat = stream(cfg, test_csv, label_column, kinds)
+    gap = cfg["merge_gap"]
+    fl, ev = detect(rows, np.array(cfg["threshold"]), gap, flat)
+    out = {"autoencoder": metrics(fl, labels, ev, tev, kinds)}
+    m = out["autoencoder"]
+    _, zrows, zthr = zscore_detector(cfg, train_csv, x)
     fl, ev = detect(zrows, zthr, gap, flat)
     out["z-score"] = metrics(fl, labels, ev, tev, kinds)
-    out["z@FA"] = out["z@F1"] = None
-    for scale in np.geomspace(0.001, 10, 400):
-        fl, ev = detect(zrows, zthr * scale, gap, flat)
-        mm = metrics(fl, labels, ev, tev, kinds)
-        b = out["z@FA"]
-        if mm["false_alarm_rate"] <= m["false_alarm_rate"] and (b is None or mm["point_f1"] > b["point_f1"]):
-            out["z@FA"] = mm
-        b = out["z@F1"]
-        if mm["point_f1"] >= m["point_f1"] and (b is None or mm["false_alarm_rate"] < b["false_alarm_rate"]):
-            out["z@F1"] = mm
+    zs = sweep(zrows, zthr, labels, gap, flat, tev, kinds)
+    out["z@FA"] = best_at(zs, m["false_alarm_rate"])
+    reach = [mm for mm in zs if mm["point_f1"] >= m["point_f1"]]
+    out["z@F1"] = min(reach, key=lambda mm: mm["false_alarm_rate"]) if reach else None
+    return out
+
+
+def matched(cfg, train_csv, test_csv, rows, cal_rows, label_column="label", kinds=(),
+            budgets=(0.0, 0.01, 0.02, 0.05), cal_rates=(0.01, 0.05)):
+    """Both detectors at a matched false-alarm rate, two ways.
+    "fa": for each budget, each detector's best point F1 over the threshold multiples SCALES
+    with a false-alarm rate on the stream no higher than the budget (the labels choose the
+    multiple, for both alike: one point of each detector's precision-recall curve).
+    "cal": without the labels, each detector's thresholds scaled by one factor so that a
+    fraction `rate` of the held-out clean rows (cal_rows for the autoencoder, the z-score's own
+    for it) score above them, then scored on the stream.
+    Returns {"fa": {budget: (ae, z)}, "cal": {rate: (ae, z)}} (ae, z: metrics or None)."""
+    x, labels, kinds, tev, flat = stream(cfg, test_csv, label_column, kinds)
+    gap = cfg["merge_gap"]
+    thr = np.array(cfg["threshold"])
+    zcal, zrows, zthr = zscore_detector(cfg, train_csv, x)
+    ae_s = sweep(rows, thr, labels, gap, flat, tev, kinds)
+    z_s = sweep(zrows, zthr, labels, gap, flat, tev, kinds)
+    out = {"fa": {b: (best_at(ae_s, b), best_at(z_s, b)) for b in budgets}, "cal": {}}
+    for rate in cal_rates:
+        pair = []
+        for r, c, t in ((rows, cal_rows, thr), (zrows, zcal, zthr)):
+            k = np.quantile((c / t).max(axis=1), 1 - rate)
+            fl, ev = detect(r, t * k, gap, flat)
+            pair.append(metrics(fl, labels, ev, tev, kinds))
+        out["cal"][rate] = tuple(pair)
     return out
 
 
