@@ -158,7 +158,7 @@ def matched(cfg, train_csv, test_csv, rows, cal_rows, label_column="label", kind
     multiple, for both alike: one point of each detector's precision-recall curve).
     "cal": without the labels, each detector's thresholds scaled by one factor so that a
     fraction `rate` of the held-out clean rows (cal_rows for the autoencoder, the z-score's own
-    for it) score above them, then scored on the stream.
+    for it) score above them, then scored on the stream (left out when cal_rows is None).
     Returns {"fa": {budget: (ae, z)}, "cal": {rate: (ae, z)}} (ae, z: metrics or None)."""
     x, labels, kinds, tev, flat = stream(cfg, test_csv, label_column, kinds)
     gap = cfg["merge_gap"]
@@ -167,7 +167,7 @@ def matched(cfg, train_csv, test_csv, rows, cal_rows, label_column="label", kind
     ae_s = sweep(rows, thr, labels, gap, flat, tev, kinds)
     z_s = sweep(zrows, zthr, labels, gap, flat, tev, kinds)
     out = {"fa": {b: (best_at(ae_s, b), best_at(z_s, b)) for b in budgets}, "cal": {}}
-    for rate in cal_rates:
+    for rate in cal_rates if cal_rows is not None else ():
         pair = []
         for r, c, t in ((rows, cal_rows, thr), (zrows, zcal, zthr)):
             k = np.quantile((c / t).max(axis=1), 1 - rate)
@@ -198,6 +198,11 @@ def main():
             show(name, m)
         else:
             print(f"{name:12s} no threshold scale reaches the autoencoder's point F1")
+    kinds = read_kinds(a.kinds) if a.kinds else ()
+    for b, (ae, z) in matched(cfg, a.train, a.test, rows, None, a.labels, kinds).get("fa").items():
+        print(f"best point F1 at false alarms <= {b * 100:g}%: autoencoder " +
+              (f"{ae['point_f1']:.3f} ({ae['false_alarm_rate'] * 100:.2f}%)" if ae else "-") +
+              ", z-score " + (f"{z['point_f1']:.3f} ({z['false_alarm_rate'] * 100:.2f}%)" if z else "-"))
 
 
 if __name__ == "__main__":
