@@ -26,6 +26,8 @@ typedef struct am_config {
   double *mean, *std;    /* normalisation, per channel */
   double *threshold;     /* per channel, on the smoothed squared error */
   int *flat_limit;       /* per channel: identical consecutive values that count as stuck */
+  double *edge_head, *edge_tail; /* (W, C) edge re-check thresholds (scoring.edge_recheck), or
+                                  * NULL: no re-check (models from before it, stride > 1) */
   char *model_path;      /* absolute or relative to the current directory */
   char *input_name, *output_name;
 } am_config;

@@ -175,18 +175,24 @@ def run(name, build, out, seed):
                         "--events", os.path.join(out, f"{name}_events.jsonl")],
                        capture_output=True, text=True, check=True)
     cfg = json.load(open(os.path.join(model, "config.json")))
-    rows = np.loadtxt(scores, delimiter=",", skiprows=1, ndmin=2)[:, 1:]
-    res = evaluate.compare(cfg, paths["train"], paths["test"], rows, "label",
-                           evaluate.read_kinds(paths["kinds"]))
+    ae = evaluate.AutoencoderScores.from_dump(cfg, scores)
+    kinds = evaluate.read_kinds(paths["kinds"])
+    res = evaluate.compare(cfg, paths["train"], paths["test"], ae, "label", kinds)
     line = next(ln for ln in r.stderr.splitlines() if ln.startswith("point-wise"))
     m = res["autoencoder"]
     want = (f"precision {m['point_precision']:.3f} recall {m['point_recall']:.3f} "
             f"F1 {m['point_f1']:.3f}")
     if want not in line:
         sys.exit(f"eval_real: {name}: kiln-anomaly says \"{line}\", evaluate.py \"{want}\"")
-    mat = evaluate.matched(cfg, paths["train"], paths["test"], rows,
-                           calibration_rows(model, cfg, paths["train"]), "label",
-                           evaluate.read_kinds(paths["kinds"]))
+    _, _, x, _ = scoring.read_csv(paths["test"], "label")
+    torch_ae = evaluate.model_scores(model, cfg, (x - np.array(cfg["mean"])) / np.array(cfg["std"]))
+    flat = evaluate.stream(cfg, paths["test"], "label", kinds)[4]
+    differ = np.flatnonzero(torch_ae.flags(flat) != ae.flags(flat))
+    if len(differ):
+        sys.exit(f"eval_real: {name}: kiln-anomaly and the PyTorch scoring flag rows differently: "
+                 f"{differ[:10].tolist()}")
+    mat = evaluate.matched(cfg, paths["train"], paths["test"], torch_ae,
+                           calibration_rows(model, cfg, paths["train"]), "label", kinds)
     return res, mat, line
 
 
