@@ -16,6 +16,10 @@ a flat line well (measured: most stuck channels scored below their threshold), s
 a second part: a row is also anomalous on channel c when it lies in a run of at least
 flat_limit[c] identical consecutive values of c (the limit calibrated on clean data: twice the
 longest run seen there, plus 2).
+
+With "edge_threshold" in the config, a row flagged by its score is checked again on the windows
+that hold no other flagged row (edge_recheck, below): the rows beside an anomaly and at the
+stream's start keep only windows in which they sit near an edge.
 """
 import csv
 

@@ -5,7 +5,8 @@ Reads a CSV whose first row is a header and whose first column is a timestamp (a
 other column is a numeric channel. Fits per-channel normalisation on the training part, trains
 the autoencoder on windows of the first (1 - holdout) of the rows, then scores the held-out rest
 (scoring.py, exactly as kiln-anomaly does) and sets each channel's threshold to a quantile of
-those scores times a margin. Writes OUT/model.onnx (opset 17, input `window` (N, W, C), output
+those scores times a margin, and the edge re-check's thresholds by the same rule (per window
+position range, scoring.edge_thresholds). Writes OUT/model.onnx (opset 17, input `window` (N, W, C), output
 `reconstruction` (N, W, C), N symbolic) and OUT/config.json.
 
 Usage: train.py --train CLEAN.csv --out MODEL_DIR [--window W] [--epochs E] [--seed S]
