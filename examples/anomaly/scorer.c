@@ -46,7 +46,8 @@ static long pow2_at_least(long n) {
   return p;
 }
 
-am_scorer *am_scorer_create(const am_config *cfg, const am_sink *sink, FILE *scores_dump) {
+am_scorer *am_scorer_create(const am_config *cfg, const am_sink *sink, FILE *scores_dump,
+                            int max_batch) {
   am_scorer *s = calloc(1, sizeof(*s));
   s->cfg = cfg;
   s->sink = *sink;
@@ -75,10 +76,10 @@ am_scorer *am_scorer_create(const am_config *cfg, const am_sink *sink, FILE *sco
   s->chs = calloc((size_t)s->cap, sizeof(uint64_t));
   s->chf = calloc((size_t)s->cap, sizeof(uint64_t));
   if (cfg->edge_head) {
-    /* windows from a window behind the oldest undecided row to the newest: one batch (at most
-     * 4096 windows at stride 1) plus the rows final but undecided and those waiting for their
-     * smoothing or stuck-sensor decision */
-    long wcap = pow2_at_least(4096 + 2L * cfg->window + cfg->smooth + maxflat + 64);
+    /* windows from a window behind the oldest undecided row to the newest: the batch added
+     * before a flush, the rows final but undecided and those waiting for their smoothing or
+     * stuck-sensor decision */
+    long wcap = pow2_at_least((long)max_batch * cfg->stride + 2L * cfg->window + cfg->smooth + maxflat + 64);
     s->werr = malloc((size_t)wcap * (size_t)cfg->window * (size_t)s->C * sizeof(double));
     s->wmask = wcap - 1;
     if (!s->werr)
