@@ -250,6 +250,7 @@ static int open_instances(srv_version *v, const char *path, char *msg, size_t n)
   kiln_options_init(&o);
   o.opt_level = v->cfg.level;
   o.threads = v->cfg.threads;
+  o.max_run_ms = v->cfg.run_timeout_ms;
   const char *plugins[SRV_MAX_PLUGINS + 1] = {0};
   for (int i = 0; i < v->cfg.n_plugins; i++) plugins[i] = v->cfg.plugins[i];
   o.plugins = v->cfg.n_plugins ? plugins : NULL;

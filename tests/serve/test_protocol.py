@@ -285,6 +285,42 @@ def test_metrics(s):
         check(needle in text, "metrics have " + needle)
 
 
+def loop_model(path):
+    """Y = Loop(M, X): the body passes X[N, 4] through M times (M an int64 input)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["x_in"], ["x_out"]), helper.make_node("Identity", ["c"], ["c_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_in", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_out", TensorProto.FLOAT, ["N", 4])])
+    save_model([helper.make_node("Loop", ["M", "", "X"], ["Y"], body=body)],
+               [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4]),
+                helper.make_tensor_value_info("M", TensorProto.INT64, [])],
+               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 4])], path)
+
+
+def test_run_timeout(root):
+    """--run-timeout-ms: a run of 2^62 iterations gets 504 naming the limit; the next request is served."""
+    path = os.path.join(root, "loop.onnx")
+    loop_model(path)
+    s = Server([path, "--run-timeout-ms", "300", "--warmup-runs", "0", "--drain-s", "0"])
+    try:
+        x = np.ones((1, 4), np.float32)
+        def infer(m):
+            return s.post_json("/v2/models/loop/infer", {"inputs": [
+                json_input("X", x), {"name": "M", "datatype": "INT64", "shape": [], "data": [m]}]})
+        st, _, r = infer(3)
+        check(st == 200 and r["outputs"][0]["data"] == [1.0] * 4, "a Loop of 3 iterations: 200")
+        t0 = time.time()
+        st, _, r = infer(2**62)
+        check(st == 504 and "time limit of 300 ms" in r.get("error", ""), "a Loop of 2^62 iterations: 504 naming the limit")
+        check(time.time() - t0 < 10, "... within seconds")
+        st, _, r = infer(1)
+        check(st == 200, "the next request is served")
+    finally:
+        s.stop()
+
+
 def main():
     root = tempfile.mkdtemp(prefix="kiln-serve-proto-")
     rng = np.random.default_rng(1)
@@ -320,6 +356,7 @@ def main():
                   "--log-format json: one JSON object per request")
         finally:
             s.stop()
+        test_run_timeout(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     finish()
