@@ -10,7 +10,7 @@
 # crashes) of everything logged so far.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=(fuzz_model fuzz_optimize fuzz_inputs fuzz_plugin_desc)
+targets=(fuzz_model fuzz_optimize fuzz_inputs fuzz_plugin_desc fuzz_infer_request)
 
 report() {
   local log=$1
