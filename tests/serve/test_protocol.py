@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.dirname(__file__))
 from serve_util import (Server, affine_model, binary_request, check, finish, json_input,  # noqa: E402
-                        parse_binary_response, save_model)
+                        parse_binary_response, save_model, KILN)
 
 TYPES = [("FP32", TensorProto.FLOAT, np.float32), ("FP64", TensorProto.DOUBLE, np.float64),
          ("FP16", TensorProto.FLOAT16, np.float16), ("INT8", TensorProto.INT8, np.int8),
@@ -321,6 +321,21 @@ def test_run_timeout(root):
         s.stop()
 
 
+def test_untyped_io(root):
+    """A model whose input is float8 (no KServe v2 datatype) is refused at load, naming it."""
+    g = helper.make_graph([helper.make_node("Cast", ["X"], ["Y"], to=TensorProto.FLOAT)], "g",
+                          [helper.make_tensor_value_info("X", 17, [2])],  # FLOAT8E4M3FN
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    path = os.path.join(root, "f8.onnx")
+    with open(path, "wb") as f:
+        f.write(m.SerializeToString())
+    r = subprocess.run([KILN, "serve", path, "--http-port", "0"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "input 'X' is float8e4m3fn, which the KServe v2 protocol has no datatype" in r.stderr,
+          "a float8 input is refused at load: %d %r" % (r.returncode, r.stderr[-300:]))
+
+
 def main():
     root = tempfile.mkdtemp(prefix="kiln-serve-proto-")
     rng = np.random.default_rng(1)
@@ -357,6 +372,7 @@ def main():
         finally:
             s.stop()
         test_run_timeout(root)
+        test_untyped_io(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     finish()
