@@ -138,6 +138,17 @@ check(not any(chain in a for a in advice["2"]), f"the advice is gone at level 2:
 rc, text = kiln("profile", pc, "--level", "2", "--repeat", "3")
 check("fused nodes" in text and "FusedConv" in text, f"level 2 lists the fused node with what it replaced: {text[-800:]}")
 
+# KILN_PROFILE_CLOCK=thread: node times are the thread's CPU time, positive and within the runs
+rc, text = kiln("profile", path, "--threads", "1", "--repeat", "5", "--json", out,
+                env={"KILN_PROFILE_CLOCK": "thread"})
+check(rc == 0, f"profile with the thread clock exits 0: {text[-400:]}")
+r = json.load(open(out))
+node_ms = sum(n["ms_per_run"] for n in r["nodes"])
+check(all(n["ms_per_run"] > 0 for n in r["nodes"] if n["op_type"] == "Conv" or n["op_type"] == "FusedConv"),
+      f"thread clock: the convolution's time is positive: {r['nodes']}")
+check(0 < node_ms <= r["mean_ms"] * 1.05 + 0.01,
+      f"thread clock: node CPU time {node_ms} ms within the mean run {r['mean_ms']} ms")
+
 rc, text = kiln("profile", path, "--repeat", "0")
 check(rc == 2 and "--repeat" in text, f"--repeat 0 is a usage error: {rc} {text}")
 rc, text = kiln("profile", path, "--bogus", "1")
