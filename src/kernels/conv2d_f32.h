@@ -11,7 +11,8 @@
  *   copy the plane into a per-thread zero-padded buffer first. Otherwise portable C over
  *   clamped column ranges. Bias, residual and relu/clip are applied in registers.
  * - few input channels (at most 4, one group, x stride 1 or 2, output rows of 16 and more:
- *   the first layer of CNNs) at AVX-512: a direct kernel (conv_direct_f32.c). The input is
+ *   the first layer of CNNs) at AVX-512 and AVX2: a direct kernel (conv_direct_f32.c; the
+ *   AVX2 tiles, 4 channels x up to 3 vectors of 8 columns, in conv_direct_avx2.c). The input is
  *   copied once into a zero-padded buffer with each row split into the stride's phases, so
  *   every tap reads 16 consecutive floats; each output row is computed in blocks of 8 output
  *   channels x up to 3 vectors of 16 columns in registers, bias, residual and relu/clip

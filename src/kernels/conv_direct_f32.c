@@ -22,14 +22,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/conv_direct.h"
 #include "kernels/conv_internal.h"
 
 /* Channels per block: 8 broadcasts per tap against up to 3 input vectors. */
-enum { CB = 8, MAX_NS = 3 };
+enum { CB = KILN_DIR_CB, MAX_NS = 3 };
 
 int kiln_conv2d_f32_uses_direct(const kiln_conv2d_f32_params *p, int isa) {
 #ifdef KILN_HAVE_X86_KERNELS
-  return p && isa >= KILN_ISA_AVX512 && p->group == 1 && p->c <= 4 && p->sw <= 2 &&
+  return p && isa >= KILN_ISA_AVX2 && p->group == 1 && p->c <= 4 && p->sw <= 2 &&
          p->kh * p->kw > 1 && p->ow >= 16 && p->m >= 4;
 #else
   (void)p;
@@ -40,22 +41,7 @@ int kiln_conv2d_f32_uses_direct(const kiln_conv2d_f32_params *p, int isa) {
 
 #ifdef KILN_HAVE_X86_KERNELS
 
-typedef struct dir_ctx {
-  const kiln_conv2d_f32_params *p;
-  const float *x;
-  float *xb;           /* one region per thread: [c][hp][sw][t] for up to `cap` output rows */
-  size_t region;       /* floats per region */
-  int64_t cap;         /* output rows per fill of a region */
-  const float *wb;     /* [mb][taps][CB] */
-  const int64_t *off;  /* per tap: its offset in xb from the image, row oy * sh, column ox */
-  const kiln_conv2d_f32_epilogue *ep;
-  float *y;
-  int64_t hp, t, taps, mb, ohw;
-  const float *bias; /* mb * CB values (zeros without a bias) */
-  bool clamp;        /* relu or clip: min(max(v, lo), hi) in registers (relu: hi = inf) */
-  float lo, hi;
-  int64_t rows_per_pass;
-} dir_ctx;
+typedef kiln_dir_ctx dir_ctx; /* conv_direct.h: shared with the AVX2 row task */
 
 /* Fill a thread's region with the phase rows that output rows [oy0, oy0 + nr) of image nn
  * read: local row r of channel ci holds padded row oy0 * sh + r, i.e. input row
@@ -226,7 +212,6 @@ static kiln_code dir_setup(int64_t nthr, const kiln_conv2d_f32_params *p, const 
 kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
                                  const float *x, const float *w,
                                  const kiln_conv2d_f32_epilogue *ep, float *y) {
-  (void)isa;
   int64_t nthr = kiln_threadpool_size(pool), rows = p->n * p->oh;
   int64_t cap = (rows + nthr - 1) / nthr; /* the static share of one thread */
   if (cap > p->oh) cap = p->oh;
@@ -236,7 +221,8 @@ kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv
   if (rc) return rc;
   /* one contiguous range of rows per thread: taken in passes from a shared counter, the
    * rows interleave between the threads and measured 10-50% slower at 2 threads */
-  kiln_parallel_for(pool, (size_t)rows, row_task, &d, 0);
+  kiln_parallel_for(pool, (size_t)rows, isa >= KILN_ISA_AVX512 ? row_task : kiln_conv_direct_rows_avx2,
+                    &d, 0);
   free(buf);
   return KILN_OK;
 }
@@ -346,7 +332,7 @@ T512 static void pool_task(void *ctx, size_t begin, size_t end, int ti) {
 int kiln_conv2d_f32_maxpool_ok(const kiln_conv2d_f32_params *p, const kiln_pool2d_params *q, int isa) {
   /* one input channel takes the depthwise kernel in kiln_conv2d_f32, whose sums are ordered
    * otherwise: the one pass is to give the chain's bits */
-  if (!p || !q || !kiln_conv2d_f32_uses_direct(p, isa) || p->n < 1 || p->group != 1 || p->c < 2) return 0;
+  if (!p || !q || isa < KILN_ISA_AVX512 || !kiln_conv2d_f32_uses_direct(p, isa) || p->n < 1 || p->group != 1 || p->c < 2) return 0;
   /* (windows up to 64 rows tall and apart: a stem's; larger ones keep the sizes below small) */
   if (q->sw != 2 || (q->kw != 2 && q->kw != 3) || q->kh < 1 || q->kh > 64 || q->sh < 1 || q->sh > 64 ||
       q->oh < 1 || q->ow < 1)

@@ -163,7 +163,8 @@ void kiln_conv2d_dw_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_pa
  * much of its time copying. */
 int kiln_conv2d_f32_uses_direct(const kiln_conv2d_f32_params *p, int isa);
 
-/* Direct convolution for kiln_conv2d_f32_uses_direct shapes (AVX-512; see conv_direct_f32.c).
+/* Direct convolution for kiln_conv2d_f32_uses_direct shapes (AVX-512 or AVX2; see
+ * conv_direct_f32.c).
  * Parameters validated by the caller. */
 kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
                                  const float *x, const float *w,

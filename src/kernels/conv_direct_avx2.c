@@ -1,0 +1,170 @@
+/* The direct convolution of few input channels (conv_direct_f32.c) at AVX2+FMA: its row task
+ * over the same context (conv_direct.h), region layout and weight layout ([mb][taps][8]).
+ * A tile is 4 output channels (half a weight block) times 1-3 vectors of 8 output columns:
+ * up to 12 accumulators, every tap up to 3 loads and 4 broadcast weights (16 registers in
+ * all). Every output element sums its taps in the order of the AVX-512 kernel (input channel,
+ * ky, kx), so the two agree to the rounding of their FMAs. Entered only from
+ * kiln_conv2d_direct_f32 when kiln_cpu_isa() chose AVX2; built with the AVX2 flags
+ * (isa_flags.cmake). */
+#include <string.h>
+
+#include "kernels/conv_direct.h"
+
+#ifdef KILN_HAVE_X86_KERNELS
+
+enum { HB = 4, MAX_NV = 3 }; /* channels per tile; vectors of 8 columns per tile */
+
+static const int32_t mask_tab[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+
+static inline __m256i lanes(int64_t n) { /* lanes [0, n) on, n in 0..8 */
+  return _mm256_loadu_si256((const __m256i *)(mask_tab + 8 - n));
+}
+
+/* d[i] = src[i * sw] for i in [a, b), 0 for i in [0, a) and [b, n); sw 1 or 2. src[i * sw] is
+ * readable for i in [a, b) only. */
+static void phase_row(float *d, const float *src, int64_t a, int64_t b, int64_t n, int sw) {
+  memset(d, 0, sizeof(float) * (size_t)a);
+  int64_t i = a;
+  if (sw == 1) {
+    for (; i + 8 <= b; i += 8) _mm256_storeu_ps(d + i, _mm256_loadu_ps(src + i));
+  } else { /* 16 loaded, the even lanes kept: src[2 i + 15] must be readable (2 i + 15 <= 2 b - 2) */
+    for (; 2 * i + 17 <= 2 * b; i += 8) {
+      __m256 t = _mm256_shuffle_ps(_mm256_loadu_ps(src + 2 * i), _mm256_loadu_ps(src + 2 * i + 8), 0x88);
+      _mm256_storeu_ps(d + i, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), 0xd8)));
+    }
+  }
+  for (; i < b; i++) d[i] = src[i * sw];
+  memset(d + b, 0, sizeof(float) * (size_t)(n - b));
+}
+
+/* conv_direct_f32.c's fill_rows: the phase rows of output rows [oy0, oy0 + nr) of image nn. */
+static void fill_rows(const kiln_dir_ctx *d, float *reg, int64_t nn, int64_t oy0, int64_t nr) {
+  const kiln_conv2d_f32_params *p = d->p;
+  int64_t rows = (nr - 1) * p->sh + (p->kh - 1) * p->dh + 1;
+  for (int64_t ci = 0; ci < p->c; ci++)
+    for (int64_t r = 0; r < rows; r++) {
+      int64_t iy = oy0 * p->sh + r - p->pt;
+      float *dst = reg + (ci * d->hp + r) * p->sw * d->t;
+      if (iy < 0 || iy >= p->h) {
+        memset(dst, 0, sizeof(float) * (size_t)(p->sw * d->t));
+        continue;
+      }
+      const float *src = d->x + ((nn * p->c + ci) * p->h + iy) * p->w;
+      for (int64_t ph = 0; ph < p->sw; ph++) {
+        int64_t off = ph - p->pl, a, b;
+        col_range(off, p->sw, p->w, d->t, &a, &b);
+        phase_row(dst + ph * d->t, src + off, a, b, d->t, (int)p->sw);
+      }
+    }
+}
+
+/* Channels [co, co + nc) (nc <= 4; their weights at wb[k * 8 + c]) of output columns
+ * [ox, ox + 8 * NV) (the last vector's lanes cut to `last`) of the row at y0 (channels ys
+ * apart), from input xr (image, row oy * sh, column ox); the residual row at r0 (channels
+ * d->ohw apart) or NULL. */
+static inline __attribute__((always_inline)) void tile(const kiln_dir_ctx *d, const float *xr,
+                                                       const float *wb, const int NV, int64_t last,
+                                                       float *y0, int64_t ys, int64_t co,
+                                                       int64_t nc, const float *r0) {
+  /* named accumulators: an array of them is kept in memory across the tap loop by gcc 12 */
+#define Z(s) __m256 a##s##0 = _mm256_setzero_ps(), a##s##1 = a##s##0, a##s##2 = a##s##0, a##s##3 = a##s##0;
+  Z(0) Z(1) Z(2)
+#undef Z
+  const int64_t taps = d->taps;
+  const int64_t *off = d->off;
+  for (int64_t k = 0; k < taps; k++) {
+    const float *src = xr + off[k], *wk = wb + k * KILN_DIR_CB;
+    const __m256 v0 = _mm256_loadu_ps(src);
+    const __m256 v1 = NV > 1 ? _mm256_loadu_ps(src + 8) : v0;
+    const __m256 v2 = NV > 2 ? _mm256_loadu_ps(src + 16) : v0;
+#define F(c)                                                \
+  {                                                         \
+    const __m256 wv = _mm256_broadcast_ss(wk + c);          \
+    a0##c = _mm256_fmadd_ps(v0, wv, a0##c);                 \
+    if (NV > 1) a1##c = _mm256_fmadd_ps(v1, wv, a1##c);     \
+    if (NV > 2) a2##c = _mm256_fmadd_ps(v2, wv, a2##c);     \
+  }
+    F(0) F(1) F(2) F(3)
+#undef F
+  }
+  const __m256 acc[MAX_NV][HB] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23}};
+  const float *bias = d->bias + co;
+  const bool clamp = d->clamp;
+  const __m256 lo = _mm256_set1_ps(d->lo), hi = _mm256_set1_ps(d->hi);
+  const int64_t ohw = d->ohw;
+  const __m256i lm = lanes(last);
+  for (int c = 0; c < HB; c++) {
+    if (c >= nc) break;
+    __m256 vb = _mm256_broadcast_ss(bias + c);
+    for (int s = 0; s < NV; s++) {
+      const bool whole = s < NV - 1 || last == 8;
+      __m256 v = _mm256_add_ps(acc[s][c], vb);
+      if (r0) {
+        const float *rp = r0 + c * ohw + 8 * s;
+        v = _mm256_add_ps(v, whole ? _mm256_loadu_ps(rp) : _mm256_maskload_ps(rp, lm));
+      }
+      if (clamp) v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+      float *yp = y0 + c * ys + 8 * s;
+      if (whole)
+        _mm256_storeu_ps(yp, v);
+      else
+        _mm256_maskstore_ps(yp, lm, v);
+    }
+  }
+}
+
+/* Output row i (n * oh + oy), weight block b, from a region filled from output row oy0 of the
+ * same image: the block's two halves of 4 channels, each over the row in vectors of 8
+ * columns taken 3 at a time (4 left: 2 + 2). */
+static void row_block(const kiln_dir_ctx *d, const float *reg, int64_t oy0, int64_t i, int64_t b) {
+  const kiln_conv2d_f32_params *p = d->p;
+  const kiln_conv2d_f32_epilogue *ep = d->ep;
+  const int64_t nv = (p->ow + 7) / 8, last = p->ow - (nv - 1) * 8;
+  const int64_t nn = i / p->oh, oy = i % p->oh;
+  const float *xi = reg + (oy - oy0) * p->sh * p->sw * d->t;
+  float *yb = d->y + nn * p->m * d->ohw;
+  for (int64_t co = b * KILN_DIR_CB; co < p->m && co < (b + 1) * KILN_DIR_CB; co += HB) {
+    const int64_t nc = p->m - co < HB ? p->m - co : HB;
+    const int64_t yo = co * d->ohw + oy * p->ow, ro = (nn * p->m + co) * d->ohw + oy * p->ow;
+    const float *wb = d->wb + b * d->taps * KILN_DIR_CB + (co - b * KILN_DIR_CB);
+    for (int64_t v0 = 0; v0 < nv;) {
+      const int64_t left = nv - v0, ns = left == 4 ? 2 : left < MAX_NV ? left : MAX_NV;
+      const int64_t lt = v0 + ns == nv ? last : 8;
+      const float *xr = xi + 8 * v0, *r0 = ep->residual ? ep->residual + ro + 8 * v0 : NULL;
+      float *y0 = yb + yo + 8 * v0;
+      if (ns == 3)
+        tile(d, xr, wb, 3, lt, y0, d->ohw, co, nc, r0);
+      else if (ns == 2)
+        tile(d, xr, wb, 2, lt, y0, d->ohw, co, nc, r0);
+      else
+        tile(d, xr, wb, 1, lt, y0, d->ohw, co, nc, r0);
+      v0 += ns;
+    }
+    if (!act_inline(&ep->act))
+      for (int64_t c = 0; c < nc; c++) kiln_f32_act(KILN_ISA_AVX2, yb + yo + c * d->ohw, (size_t)p->ow, &ep->act);
+  }
+}
+
+void kiln_conv_direct_rows_avx2(void *ctx, size_t begin, size_t end, int ti) {
+  const kiln_dir_ctx *d = ctx;
+  const int64_t oh = d->p->oh;
+  float *reg = d->xb + (size_t)ti * d->region;
+  const size_t pass = (size_t)d->rows_per_pass;
+  for (size_t s0 = begin; s0 < end;) {
+    int64_t nn = (int64_t)s0 / oh, oy0 = (int64_t)s0 % oh;
+    size_t s1 = (size_t)((nn + 1) * oh); /* the image's end */
+    if (s1 > end) s1 = end;
+    if (s1 - s0 > (size_t)d->cap) s1 = s0 + (size_t)d->cap;
+    fill_rows(d, reg, nn, oy0, (int64_t)(s1 - s0));
+    for (size_t i0 = s0; i0 < s1; i0 += pass) {
+      size_t i1 = s1 - i0 < pass ? s1 : i0 + pass;
+      for (int64_t b = 0; b < d->mb; b++)
+        for (size_t i = i0; i < i1; i++) row_block(d, reg, oy0, (int64_t)i, b);
+    }
+    s0 = s1;
+  }
+}
+
+#else
+typedef int kiln_conv_direct_avx2_unused; /* not x86: nothing here */
+#endif
