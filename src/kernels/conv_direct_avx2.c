@@ -20,23 +20,6 @@ static inline __m256i lanes(int64_t n) { /* lanes [0, n) on, n in 0..8 */
   return _mm256_loadu_si256((const __m256i *)(mask_tab + 8 - n));
 }
 
-/* d[i] = src[i * sw] for i in [a, b), 0 for i in [0, a) and [b, n); sw 1 or 2. src[i * sw] is
- * readable for i in [a, b) only. */
-static void phase_row(float *d, const float *src, int64_t a, int64_t b, int64_t n, int sw) {
-  memset(d, 0, sizeof(float) * (size_t)a);
-  int64_t i = a;
-  if (sw == 1) {
-    for (; i + 8 <= b; i += 8) _mm256_storeu_ps(d + i, _mm256_loadu_ps(src + i));
-  } else { /* 16 loaded, the even lanes kept: src[2 i + 15] must be readable (2 i + 15 <= 2 b - 2) */
-    for (; 2 * i + 17 <= 2 * b; i += 8) {
-      __m256 t = _mm256_shuffle_ps(_mm256_loadu_ps(src + 2 * i), _mm256_loadu_ps(src + 2 * i + 8), 0x88);
-      _mm256_storeu_ps(d + i, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), 0xd8)));
-    }
-  }
-  for (; i < b; i++) d[i] = src[i * sw];
-  memset(d + b, 0, sizeof(float) * (size_t)(n - b));
-}
-
 /* conv_direct_f32.c's fill_rows: the phase rows of output rows [oy0, oy0 + nr) of image nn. */
 static void fill_rows(const kiln_dir_ctx *d, float *reg, int64_t nn, int64_t oy0, int64_t nr) {
   const kiln_conv2d_f32_params *p = d->p;
@@ -53,7 +36,7 @@ static void fill_rows(const kiln_dir_ctx *d, float *reg, int64_t nn, int64_t oy0
       for (int64_t ph = 0; ph < p->sw; ph++) {
         int64_t off = ph - p->pl, a, b;
         col_range(off, p->sw, p->w, d->t, &a, &b);
-        phase_row(dst + ph * d->t, src + off, a, b, d->t, (int)p->sw);
+        kiln_phase_row_avx2(dst + ph * d->t, src + off, a, b, d->t, (int)p->sw);
       }
     }
 }

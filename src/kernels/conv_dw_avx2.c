@@ -2,6 +2,8 @@
  * zero-padded input plane that conv_dw_f32.c builds (dw_pad, 8-lane chunks). Entered only from
  * conv_dw_f32.c's dw_task when kiln_cpu_isa() chose AVX2; built with the AVX2 flags
  * (isa_flags.cmake). */
+#include <stdbool.h>
+
 #include "kernels/conv_internal.h"
 
 #ifdef KILN_HAVE_X86_KERNELS
@@ -23,61 +25,83 @@ static inline __m256 dw_act8(__m256 v, const kiln_act *a) {
 
 static const int32_t dw_mask_table[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
 
-/* Output chunk u (8 columns of one row): residual, activation, store (masked only at a row's
- * end). */
-static inline void dw_store8(const kiln_conv2d_f32_params *p, int64_t nch, int64_t u, __m256 v,
+/* The output chunk at row oy, columns [ox, ox + 8) (ox + n at the row's end): residual,
+ * activation, store (masked only at a row's end). */
+static inline void dw_store8(const kiln_conv2d_f32_params *p, int64_t oy, int64_t ox, __m256 v,
                              const float *rp, const kiln_act *act, float *yp) {
-  int64_t oy = u / nch, ox = (u % nch) * 8, n = p->ow - ox < 8 ? p->ow - ox : 8;
-  float *y = yp + oy * p->ow + ox;
+  const int64_t n = p->ow - ox < 8 ? p->ow - ox : 8, o = oy * p->ow + ox;
   if (n == 8) {
-    if (rp) v = _mm256_add_ps(v, _mm256_loadu_ps(rp + oy * p->ow + ox));
+    if (rp) v = _mm256_add_ps(v, _mm256_loadu_ps(rp + o));
     if (act) v = dw_act8(v, act);
-    _mm256_storeu_ps(y, v);
+    _mm256_storeu_ps(yp + o, v);
     return;
   }
   __m256i m = _mm256_loadu_si256((const __m256i *)(dw_mask_table + 8 - n));
-  if (rp) v = _mm256_add_ps(v, _mm256_maskload_ps(rp + oy * p->ow + ox, m));
+  if (rp) v = _mm256_add_ps(v, _mm256_maskload_ps(rp + o, m));
   if (act) v = dw_act8(v, act);
-  _mm256_maskstore_ps(y, m, v);
+  _mm256_maskstore_ps(yp + o, m, v);
+}
+
+/* Chunks of 8 output columns in row order, four at a time with their own accumulators (across
+ * rows when rows are narrow); the chunk cursor (oy, cx) steps without divisions. KH, KW > 0:
+ * the kernel's size as constants (the taps unrolled, their weights in registers); 0: p's. */
+static inline __attribute__((always_inline)) void dw_chunks(
+    const kiln_conv2d_f32_params *p, const float *pad, int64_t pw, const float *wk, float bv,
+    const float *rp, const kiln_act *act, float *yp, const int SW, const int KH, const int KW) {
+  const int64_t nch = (p->ow + 7) / 8, nu = p->oh * nch;
+  const int64_t kh = KH ? KH : p->kh, kw = KW ? KW : p->kw, rs = p->sh * pw;
+  const int64_t dy = p->dh * pw, dx = p->dw;
+  const __m256 vb = _mm256_set1_ps(bv);
+  int64_t oy[4], cx[4], y = 0, c = 0;
+  int64_t u = 0;
+  for (; u + 4 <= nu; u += 4) {
+    const float *b[4];
+    for (int i = 0; i < 4; i++) {
+      oy[i] = y, cx[i] = c, b[i] = pad + y * rs + c * 8 * SW;
+      if (++c == nch) c = 0, y++;
+    }
+    __m256 a0 = vb, a1 = vb, a2 = vb, a3 = vb;
+    for (int64_t ky = 0; ky < kh; ky++)
+      for (int64_t kx = 0; kx < kw; kx++) {
+        const __m256 wv = _mm256_broadcast_ss(wk + ky * kw + kx);
+        const int64_t o = ky * dy + kx * dx;
+        a0 = _mm256_fmadd_ps(dw_in8(b[0], o, SW), wv, a0);
+        a1 = _mm256_fmadd_ps(dw_in8(b[1], o, SW), wv, a1);
+        a2 = _mm256_fmadd_ps(dw_in8(b[2], o, SW), wv, a2);
+        a3 = _mm256_fmadd_ps(dw_in8(b[3], o, SW), wv, a3);
+      }
+    dw_store8(p, oy[0], cx[0] * 8, a0, rp, act, yp);
+    dw_store8(p, oy[1], cx[1] * 8, a1, rp, act, yp);
+    dw_store8(p, oy[2], cx[2] * 8, a2, rp, act, yp);
+    dw_store8(p, oy[3], cx[3] * 8, a3, rp, act, yp);
+  }
+  for (; u < nu; u++) {
+    const float *b0 = pad + y * rs + c * 8 * SW;
+    __m256 a0 = vb;
+    for (int64_t ky = 0; ky < kh; ky++)
+      for (int64_t kx = 0; kx < kw; kx++)
+        a0 = _mm256_fmadd_ps(dw_in8(b0, ky * dy + kx * dx, SW), _mm256_broadcast_ss(wk + ky * kw + kx), a0);
+    dw_store8(p, y, c * 8, a0, rp, act, yp);
+    if (++c == nch) c = 0, y++;
+  }
 }
 
 void kiln_dw_plane_avx2(const kiln_conv2d_f32_params *p, const float *pad, int64_t pw,
                         const float *wk, float bv, const float *rp, const kiln_act *act,
                         float *yp) {
-  const int sw = (int)p->sw;
-  const int64_t nch = (p->ow + 7) / 8, nu = p->oh * nch, kh = p->kh, kw = p->kw;
-  const __m256 vb = _mm256_set1_ps(bv);
   if (act && act->kind == KILN_ACT_NONE) act = NULL;
-#define DW_BASE(uu) (pad + ((uu) / nch) * p->sh * pw + ((uu) % nch) * 8 * sw)
-  int64_t u = 0;
-  /* four chunks at a time, each its own chain of taps (across rows when rows are narrow) */
-  for (; u + 4 <= nu; u += 4) {
-    const float *b0 = DW_BASE(u), *b1 = DW_BASE(u + 1), *b2 = DW_BASE(u + 2), *b3 = DW_BASE(u + 3);
-    __m256 a0 = vb, a1 = vb, a2 = vb, a3 = vb;
-    for (int64_t ky = 0; ky < kh; ky++)
-      for (int64_t kx = 0; kx < kw; kx++) {
-        __m256 wv = _mm256_set1_ps(wk[ky * kw + kx]);
-        int64_t o = ky * p->dh * pw + kx * p->dw;
-        a0 = _mm256_fmadd_ps(dw_in8(b0, o, sw), wv, a0);
-        a1 = _mm256_fmadd_ps(dw_in8(b1, o, sw), wv, a1);
-        a2 = _mm256_fmadd_ps(dw_in8(b2, o, sw), wv, a2);
-        a3 = _mm256_fmadd_ps(dw_in8(b3, o, sw), wv, a3);
-      }
-    dw_store8(p, nch, u, a0, rp, act, yp);
-    dw_store8(p, nch, u + 1, a1, rp, act, yp);
-    dw_store8(p, nch, u + 2, a2, rp, act, yp);
-    dw_store8(p, nch, u + 3, a3, rp, act, yp);
+  const bool k3 = p->kh == 3 && p->kw == 3;
+  if (p->sw == 1) {
+    if (k3)
+      dw_chunks(p, pad, pw, wk, bv, rp, act, yp, 1, 3, 3);
+    else
+      dw_chunks(p, pad, pw, wk, bv, rp, act, yp, 1, 0, 0);
+  } else {
+    if (k3)
+      dw_chunks(p, pad, pw, wk, bv, rp, act, yp, 2, 3, 3);
+    else
+      dw_chunks(p, pad, pw, wk, bv, rp, act, yp, 2, 0, 0);
   }
-  for (; u < nu; u++) {
-    const float *b0 = DW_BASE(u);
-    __m256 a0 = vb;
-    for (int64_t ky = 0; ky < kh; ky++)
-      for (int64_t kx = 0; kx < kw; kx++)
-        a0 = _mm256_fmadd_ps(dw_in8(b0, ky * p->dh * pw + kx * p->dw, sw),
-                             _mm256_set1_ps(wk[ky * kw + kx]), a0);
-    dw_store8(p, nch, u, a0, rp, act, yp);
-  }
-#undef DW_BASE
 }
 
 #else
