@@ -175,6 +175,14 @@ void kiln_dw_plane_avx2(const kiln_conv2d_f32_params *p, const float *pad, int64
                         const float *wk, float bv, const float *rp, const kiln_act *act,
                         float *yp);
 
+/* One depthwise output plane of a 3x3 kernel, dilation 1, strides 1 or 2, straight from the
+ * input plane xp (no padded copy; rows outside it read from `zero`, p->w + 32 zeros): bias
+ * bv, residual rp (or NULL), act NULL or an act_inline one. AVX2+FMA (conv_dw_avx2.c), as
+ * above. */
+void kiln_dw3_plane_avx2(const kiln_conv2d_f32_params *p, const float *xp, const float *wk,
+                         float bv, const float *rp, const kiln_act *act, float *yp,
+                         const float *zero);
+
 /* Depthwise convolution (one input channel per group, any channel multiplier), any padding,
  * stride and dilation; planes split over the pool. */
 void kiln_conv2d_dw_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
