@@ -247,6 +247,38 @@ V256 void ukr256(const int MR, const int NV, const int PF, const int FULL, size_
 #undef PUT
     return;
   }
+  if (kiln_tile_reg_epilogue(t)) {
+    /* bias, residual and clamp from registers, in finish256's order (short K blocks, as in
+     * 1x1 convolutions, spend as long on the tile's epilogue as on its products) */
+    const int accum = !(t->flags & KILN_GT_FIRST) || t->beta != 0.0f;
+    const int clamp = t->act.kind != KILN_ACT_NONE;
+    const __m256 lo = _mm256_set1_ps(t->act.kind == KILN_ACT_CLIP ? t->act.alpha : 0.0f);
+    const __m256 hi = _mm256_set1_ps(t->act.kind == KILN_ACT_CLIP ? t->act.beta : __builtin_inff());
+    const float *cb = t->bias, *rb = t->bias_row, *res = t->res;
+    const size_t ldr = t->ldr;
+#define LD(p, whole) ((whole) ? _mm256_loadu_ps(p) : _mm256_maskload_ps((p), ml))
+#define PUT(i, j)                                                                      \
+  if (MR > i && NV > j) {                                                              \
+    float *cp = c + (size_t)i * ldc + 8 * j;                                           \
+    const int whole = FULL || NV - 1 != j;                                             \
+    __m256 v = c##i##j;                                                                \
+    if (accum) v = _mm256_add_ps(v, LD(cp, whole));                                    \
+    if (cb) v = _mm256_add_ps(v, LD(cb + 8 * j, whole));                               \
+    if (rb) v = _mm256_add_ps(v, _mm256_broadcast_ss(rb + i));                         \
+    if (res) v = _mm256_add_ps(v, LD(res + (size_t)i * ldr + 8 * j, whole));           \
+    if (clamp) v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);                            \
+    if (whole)                                                                         \
+      _mm256_storeu_ps(cp, v);                                                         \
+    else                                                                               \
+      _mm256_maskstore_ps(cp, ml, v);                                                  \
+  }
+#define PUTROW(i) PUT(i, 0) PUT(i, 1)
+    PUTROW(0) PUTROW(1) PUTROW(2) PUTROW(3) PUTROW(4) PUTROW(5)
+#undef PUTROW
+#undef PUT
+#undef LD
+    return;
+  }
   alignas(32) float buf[6 * 16];
 #define SAVE(i)                                                  \
   if (MR > i) {                                                  \
