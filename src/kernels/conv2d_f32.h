@@ -117,7 +117,7 @@ typedef struct kiln_pool2d_params {
 } kiln_pool2d_params;
 
 /* Whether kiln_conv2d_f32_maxpool computes convolution p followed by max pooling q at ISA
- * level isa: the direct kernel's shapes (2 to 4 input channels, AVX-512), pooling with x stride 2
+ * level isa: the direct kernel's shapes (2 to 4 input channels, AVX2 or AVX-512), pooling with x stride 2
  * over 2 or 3 columns, a left pad of at most 1, windows that start inside the convolution's
  * output. */
 int kiln_conv2d_f32_maxpool_ok(const kiln_conv2d_f32_params *p, const kiln_pool2d_params *q, int isa);

@@ -29,8 +29,20 @@ typedef struct kiln_dir_ctx {
   int64_t rows_per_pass;
 } kiln_dir_ctx;
 
+/* Convolution then max pooling in one pass (kiln_conv2d_f32_maxpool): a task is a band of up
+ * to `band` pooled rows of one image. */
+typedef struct kiln_dir_pool_ctx {
+  kiln_dir_ctx d;
+  const kiln_pool2d_params *q;
+  int64_t band, rows_cap; /* pooled rows per task; convolution rows per band (buffer rows) */
+  int64_t tasks_per_image;
+  float *y;               /* [n][m][q->oh][q->ow] */
+} kiln_dir_pool_ctx;
+
 /* The row task (a kiln_parallel_for body over output rows n * oh + oy, ctx a kiln_dir_ctx) at
  * AVX2+FMA (conv_direct_avx2.c): call only when kiln_cpu_isa() chose AVX2 or more. */
 void kiln_conv_direct_rows_avx2(void *ctx, size_t begin, size_t end, int ti);
+/* The pooling task (ctx a kiln_dir_pool_ctx) at AVX2+FMA, as above. */
+void kiln_conv_direct_pool_avx2(void *ctx, size_t begin, size_t end, int ti);
 
 #endif

@@ -6,6 +6,7 @@
  * ky, kx), so the two agree to the rounding of their FMAs. Entered only from
  * kiln_conv2d_direct_f32 when kiln_cpu_isa() chose AVX2; built with the AVX2 flags
  * (isa_flags.cmake). */
+#include <math.h>
 #include <string.h>
 
 #include "kernels/conv_direct.h"
@@ -98,17 +99,18 @@ static inline __attribute__((always_inline)) void tile(const kiln_dir_ctx *d, co
 
 /* Output row i (n * oh + oy), weight block b, from a region filled from output row oy0 of the
  * same image: the block's two halves of 4 channels, each over the row in vectors of 8
- * columns taken 3 at a time (4 left: 2 + 2). */
-static void row_block(const kiln_dir_ctx *d, const float *reg, int64_t oy0, int64_t i, int64_t b) {
+ * columns taken 3 at a time (4 left: 2 + 2). Channel co's row goes to yb + co * ys + yr * ow:
+ * the output (yb the image, ys its plane, yr = oy), or a buffer of some rows (the pooling). */
+static void row_block(const kiln_dir_ctx *d, const float *reg, int64_t oy0, int64_t i, int64_t b,
+                      float *yb, int64_t ys, int64_t yr) {
   const kiln_conv2d_f32_params *p = d->p;
   const kiln_conv2d_f32_epilogue *ep = d->ep;
   const int64_t nv = (p->ow + 7) / 8, last = p->ow - (nv - 1) * 8;
   const int64_t nn = i / p->oh, oy = i % p->oh;
   const float *xi = reg + (oy - oy0) * p->sh * p->sw * d->t;
-  float *yb = d->y + nn * p->m * d->ohw;
   for (int64_t co = b * KILN_DIR_CB; co < p->m && co < (b + 1) * KILN_DIR_CB; co += HB) {
     const int64_t nc = p->m - co < HB ? p->m - co : HB;
-    const int64_t yo = co * d->ohw + oy * p->ow, ro = (nn * p->m + co) * d->ohw + oy * p->ow;
+    const int64_t yo = co * ys + yr * p->ow, ro = (nn * p->m + co) * d->ohw + oy * p->ow;
     const float *wb = d->wb + b * d->taps * KILN_DIR_CB + (co - b * KILN_DIR_CB);
     for (int64_t v0 = 0; v0 < nv;) {
       const int64_t left = nv - v0, ns = left == 4 ? 2 : left < MAX_NV ? left : MAX_NV;
@@ -116,15 +118,15 @@ static void row_block(const kiln_dir_ctx *d, const float *reg, int64_t oy0, int6
       const float *xr = xi + 8 * v0, *r0 = ep->residual ? ep->residual + ro + 8 * v0 : NULL;
       float *y0 = yb + yo + 8 * v0;
       if (ns == 3)
-        tile(d, xr, wb, 3, lt, y0, d->ohw, co, nc, r0);
+        tile(d, xr, wb, 3, lt, y0, ys, co, nc, r0);
       else if (ns == 2)
-        tile(d, xr, wb, 2, lt, y0, d->ohw, co, nc, r0);
+        tile(d, xr, wb, 2, lt, y0, ys, co, nc, r0);
       else
-        tile(d, xr, wb, 1, lt, y0, d->ohw, co, nc, r0);
+        tile(d, xr, wb, 1, lt, y0, ys, co, nc, r0);
       v0 += ns;
     }
     if (!act_inline(&ep->act))
-      for (int64_t c = 0; c < nc; c++) kiln_f32_act(KILN_ISA_AVX2, yb + yo + c * d->ohw, (size_t)p->ow, &ep->act);
+      for (int64_t c = 0; c < nc; c++) kiln_f32_act(KILN_ISA_AVX2, yb + yo + c * ys, (size_t)p->ow, &ep->act);
   }
 }
 
@@ -142,9 +144,104 @@ void kiln_conv_direct_rows_avx2(void *ctx, size_t begin, size_t end, int ti) {
     for (size_t i0 = s0; i0 < s1; i0 += pass) {
       size_t i1 = s1 - i0 < pass ? s1 : i0 + pass;
       for (int64_t b = 0; b < d->mb; b++)
-        for (size_t i = i0; i < i1; i++) row_block(d, reg, oy0, (int64_t)i, b);
+        for (size_t i = i0; i < i1; i++)
+          row_block(d, reg, oy0, (int64_t)i, b, d->y + nn * d->p->m * d->ohw, d->ohw, (int64_t)i % oh);
     }
     s0 = s1;
+  }
+}
+
+/* ---- convolution then max pooling (conv_direct_f32.c's pool_task at 8 lanes) ------------ */
+
+/* out[px] = max of t[2 px + j], j < kw (2 or 3), for px < n; t has 2 round_up(n, 8) + 10
+ * readable floats. The even and odd lanes come from in-lane shuffles (lanes in the order
+ * 0 1 4 5 2 3 6 7), put in order once per vector. */
+static void pool_cols_s2(const float *t, int64_t kw, int64_t n, float *out) {
+  for (int64_t px = 0; px < n; px += 8) {
+    const float *s = t + 2 * px;
+    __m256 a = _mm256_loadu_ps(s), b = _mm256_loadu_ps(s + 8);
+    __m256 v = _mm256_max_ps(_mm256_shuffle_ps(a, b, 0x88), _mm256_shuffle_ps(a, b, 0xdd));
+    if (kw == 3)
+      v = _mm256_max_ps(v, _mm256_shuffle_ps(_mm256_loadu_ps(s + 2), _mm256_loadu_ps(s + 10), 0x88));
+    v = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xd8));
+    if (n - px >= 8)
+      _mm256_storeu_ps(out + px, v);
+    else
+      _mm256_maskstore_ps(out + px, lanes(n - px), v);
+  }
+}
+
+/* Pooled rows [q0, q1) of every channel of image nn from the convolution rows in cb (row r of
+ * channel co at cb + (co * rows_cap + r - r0) * ow); tmp: a thread's row of
+ * 2 * round_up(q->ow, 16) + 64 floats. */
+static void pool_band(const kiln_dir_pool_ctx *pc, int64_t nn, int64_t q0, int64_t q1,
+                      const float *cb, int64_t r0, float *tmp) {
+  const kiln_conv2d_f32_params *p = pc->d.p;
+  const kiln_pool2d_params *q = pc->q;
+  const int64_t ow = p->ow, width = 2 * ((q->ow + 15) / 16 * 16) + 64;
+  const __m256 ninf = _mm256_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < width; i += 8) _mm256_storeu_ps(tmp + i, ninf);
+  for (int64_t co = 0; co < p->m; co++) {
+    const float *plane = cb + co * pc->rows_cap * ow;
+    float *yc = pc->y + ((nn * p->m + co) * q->oh) * q->ow;
+    for (int64_t py = q0; py < q1; py++) {
+      int64_t a = py * q->sh - q->pt, b = a + q->kh;
+      if (a < 0) a = 0;
+      if (b > p->oh) b = p->oh;
+      float *t = tmp + q->pl; /* t[cx] = max over the window's rows of column cx */
+      int64_t cx = 0;
+      for (; cx + 8 <= ow; cx += 8) {
+        __m256 v = ninf;
+        for (int64_t r = a; r < b; r++) v = _mm256_max_ps(v, _mm256_loadu_ps(plane + (r - r0) * ow + cx));
+        _mm256_storeu_ps(t + cx, v);
+      }
+      for (; cx < ow; cx++) {
+        float v = -INFINITY;
+        for (int64_t r = a; r < b; r++) {
+          float e = plane[(r - r0) * ow + cx];
+          v = v > e ? v : e; /* as vmaxps(v, e) in the vector loop */
+        }
+        t[cx] = v;
+      }
+      pool_cols_s2(tmp, q->kw, q->ow, yc + py * q->ow);
+    }
+  }
+}
+
+void kiln_conv_direct_pool_avx2(void *ctx, size_t begin, size_t end, int ti) {
+  const kiln_dir_pool_ctx *pc = ctx;
+  const kiln_dir_ctx *d = &pc->d;
+  const kiln_conv2d_f32_params *p = d->p;
+  const kiln_pool2d_params *q = pc->q;
+  const int64_t ow = p->ow, ys = pc->rows_cap * ow;
+  float *reg = d->xb + (size_t)ti * d->region;
+  float *cb = reg + (size_t)(p->c * d->hp * p->sw * d->t); /* after the region's input rows */
+  cb = (float *)(void *)(((uintptr_t)cb + 63) & ~(uintptr_t)63);
+  float *tmp = cb + (size_t)(p->m * ys);
+  int64_t have_n = -1, have0 = 0, have1 = 0; /* rows [have0, have1) of image have_n are in cb */
+  for (size_t task = begin; task < end; task++) {
+    int64_t nn = (int64_t)task / pc->tasks_per_image, tb = (int64_t)task % pc->tasks_per_image;
+    int64_t q0 = tb * pc->band, q1 = q0 + pc->band < q->oh ? q0 + pc->band : q->oh;
+    int64_t r0 = q0 * q->sh - q->pt, r1 = (q1 - 1) * q->sh - q->pt + q->kh;
+    if (r0 < 0) r0 = 0;
+    if (r1 > p->oh) r1 = p->oh;
+    int64_t c0 = r0; /* the first row to compute */
+    if (have_n == nn && have0 <= r0 && r0 < have1) {
+      if (r0 > have0)
+        for (int64_t co = 0; co < p->m; co++)
+          memmove(cb + co * ys, cb + co * ys + (r0 - have0) * ow, sizeof(float) * (size_t)((have1 - r0) * ow));
+      c0 = have1 < r1 ? have1 : r1;
+    }
+    if (c0 < r1) {
+      fill_rows(d, reg, nn, c0, r1 - c0);
+      for (int64_t i0 = c0; i0 < r1; i0 += d->rows_per_pass) {
+        int64_t i1 = r1 - i0 < d->rows_per_pass ? r1 : i0 + d->rows_per_pass;
+        for (int64_t b = 0; b < d->mb; b++)
+          for (int64_t i = i0; i < i1; i++) row_block(d, reg, c0, nn * p->oh + i, b, cb, ys, i - r0);
+      }
+    }
+    have_n = nn, have0 = r0, have1 = r1;
+    pool_band(pc, nn, q0, q1, cb, r0, tmp);
   }
 }
 

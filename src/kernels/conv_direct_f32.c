@@ -233,13 +233,7 @@ kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv
  * there: the convolution's output never reaches memory and the pooling reads it from L2. Pooling: per pooled row the
  * column-wise max of its window's rows, then, stride 2 along x, the max of the window's 2 or 3
  * columns as even/odd lanes (-inf in the padding). */
-typedef struct pool_ctx {
-  dir_ctx d;
-  const kiln_pool2d_params *q;
-  int64_t band, rows_cap; /* pooled rows per task; convolution rows per band (buffer rows) */
-  int64_t tasks_per_image;
-  float *y;               /* [n][m][q->oh][q->ow] */
-} pool_ctx;
+typedef kiln_dir_pool_ctx pool_ctx; /* conv_direct.h: shared with the AVX2 task */
 
 /* out[px] = max of t[2 px + j], j < kw (2 or 3), for px < n; t has 2 n + 2 valid floats. */
 T512 static void pool_cols_s2(const float *t, int64_t kw, int64_t n, float *out) {
@@ -332,7 +326,7 @@ T512 static void pool_task(void *ctx, size_t begin, size_t end, int ti) {
 int kiln_conv2d_f32_maxpool_ok(const kiln_conv2d_f32_params *p, const kiln_pool2d_params *q, int isa) {
   /* one input channel takes the depthwise kernel in kiln_conv2d_f32, whose sums are ordered
    * otherwise: the one pass is to give the chain's bits */
-  if (!p || !q || isa < KILN_ISA_AVX512 || !kiln_conv2d_f32_uses_direct(p, isa) || p->n < 1 || p->group != 1 || p->c < 2) return 0;
+  if (!p || !q || !kiln_conv2d_f32_uses_direct(p, isa) || p->n < 1 || p->group != 1 || p->c < 2) return 0;
   /* (windows up to 64 rows tall and apart: a stem's; larger ones keep the sizes below small) */
   if (q->sw != 2 || (q->kw != 2 && q->kw != 3) || q->kh < 1 || q->kh > 64 || q->sh < 1 || q->sh > 64 ||
       q->oh < 1 || q->ow < 1)
@@ -368,7 +362,8 @@ kiln_code kiln_conv2d_f32_maxpool(kiln_threadpool *pool, int isa, const kiln_con
   pc.rows_cap = rows_cap;
   pc.tasks_per_image = (q->oh + band - 1) / band;
   pc.y = y;
-  kiln_parallel_for(pool, (size_t)(p->n * pc.tasks_per_image), pool_task, &pc, 0);
+  kiln_parallel_for(pool, (size_t)(p->n * pc.tasks_per_image),
+                    isa >= KILN_ISA_AVX512 ? pool_task : kiln_conv_direct_pool_avx2, &pc, 0);
   free(buf);
   return KILN_OK;
 }
