@@ -20,7 +20,7 @@ for f in "$root"/src/kernels/*.c; do
     *_avx512.c) isa=(-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c) ;;
     *_avx2.c) isa=(-mavx2 -mfma -mf16c) ;;
   esac
-  case "$f" in */vec_f32_*) isa+=(-ffp-contract=off) ;; esac
+  case "$f" in */vec_f32_*) isa+=(-ffp-contract=off) ;; */igemm_avx512.c) isa+=(-mavx512vnni) ;; esac
   "$CC" -O3 -DNDEBUG -std=c11 -D_GNU_SOURCE -I"$root/include" -I"$root/src" "${isa[@]}" -c "$f" \
     -o "$kobj/$(basename "$f" .c).o"
 done
