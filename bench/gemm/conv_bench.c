@@ -3,10 +3,12 @@
  * with and without a residual. Single-thread samples use the thread's CPU time (time spent
  * descheduled on a shared machine is left out); 2 threads use wall time.
  *
- *   conv_bench [--threads N] [--reps R] [--cold] C,H,W,M,K,S,P ...  (K x K kernel, stride S, pad P)
+ *   conv_bench [--threads N] [--reps R] [--cold] [--cold-io] C,H,W,M,K,S,P ...  (K x K kernel, stride S, pad P)
  *
  * --cold: every call takes the next of enough weight copies (256 MiB in all) that the
  * weights come from memory, as in a network whose weights do not fit the caches.
+ * --cold-io: the same for the input, residual and output (64 MiB of copies), as in a network
+ * whose activations were written a few layers before.
  *
  * Shapes with few input channels (kiln_conv2d_f32_uses_direct) take the direct kernel in
  * both rows. Prints the best and the median sample per call in ms and GFLOP/s of the best. Built by
@@ -40,7 +42,7 @@ static float *filled(size_t n) {
 }
 
 int main(int argc, char **argv) {
-  int threads = 1, reps = 15, cold = 0;
+  int threads = 1, reps = 15, cold = 0, cold_io = 0;
   kiln_threadpool *pool = NULL;
   for (int a = 1; a < argc; a++) {
     if (!strcmp(argv[a], "--threads") && a + 1 < argc) {
@@ -49,6 +51,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[a], "--cold")) {
       cold = 1;
+      continue;
+    }
+    if (!strcmp(argv[a], "--cold-io")) {
+      cold_io = 1;
       continue;
     }
     if (!strcmp(argv[a], "--reps") && a + 1 < argc) {
@@ -76,7 +82,17 @@ int main(int argc, char **argv) {
       pc[i] = NULL;
       kiln_gemm_pack_b(isa, 1, kk, (size_t)m, wc[i], kk, &pc[i], NULL);
     }
-    int next = 0;
+    size_t xsz = (size_t)(c * h * w);
+    int io = cold_io ? (int)((64u << 20) / ((xsz + 2 * ysz) * 4)) + 1 : 1;
+    if (io > 4096) io = 4096;
+    float **xc = malloc(sizeof(float *) * (size_t)io), **rc = malloc(sizeof(float *) * (size_t)io);
+    float **yc = malloc(sizeof(float *) * (size_t)io);
+    for (int i = 0; i < io; i++) {
+      xc[i] = i ? filled(xsz) : x;
+      rc[i] = i ? filled(ysz) : res;
+      yc[i] = i ? filled(ysz) : y;
+    }
+    int next = 0, nio = 0;
     double flops = 2.0 * (double)kk * (double)ysz;
     clockid_t clk = threads > 1 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID;
     int calls = (int)(2e7 / flops) + 1;
@@ -93,9 +109,12 @@ int main(int argc, char **argv) {
           kiln_conv2d_f32(pool, isa, &p, &(kiln_conv2d_f32_args){.x = x, .w = wt, .y = y, .ep = ep,
                                                                   .wt = v ? pc[0] : NULL}); /* warm */
           double t0 = clock_s(clk);
-          for (int i = 0; i < calls; i++, next = (next + 1) % copies)
-            kiln_conv2d_f32(pool, isa, &p, &(kiln_conv2d_f32_args){.x = x, .w = wc[next], .y = y, .ep = ep,
-                                                                    .wt = v ? pc[next] : NULL});
+          for (int i = 0; i < calls; i++, next = (next + 1) % copies, nio = (nio + 1) % io) {
+            kiln_conv2d_f32_epilogue e = ep;
+            if (e.residual) e.residual = rc[nio];
+            kiln_conv2d_f32(pool, isa, &p, &(kiln_conv2d_f32_args){.x = xc[nio], .w = wc[next], .y = yc[nio],
+                                                                    .ep = e, .wt = v ? pc[next] : NULL});
+          }
           t[v][r] = (clock_s(clk) - t0) / calls;
         }
       for (int v = 0; v < 2; v++) {
@@ -111,6 +130,8 @@ int main(int argc, char **argv) {
       free(wc[i]);
     }
     free(wc), free(pc);
+    for (int i = 1; i < io; i++) free(xc[i]), free(rc[i]), free(yc[i]);
+    free(xc), free(rc), free(yc);
     free(x), free(bias), free(res), free(y);
   }
   kiln_threadpool_free(pool);

@@ -3,6 +3,7 @@
  * per-thread shares assume one run at a time (they are for kiln profile's trace). */
 #include "runtime/profile.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -63,9 +64,23 @@ static void record_threads(kiln_profile *p, size_t idx, uint64_t t0, uint64_t t1
   }
 }
 
+/* KILN_PROFILE_CLOCK=thread: node times are the calling thread's CPU time, which leaves out
+ * the time it was descheduled (per-node comparisons on a loaded machine; one thread only, as
+ * the pool's workers are not counted). Read once. */
+static clockid_t profile_clock(void) {
+  static atomic_int which = -1; /* every thread that reads the variable stores the same value */
+  int w = atomic_load_explicit(&which, memory_order_relaxed);
+  if (w < 0) {
+    const char *e = getenv("KILN_PROFILE_CLOCK");
+    w = e && !strcmp(e, "thread");
+    atomic_store_explicit(&which, w, memory_order_relaxed);
+  }
+  return w ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
+}
+
 uint64_t kiln_profile_now_ns(void) {
   struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
+  clock_gettime(profile_clock(), &t);
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 

@@ -49,6 +49,7 @@ void kiln_profile_record(kiln_profile *p, size_t idx, const struct kiln_kctx *c,
 /* Work of one run (the op's cost hook, kiln_cost_fn): floating-point operations (multiply-add
  * = 2; 0 for ops that count none) and bytes (inputs and outputs unless the op knows better). */
 void kiln_node_cost(const struct kiln_kctx *c, double *flops, double *bytes);
+/* CLOCK_MONOTONIC, or with KILN_PROFILE_CLOCK=thread the calling thread's CPU time. */
 uint64_t kiln_profile_now_ns(void);
 
 #endif

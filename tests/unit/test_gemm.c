@@ -242,7 +242,9 @@ static void test_fixed(kiln_threadpool *pool2) {
       {6, 64, 128},     {12, 128, 256},  {7, 129, 257},  {1, 4096, 8},    {3, 1024, 100},
       {97, 3, 1},       {2, 2, 1},
       /* conv shapes whose 2-thread grid splits M, or N and M, unevenly cut panels */
-      {256, 196, 288}, {128, 784, 72}, {512, 49, 160}};
+      {256, 196, 288}, {128, 784, 72}, {512, 49, 160},
+      /* many rows of A against a short, wide B: packed (PACK_B_MIN_M), with tails */
+      {257, 515, 67}, {262, 600, 40}};
   int bad = 0;
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     for (int tr = 0; tr < 4; tr++) {
