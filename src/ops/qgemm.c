@@ -1,0 +1,158 @@
+/* The integer GEMM driver of the quantized ops (see qgemm.h). */
+#include "ops/qgemm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/igemm.h"
+
+void kiln_q8_pack_free(void *p) { free(p); }
+
+/* A new pack of w's bytes (flipped into the signed form) with its sums; NULL without memory. */
+static kiln_q8_pack *make_pack(const kiln_tensor *w, int as_b, int64_t rows, int64_t cols) {
+  int64_t k = as_b ? rows : cols, k4 = (k + 3) / 4;
+  int64_t ld = as_b ? (cols + KILN_IGEMM_NB - 1) / KILN_IGEMM_NB * KILN_IGEMM_NB : k4 * 4;
+  int64_t nsum = as_b ? ld : rows, bytes = as_b ? k4 * 4 * ld : rows * ld;
+  kiln_q8_pack *p = kiln_malloc_big(sizeof *p + sizeof(int32_t) * (size_t)nsum + (size_t)bytes);
+  if (!p) return NULL;
+  *p = (kiln_q8_pack){w->data, as_b, rows, cols, k4, ld, w->dtype == KILN_UINT8 ? 0x80 : 0, NULL, NULL};
+  p->sums = (int32_t *)(void *)(p + 1);
+  p->data = (uint8_t *)(p->sums + nsum);
+  if (as_b) {
+    kiln_igemm_pack_b(rows, cols, w->data, cols, p->flip, p->data, ld);
+    kiln_igemm_colsum(k4, ld, p->data, 1, p->sums);
+  } else {
+    kiln_igemm_pack_a(rows, cols, w->data, cols, p->flip, 1, p->data, p->sums);
+  }
+  return p;
+}
+
+static bool pack_fits(const kiln_q8_pack *p, const kiln_tensor *w, int as_b, int64_t rows, int64_t cols) {
+  return p && p->source == w->data && p->as_b == as_b && p->rows == rows && p->cols == cols &&
+         p->flip == (w->dtype == KILN_UINT8 ? 0x80 : 0);
+}
+
+const kiln_q8_pack *kiln_q8_pack_of(kiln_kctx *c, size_t wi, const kiln_tensor *w, int as_b, int64_t rows,
+                                    int64_t cols, kiln_q8_pack **owned) {
+  if (owned) *owned = NULL;
+  if (c->state && w->data && kiln_in_const(c, wi, w)) {
+    const kiln_q8_pack *p = kiln_cache_get(c);
+    if (!p) {
+      kiln_q8_pack *mine = make_pack(w, as_b, rows, cols);
+      p = mine ? kiln_cache_publish(c, mine, kiln_q8_pack_free) : NULL;
+    }
+    if (pack_fits(p, w, as_b, rows, cols)) return p;
+  }
+  if (!owned || !w->data) return NULL;
+  return *owned = make_pack(w, as_b, rows, cols);
+}
+
+/* ---- convolutions ---- */
+
+typedef struct conv_job {
+  const kiln_qconv *q;
+  const uint8_t *x, *w;  /* x [n, c, xsize] bytes; w the packed A */
+  uint8_t xflip, xfill;  /* flip of x's bytes; the value of a padding tap (the zero point) */
+  int32_t *y;
+  const int32_t *r, *u;  /* [m] */
+} conv_job;
+
+static void conv_task(void *ctx, int64_t task, kiln_igemm_args *g) {
+  const conv_job *j = ctx;
+  const kiln_qconv *q = j->q;
+  int64_t ni = task / q->group, gr = task % q->group, k4 = (q->kk + 3) / 4;
+  g->m = q->mg;
+  g->k4 = k4;
+  g->a = j->w + gr * q->mg * k4 * 4;
+  g->c = j->y + (ni * q->m + gr * q->mg) * q->ysize;
+  g->ldc = q->ysize;
+  g->b_unsigned = 1;
+  g->r = j->r + gr * q->mg;
+  g->u = j->u ? j->u + gr * q->mg : NULL;
+}
+
+/* im2col of columns [j0, j1) of the task's plane group straight into the packed layout. */
+static void conv_pack(void *ctx, int64_t task, int64_t j0, int64_t j1, uint8_t *bp, int64_t ldb, int32_t *cs) {
+  const conv_job *j = ctx;
+  const kiln_qconv *q = j->q;
+  int64_t ni = task / q->group, gr = task % q->group, k4 = (q->kk + 3) / 4, w = j1 - j0;
+  const uint8_t *xg = j->x + (ni * q->c + gr * q->cg) * q->xsize;
+  if (q->kk % 4 || w < ldb) memset(bp, 0, (size_t)(k4 * ldb * 4));
+  const uint8_t flip = j->xflip, fill = j->xfill;
+  for (int64_t ci = 0; ci < q->cg; ci++) {
+    const uint8_t *xc = xg + ci * q->xsize;
+    for (int64_t kp = 0; kp < q->ksize; kp++) {
+      int64_t kr = ci * q->ksize + kp;
+      uint8_t *d = bp + (kr / 4) * ldb * 4 + kr % 4;
+      if (!q->map) {
+        for (int64_t t = 0; t < w; t++) d[t * 4] = xc[j0 + t] ^ flip;
+      } else {
+        const int64_t *mp = q->map + kp * q->ysize + j0;
+        for (int64_t t = 0; t < w; t++) d[t * 4] = mp[t] >= 0 ? (uint8_t)(xc[mp[t]] ^ flip) : fill;
+      }
+    }
+  }
+  if (cs) kiln_igemm_colsum(k4, ldb, bp, 0, cs);
+}
+
+kiln_code kiln_qconv_run(kiln_kctx *c, size_t wi, const kiln_qconv *q, const kiln_tensor *x, int64_t xz,
+                         const kiln_tensor *w, const int64_t *wzs, int64_t wz0, int32_t *y) {
+  if (!q->n || !q->m || !q->ysize) return KILN_OK;
+  if (!q->kk) {
+    memset(y, 0, sizeof(int32_t) * (size_t)(q->n * q->m * q->ysize));
+    return KILN_OK;
+  }
+  kiln_q8_pack *owned;
+  const kiln_q8_pack *wp = kiln_q8_pack_of(c, wi, w, 0, q->m, q->kk, &owned);
+  int32_t *terms = kiln_malloc(sizeof(int32_t) * (size_t)q->m * 4);
+  if (!wp || !terms) {
+    kiln_q8_pack_free(owned);
+    free(terms);
+    return kiln_kfail(c, "out of memory for the packed weights");
+  }
+  int32_t *r = terms, *u = terms + q->m, *v = u + q->m, *zw = v + q->m;
+  int wshift = wp->flip ? -128 : 0;
+  for (int64_t i = 0; i < q->m; i++) zw[i] = (int32_t)(wzs ? wzs[i] : wz0) + wshift;
+  int xs = x->dtype == KILN_INT8;
+  int32_t zx = (int32_t)xz + (xs ? 128 : 0);
+  int any = kiln_igemm_zero_terms(q->m, q->kk, zw, 0, wp->sums, 0, zx, r, u, v);
+  conv_job j = {q, x->data, wp->data, xs ? 0x80 : 0, (uint8_t)zx, y, r, any ? u : NULL};
+  int rc = kiln_igemm_many(kiln_kpool(c), kiln_igemm_isa(), q->n * q->group, q->ysize, wp->k4, q->mg, conv_task,
+                           conv_pack, &j);
+  kiln_q8_pack_free(owned);
+  free(terms);
+  return rc ? kiln_kfail(c, "out of memory for the im2col buffers") : KILN_OK;
+}
+
+/* ---- matrix products ---- */
+
+kiln_code kiln_qmatmul_run(kiln_kctx *c, int64_t m, int64_t n, int64_t k, const uint8_t *a, int a_signed,
+                           const int64_t *zas, int64_t za0, const uint8_t *b, int b_signed, const kiln_q8_pack *pb,
+                           const int64_t *zbs, int64_t zb0, int32_t *y) {
+  if (!m || !n) return KILN_OK;
+  int64_t k4 = (k + 3) / 4, ldb = (n + KILN_IGEMM_NB - 1) / KILN_IGEMM_NB * KILN_IGEMM_NB;
+  uint8_t bflip = pb ? pb->flip : b_signed ? 0 : 0x80;
+  size_t bbytes = pb ? 0 : (size_t)(k4 * 4 * ldb), tbytes = sizeof(int32_t) * (size_t)(5 * m + 2 * ldb);
+  uint8_t *buf = kiln_malloc((size_t)(m * k4 * 4) + bbytes + tbytes);
+  if (!buf) return kiln_kfail(c, "out of memory for the packed operands");
+  int32_t *rs = (int32_t *)(void *)buf, *r = rs + m, *u = r + m, *v = u + m, *za = v + m, *cs = za + m, *zb = cs + ldb;
+  uint8_t *ap = (uint8_t *)(zb + ldb), *bp = ap + m * k4 * 4;
+  /* a on the unsigned side, b on the signed one */
+  kiln_igemm_pack_a(m, k, a, k, a_signed ? 0x80 : 0, 0, ap, rs);
+  if (pb) {
+    bp = pb->data;
+    memcpy(cs, pb->sums, sizeof(int32_t) * (size_t)ldb);
+  } else {
+    kiln_igemm_pack_b(k, n, b, n, bflip, bp, ldb);
+    kiln_igemm_colsum(k4, ldb, bp, 1, cs);
+  }
+  for (int64_t i = 0; i < m; i++) za[i] = (int32_t)(zas ? zas[i] : za0) + (a_signed ? 128 : 0);
+  int32_t bshift = bflip ? -128 : 0;
+  for (int64_t j = 0; j < ldb; j++) zb[j] = j < n ? (int32_t)(zbs ? zbs[j] : zb0) + bshift : 0;
+  int per_col = zbs != NULL;
+  int any = kiln_igemm_zero_terms(m, k, za, 0, rs, per_col, zb[0], r, u, v);
+  kiln_igemm_args g = {m, n, k4, ap, bp, ldb, y, n, 0, per_col ? NULL : r, any ? u : NULL, per_col ? v : NULL, cs, zb};
+  kiln_igemm(kiln_kpool(c), kiln_igemm_isa(), &g);
+  free(buf);
+  return KILN_OK;
+}
