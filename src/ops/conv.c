@@ -530,13 +530,19 @@ static kiln_code conv_int_setup(kiln_kctx *c, const kiln_tensor *x, const kiln_t
 static kiln_code conv_int_acc(kiln_kctx *c, size_t wi, const kiln_tensor *x, const kiln_tensor *w,
                               const conv_geom *g, int64_t xz, const int64_t *wz, int64_t wz0, int32_t *acc) {
   kiln_qconv q = {g->n, g->c, g->m, g->group, g->c / g->group, g->m / g->group, 0, g->ksize, g->xsize,
-                  g->ysize, NULL};
+                  g->ysize, NULL, NULL};
   q.kk = q.cg * g->ksize;
   bool direct = g->ksize == 1;
   for (int i = 0; i < g->nsp; i++) direct = direct && g->stride[i] == 1 && g->pb[i] == 0 && g->pe[i] == 0;
-  int64_t *map = NULL;
-  if (!direct && g->ysize && !(map = build_map(g, g->x, g->y, g->ysize)))
+  int64_t *map = NULL, d2[12] = {0};
+  if (!direct && g->nsp == 2) { /* the taps from the geometry, no map */
+    int64_t v[12] = {g->x[0], g->x[1], g->y[0], g->y[1], g->k[0], g->k[1], g->stride[0], g->stride[1],
+                     g->dil[0], g->dil[1], g->pb[0], g->pb[1]};
+    memcpy(d2, v, sizeof d2);
+    q.d2 = d2;
+  } else if (!direct && g->ysize && !(map = build_map(g, g->x, g->y, g->ysize))) {
     return kiln_kfail(c, "out of memory for the im2col map");
+  }
   q.map = map;
   kiln_code rc = kiln_qconv_run(c, wi, &q, x, xz, w, wz, wz0, acc);
   free(map);

@@ -71,6 +71,36 @@ static void conv_task(void *ctx, int64_t task, kiln_igemm_args *g) {
   g->u = j->u ? j->u + gr * q->mg : NULL;
 }
 
+/* One im2col row of a 2-D convolution, tap (kh, kw) of plane xc, columns [j0, j1), into d
+ * (stride 4): each output row's segment in three runs (left padding, the input, right padding). */
+static void gather_2d(const int64_t *g, const uint8_t *xc, int64_t kh, int64_t kw, int64_t j0, int64_t j1,
+                      uint8_t flip, uint8_t fill, uint8_t *d) {
+  const int64_t IH = g[0], IW = g[1], OW = g[3], sh = g[6], sw = g[7], ph = g[10], pw = g[11];
+  const int64_t offh = kh * g[8] - ph, offw = kw * g[9] - pw;
+  /* the output columns whose input column is inside: 0 <= ow * sw + offw < IW */
+  int64_t lo = offw >= 0 ? 0 : (-offw + sw - 1) / sw, hi = IW - offw <= 0 ? 0 : (IW - offw + sw - 1) / sw;
+  if (hi > OW) hi = OW;
+  if (lo > hi) lo = hi;
+  for (int64_t j = j0; j < j1;) {
+    int64_t oh = j / OW, ow0 = j % OW, ow1 = OW < ow0 + (j1 - j) ? OW : ow0 + (j1 - j);
+    int64_t ih = oh * sh + offh;
+    uint8_t *o = d + (j - j0) * 4;
+    if (ih < 0 || ih >= IH) {
+      for (int64_t t = 0; t < ow1 - ow0; t++) o[t * 4] = fill;
+    } else {
+      const uint8_t *src = xc + ih * IW + offw;
+      int64_t a = ow0 > lo ? ow0 : lo, b = ow1 < hi ? ow1 : hi, t = ow0;
+      for (; t < a && t < ow1; t++) o[(t - ow0) * 4] = fill;
+      if (sw == 1)
+        for (; t < b; t++) o[(t - ow0) * 4] = src[t] ^ flip;
+      else
+        for (; t < b; t++) o[(t - ow0) * 4] = src[t * sw] ^ flip;
+      for (; t < ow1; t++) o[(t - ow0) * 4] = fill;
+    }
+    j += ow1 - ow0;
+  }
+}
+
 /* im2col of columns [j0, j1) of the task's plane group straight into the packed layout. */
 static void conv_pack(void *ctx, int64_t task, int64_t j0, int64_t j1, uint8_t *bp, int64_t ldb, int32_t *cs) {
   const conv_job *j = ctx;
@@ -84,7 +114,9 @@ static void conv_pack(void *ctx, int64_t task, int64_t j0, int64_t j1, uint8_t *
     for (int64_t kp = 0; kp < q->ksize; kp++) {
       int64_t kr = ci * q->ksize + kp;
       uint8_t *d = bp + (kr / 4) * ldb * 4 + kr % 4;
-      if (!q->map) {
+      if (q->d2) {
+        gather_2d(q->d2, xc, kp / q->d2[5], kp % q->d2[5], j0, j1, flip, fill, d);
+      } else if (!q->map) {
         for (int64_t t = 0; t < w; t++) d[t * 4] = xc[j0 + t] ^ flip;
       } else {
         const int64_t *mp = q->map + kp * q->ysize + j0;

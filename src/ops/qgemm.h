@@ -36,7 +36,10 @@ void kiln_q8_pack_free(void *p);
 typedef struct kiln_qconv {
   int64_t n, c, m, group, cg, mg, kk, ksize, xsize, ysize;
   const int64_t *map; /* [ksize][ysize]: offset in an input plane of each tap, -1 padding; NULL:
-                         the input plane is the im2col row (1x1, unit strides, no padding) */
+                         the input plane is the im2col row (1x1, unit strides, no padding), or
+                         d2 describes the taps */
+  const int64_t *d2;  /* NULL, or for 2-D: ih, iw, oh, ow, kh, kw, stride h, w, dilation h, w, pad
+                         h, w (at the beginning) */
 } kiln_qconv;
 
 /* y [n, m, ysize] int32 = sum (x - xz)(w - wz) for uint8 / int8 x and w; wz per output channel
