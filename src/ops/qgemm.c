@@ -127,6 +127,55 @@ static void conv_pack(void *ctx, int64_t task, int64_t j0, int64_t j1, uint8_t *
   if (cs) kiln_igemm_colsum(k4, ldb, bp, 0, cs);
 }
 
+/* ---- depthwise 2-D convolutions: one input and one output channel per group ---- */
+
+typedef struct dw_job {
+  const kiln_qconv *q;
+  const uint8_t *x, *w; /* x [n, c, xsize]; w the packed A (row i: channel i's taps) */
+  int32_t k4;
+  uint8_t xflip;
+  int32_t zx;           /* x's zero point on the flipped bytes */
+  const int32_t *zw;    /* [m]: w's zero point on the packed bytes */
+  int32_t *y;
+} dw_job;
+
+/* Output plane task (batch item, channel): each output row the sum of its taps, each tap added
+ * along the run of output columns whose input is inside (padding adds 0). Sums modulo 2^32. */
+static void dw_plane(const dw_job *j, int64_t task) {
+  const kiln_qconv *q = j->q;
+  const int64_t *g = q->d2, ch = task % q->m;
+  const int64_t IH = g[0], IW = g[1], OH = g[2], OW = g[3], KH = g[4], KW = g[5], sh = g[6], sw = g[7];
+  const uint8_t *xp = j->x + task * q->xsize, *wp = j->w + ch * j->k4 * 4;
+  uint32_t *yp = (uint32_t *)(j->y + task * q->ysize);
+  const uint8_t flip = j->xflip;
+  const int32_t zx = j->zx;
+  memset(yp, 0, sizeof(uint32_t) * (size_t)q->ysize);
+  for (int64_t kh = 0; kh < KH; kh++)
+    for (int64_t kw = 0; kw < KW; kw++) {
+      const int32_t wv = (int32_t)(int8_t)wp[kh * KW + kw] - j->zw[ch];
+      const int64_t offh = kh * g[8] - g[10], offw = kw * g[9] - g[11];
+      int64_t lo = offw >= 0 ? 0 : (-offw + sw - 1) / sw, hi = IW - offw <= 0 ? 0 : (IW - offw + sw - 1) / sw;
+      if (hi > OW) hi = OW;
+      if (!wv || lo >= hi) continue;
+      for (int64_t oh = 0; oh < OH; oh++) {
+        const int64_t ih = oh * sh + offh;
+        if (ih < 0 || ih >= IH) continue;
+        const uint8_t *src = xp + ih * IW + offw;
+        uint32_t *yr = yp + oh * OW;
+        if (sw == 1)
+          for (int64_t ow = lo; ow < hi; ow++) yr[ow] += (uint32_t)(((int32_t)(uint8_t)(src[ow] ^ flip) - zx) * wv);
+        else
+          for (int64_t ow = lo; ow < hi; ow++)
+            yr[ow] += (uint32_t)(((int32_t)(uint8_t)(src[ow * sw] ^ flip) - zx) * wv);
+      }
+    }
+}
+
+static void dw_run(void *ctx, size_t begin, size_t end, int t) {
+  (void)t;
+  for (size_t i = begin; i < end; i++) dw_plane(ctx, (int64_t)i);
+}
+
 kiln_code kiln_qconv_run(kiln_kctx *c, size_t wi, const kiln_qconv *q, const kiln_tensor *x, int64_t xz,
                          const kiln_tensor *w, const int64_t *wzs, int64_t wz0, int32_t *y) {
   if (!q->n || !q->m || !q->ysize) return KILN_OK;
@@ -147,6 +196,17 @@ kiln_code kiln_qconv_run(kiln_kctx *c, size_t wi, const kiln_qconv *q, const kil
   for (int64_t i = 0; i < q->m; i++) zw[i] = (int32_t)(wzs ? wzs[i] : wz0) + wshift;
   int xs = x->dtype == KILN_INT8;
   int32_t zx = (int32_t)xz + (xs ? 128 : 0);
+  if (q->cg == 1 && q->mg == 1 && q->d2) { /* depthwise: direct, no im2col */
+    dw_job d = {q, x->data, wp->data, (int32_t)wp->k4, xs ? 0x80 : 0, zx, zw, y};
+    size_t planes = (size_t)(q->n * q->m);
+    if ((double)planes * (double)q->ysize * (double)q->kk < 1 << 16)
+      dw_run(&d, 0, planes, 0);
+    else
+      kiln_parallel_for(kiln_kpool(c), planes, dw_run, &d, 0);
+    kiln_q8_pack_free(owned);
+    free(terms);
+    return KILN_OK;
+  }
   int any = kiln_igemm_zero_terms(q->m, q->kk, zw, 0, wp->sums, 0, zx, r, u, v);
   conv_job j = {q, x->data, wp->data, xs ? 0x80 : 0, (uint8_t)zx, y, r, any ? u : NULL};
   int rc = kiln_igemm_many(kiln_kpool(c), kiln_igemm_isa(), q->n * q->group, q->ysize, wp->k4, q->mg, conv_task,
