@@ -97,6 +97,18 @@ void kiln_igemm_colsum(int64_t k4, int64_t ldb, const uint8_t *bp, int is_signed
   }
 }
 
+void kiln_igemm_interleave4(const uint8_t *const rows[4], int64_t n, int64_t ldb, uint8_t *dst, int32_t *cs) {
+  const uint8_t *r0 = rows[0], *r1 = rows[1], *r2 = rows[2], *r3 = rows[3];
+  /* one 32-bit store per column, the bytes in little-endian order (x86-64, AArch64) */
+  for (int64_t j = 0; j < n; j++) {
+    uint32_t v = (uint32_t)r0[j] | (uint32_t)r1[j] << 8 | (uint32_t)r2[j] << 16 | (uint32_t)r3[j] << 24;
+    memcpy(dst + 4 * j, &v, sizeof v);
+  }
+  memset(dst + 4 * n, 0, (size_t)(4 * (ldb - n)));
+  if (cs)
+    for (int64_t j = 0; j < n; j++) cs[j] += (int32_t)r0[j] + r1[j] + r2[j] + r3[j];
+}
+
 static int64_t round_nb(int64_t n) { return (n + KILN_IGEMM_NB - 1) / KILN_IGEMM_NB * KILN_IGEMM_NB; }
 
 /* ---- products with B packed chunk by chunk ---- */
@@ -141,6 +153,7 @@ int kiln_igemm_many(kiln_threadpool *pool, kiln_isa isa, int64_t n_tasks, int64_
    * chunks that every thread gets two */
   int64_t chunk = (128 << 10) / (k4 * 4 > 0 ? k4 * 4 : 1) / KILN_IGEMM_NB * KILN_IGEMM_NB;
   if (chunk < KILN_IGEMM_NB) chunk = KILN_IGEMM_NB;
+  if (chunk > KILN_IGEMM_CHUNK_MAX) chunk = KILN_IGEMM_CHUNK_MAX;
   if (chunk > round_nb(n)) chunk = round_nb(n);
   if (threads > 1 && n_tasks * ((n + chunk - 1) / chunk) < 2 * threads) {
     int64_t per = (2 * threads + n_tasks - 1) / n_tasks; /* chunks wanted per task */

@@ -71,6 +71,13 @@ void kiln_igemm_colsum(int64_t k4, int64_t ldb, const uint8_t *bp, int is_signed
 int kiln_igemm_zero_terms(int64_t m, int64_t k, const int32_t *za, int32_t za0, const int32_t *rs, int zb_per_col,
                           int32_t zb0, int32_t *r, int32_t *u, int32_t *v);
 
+/* The most columns kiln_igemm_many puts in one chunk. */
+#define KILN_IGEMM_CHUNK_MAX 2048
+
+/* One group of packed B from four rows of n bytes: dst[4j + q] = rows[q][j] for j < n, 0 up to
+ * ldb; cs[j] (unless NULL) += the sum of the four bytes as unsigned. */
+void kiln_igemm_interleave4(const uint8_t *const rows[4], int64_t n, int64_t ldb, uint8_t *dst, int32_t *cs);
+
 /* Fills a packed B chunk: columns [j0, j1) of the task's B into bp [k4][ldb][4] (ldb = the chunk
  * width rounded up to KILN_IGEMM_NB, padding 0), and their column sums into cs [ldb] when cs is
  * not NULL. */

@@ -71,10 +71,11 @@ static void conv_task(void *ctx, int64_t task, kiln_igemm_args *g) {
   g->u = j->u ? j->u + gr * q->mg : NULL;
 }
 
-/* One im2col row of a 2-D convolution, tap (kh, kw) of plane xc, columns [j0, j1), into d
- * (stride 4): each output row's segment in three runs (left padding, the input, right padding). */
+/* One im2col row of a 2-D convolution, tap (kh, kw) of plane xc, columns [j0, j1), into the
+ * contiguous out: each output row's segment in three runs (left padding, the input, right
+ * padding). */
 static void gather_2d(const int64_t *g, const uint8_t *xc, int64_t kh, int64_t kw, int64_t j0, int64_t j1,
-                      uint8_t flip, uint8_t fill, uint8_t *d) {
+                      uint8_t flip, uint8_t fill, uint8_t *out) {
   const int64_t IH = g[0], IW = g[1], OW = g[3], sh = g[6], sw = g[7], ph = g[10], pw = g[11];
   const int64_t offh = kh * g[8] - ph, offw = kw * g[9] - pw;
   /* the output columns whose input column is inside: 0 <= ow * sw + offw < IW */
@@ -84,47 +85,65 @@ static void gather_2d(const int64_t *g, const uint8_t *xc, int64_t kh, int64_t k
   for (int64_t j = j0; j < j1;) {
     int64_t oh = j / OW, ow0 = j % OW, ow1 = OW < ow0 + (j1 - j) ? OW : ow0 + (j1 - j);
     int64_t ih = oh * sh + offh;
-    uint8_t *o = d + (j - j0) * 4;
+    uint8_t *o = out + (j - j0) - ow0; /* o[ow] is output column ow of this row */
     if (ih < 0 || ih >= IH) {
-      for (int64_t t = 0; t < ow1 - ow0; t++) o[t * 4] = fill;
-    } else {
+      memset(o + ow0, fill, (size_t)(ow1 - ow0));
+    } else { /* the padding runs are short: plain loops, not memset calls */
       const uint8_t *src = xc + ih * IW + offw;
-      int64_t a = ow0 > lo ? ow0 : lo, b = ow1 < hi ? ow1 : hi, t = ow0;
-      for (; t < a && t < ow1; t++) o[(t - ow0) * 4] = fill;
-      if (sw == 1)
-        for (; t < b; t++) o[(t - ow0) * 4] = src[t] ^ flip;
-      else
-        for (; t < b; t++) o[(t - ow0) * 4] = src[t * sw] ^ flip;
-      for (; t < ow1; t++) o[(t - ow0) * 4] = fill;
+      int64_t a = ow0 > lo ? ow0 : lo, b = ow1 < hi ? ow1 : hi;
+      if (a > ow1) a = ow1;
+      for (int64_t t = ow0; t < a; t++) o[t] = fill;
+      if (b > a) {
+        if (sw == 1 && !flip)
+          memcpy(o + a, src + a, (size_t)(b - a));
+        else if (sw == 1)
+          for (int64_t t = a; t < b; t++) o[t] = src[t] ^ flip;
+        else
+          for (int64_t t = a; t < b; t++) o[t] = src[t * sw] ^ flip;
+      } else {
+        b = a;
+      }
+      for (int64_t t = b; t < ow1; t++) o[t] = fill;
     }
     j += ow1 - ow0;
   }
 }
 
-/* im2col of columns [j0, j1) of the task's plane group straight into the packed layout. */
+/* Im2col row kr of the task's plane group, columns [j0, j1): a pointer into x where the row is
+ * there as is, else gathered into buf. */
+static const uint8_t *conv_row(const conv_job *j, const uint8_t *xg, int64_t kr, int64_t j0, int64_t j1,
+                               uint8_t *buf) {
+  const kiln_qconv *q = j->q;
+  const int64_t ci = kr / q->ksize, kp = kr % q->ksize, w = j1 - j0;
+  const uint8_t *xc = xg + ci * q->xsize, flip = j->xflip, fill = j->xfill;
+  if (q->d2) {
+    gather_2d(q->d2, xc, kp / q->d2[5], kp % q->d2[5], j0, j1, flip, fill, buf);
+  } else if (!q->map) {
+    if (!flip) return xc + j0;
+    for (int64_t t = 0; t < w; t++) buf[t] = xc[j0 + t] ^ flip;
+  } else {
+    const int64_t *mp = q->map + kp * q->ysize + j0;
+    for (int64_t t = 0; t < w; t++) buf[t] = mp[t] >= 0 ? (uint8_t)(xc[mp[t]] ^ flip) : fill;
+  }
+  return buf;
+}
+
+/* im2col of columns [j0, j1) of the task's plane group straight into the packed layout: four
+ * rows at a time, gathered contiguous and then interleaved. */
 static void conv_pack(void *ctx, int64_t task, int64_t j0, int64_t j1, uint8_t *bp, int64_t ldb, int32_t *cs) {
   const conv_job *j = ctx;
   const kiln_qconv *q = j->q;
   int64_t ni = task / q->group, gr = task % q->group, k4 = (q->kk + 3) / 4, w = j1 - j0;
   const uint8_t *xg = j->x + (ni * q->c + gr * q->cg) * q->xsize;
-  if (q->kk % 4 || w < ldb) memset(bp, 0, (size_t)(k4 * ldb * 4));
-  const uint8_t flip = j->xflip, fill = j->xfill;
-  for (int64_t ci = 0; ci < q->cg; ci++) {
-    const uint8_t *xc = xg + ci * q->xsize;
-    for (int64_t kp = 0; kp < q->ksize; kp++) {
-      int64_t kr = ci * q->ksize + kp;
-      uint8_t *d = bp + (kr / 4) * ldb * 4 + kr % 4;
-      if (q->d2) {
-        gather_2d(q->d2, xc, kp / q->d2[5], kp % q->d2[5], j0, j1, flip, fill, d);
-      } else if (!q->map) {
-        for (int64_t t = 0; t < w; t++) d[t * 4] = xc[j0 + t] ^ flip;
-      } else {
-        const int64_t *mp = q->map + kp * q->ysize + j0;
-        for (int64_t t = 0; t < w; t++) d[t * 4] = mp[t] >= 0 ? (uint8_t)(xc[mp[t]] ^ flip) : fill;
-      }
-    }
+  uint8_t buf[4][KILN_IGEMM_CHUNK_MAX];
+  static const uint8_t zeros[KILN_IGEMM_CHUNK_MAX];
+  if (cs) memset(cs, 0, sizeof(int32_t) * (size_t)ldb);
+  for (int64_t p = 0; p < k4; p++) {
+    const uint8_t *rows[4];
+    for (int r = 0; r < 4; r++)
+      rows[r] = 4 * p + r < q->kk ? conv_row(j, xg, 4 * p + r, j0, j1, buf[r]) : zeros;
+    kiln_igemm_interleave4(rows, w, ldb, bp + p * ldb * 4, cs);
   }
-  if (cs) kiln_igemm_colsum(k4, ldb, bp, 0, cs);
 }
 
 /* ---- depthwise 2-D convolutions: one input and one output channel per group ---- */
