@@ -4,7 +4,8 @@
  * bit. Every dtype pair (u8 / s8 for A and for B) in both operand orders (B unsigned or A
  * unsigned, the sign bit flipped where the dtype differs), scalar and per-row / per-column zero
  * points, odd m, n and k (the 4-row blocks and their tail, the last partial strip, k padded to
- * 4) and values at the extremes (the largest products, where vpmaddubsw would saturate). */
+ * 4) and values at the extremes (the largest products, where vpmaddubsw would saturate); the
+ * convolutions' packing (kiln_igemm_interleave4) on the chunked driver. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,11 +94,29 @@ static void task_fn(void *ctx, int64_t task, kiln_igemm_args *g) {
   const setup *s = ctx;
   *g = s->g;
 }
+/* Unsigned B: four flipped rows at a time through kiln_igemm_interleave4 (as the convolutions
+ * pack); signed B: kiln_igemm_pack_b and kiln_igemm_colsum. */
 static void pack_fn(void *ctx, int64_t task, int64_t j0, int64_t j1, uint8_t *bp, int64_t ldb, int32_t *cs) {
   (void)task;
   const setup *s = ctx;
-  kiln_igemm_pack_b(s->k, j1 - j0, s->bsrc + j0, s->n, s->bflip, bp, ldb);
-  if (cs) kiln_igemm_colsum(s->k4, ldb, bp, !s->g.b_unsigned, cs);
+  int64_t w = j1 - j0;
+  if (!s->g.b_unsigned) {
+    kiln_igemm_pack_b(s->k, w, s->bsrc + j0, s->n, s->bflip, bp, ldb);
+    if (cs) kiln_igemm_colsum(s->k4, ldb, bp, 1, cs);
+    return;
+  }
+  uint8_t *tmp = calloc(4, (size_t)w);
+  if (cs) memset(cs, 0x3c, sizeof(int32_t) * (size_t)ldb), memset(cs, 0, sizeof(int32_t) * (size_t)w);
+  for (int64_t p = 0; p < s->k4; p++) {
+    const uint8_t *rows[4];
+    for (int q = 0; q < 4; q++) {
+      uint8_t *r = tmp + q * w;
+      for (int64_t t = 0; t < w; t++) r[t] = 4 * p + q < s->k ? s->bsrc[(4 * p + q) * s->n + j0 + t] ^ s->bflip : 0;
+      rows[q] = r;
+    }
+    kiln_igemm_interleave4(rows, w, ldb, bp + p * ldb * 4, cs);
+  }
+  free(tmp);
 }
 
 static kiln_threadpool *g_pool;
