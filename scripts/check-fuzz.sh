@@ -12,11 +12,11 @@ secs=${1:-60}
 # `-max_total_time` by hand (tests/fuzz/fuzz_model.c says how).
 runs=$((secs * 10000))
 build=${2:-build-fuzz}
-targets=(fuzz_model fuzz_optimize fuzz_inputs fuzz_plugin_desc)
+targets=(fuzz_model fuzz_optimize fuzz_inputs fuzz_plugin_desc fuzz_infer_request)
 CC=clang cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" \
   -DKILN_SANITIZE=ON -DKILN_FUZZ=ON >/dev/null
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null
-[ -d "$build/corpus/model" ] || scripts/fuzz-corpus.sh "$build/corpus"
+[ -d "$build/corpus/infer_request" ] || scripts/fuzz-corpus.sh "$build/corpus"
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 mkdir -p "$build/fuzz-artifacts"
 for t in "${targets[@]}"; do

@@ -10,7 +10,8 @@
 # crashes) of everything logged so far.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=(fuzz_model fuzz_optimize fuzz_inputs fuzz_plugin_desc)
+# KILN_FUZZ_TARGETS="fuzz_a fuzz_b" runs only those.
+targets=(${KILN_FUZZ_TARGETS:-fuzz_model fuzz_optimize fuzz_inputs fuzz_plugin_desc fuzz_infer_request})
 
 report() {
   local log=$1
@@ -39,7 +40,7 @@ for t in "${targets[@]}"; do
   [ -x "$build/tests/fuzz/$t" ] || { echo "fuzz-campaign: $build/tests/fuzz/$t missing (scripts/check-fuzz.sh builds it)" >&2; exit 1; }
   cp "$build/tests/fuzz/$t" "$bin/$t"
 done
-[ -d "$build/corpus/model" ] || scripts/fuzz-corpus.sh "$build/corpus"
+[ -d "$build/corpus/infer_request" ] || scripts/fuzz-corpus.sh "$build/corpus"
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
 # One target: libFuzzer again and again until UNTIL; one line per process in LOG/TARGET.runs:

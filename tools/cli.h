@@ -26,11 +26,13 @@ int cli_parse_long(const char *s, long lo, long hi, long *out);
 /* --level's value: 0, 1 or 2 into *level and CLI_OK, else a usage error (CLI_USAGE). */
 int cli_parse_level(const char *cmd, const char *s, int *level);
 /* --limit NAME=N: one of the model limits of kiln_options (max_subgraph_depth, max_nodes,
- * max_string_bytes, max_attribute_bytes, max_memory_bytes; N may end in K, M or G). */
+ * max_string_bytes, max_attribute_bytes, max_memory_bytes, and the run time limit max_run_ms;
+ * N may end in K, M or G). */
 int cli_parse_limit(const char *cmd, const char *arg, kiln_options *opts);
 #define CLI_LIMIT_HELP \
   "  --limit NAME=N    raise or lower a model limit: max_subgraph_depth, max_nodes,\n" \
-  "                    max_string_bytes, max_attribute_bytes, max_memory_bytes (N: 1G, 512M...)\n"
+  "                    max_string_bytes, max_attribute_bytes, max_memory_bytes (N: 1G, 512M...),\n" \
+  "                    max_run_ms (each run's time limit in ms)\n"
 /* Print "kiln CMD: <message>" and a pointer to --help on stderr; returns CLI_USAGE. */
 __attribute__((format(printf, 2, 3))) int cli_usage_error(const char *cmd, const char *fmt, ...);
 /* The session flags that run, bench and profile share (--inter-op, --strict-fp32): sets the

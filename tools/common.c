@@ -249,7 +249,7 @@ int cli_parse_level(const char *cmd, const char *s, int *level) {
 
 int cli_parse_limit(const char *cmd, const char *arg, kiln_options *opts) {
   static const char *const names[] = {"max_subgraph_depth", "max_nodes", "max_string_bytes",
-                                      "max_attribute_bytes", "max_memory_bytes"};
+                                      "max_attribute_bytes", "max_memory_bytes", "max_run_ms"};
   const char *eq = strchr(arg, '=');
   char *end;
   errno = 0;
@@ -259,17 +259,18 @@ int cli_parse_limit(const char *cmd, const char *arg, kiln_options *opts) {
     if ((shift || !*end) && (!shift || !end[1]) && v <= (INT64_MAX >> shift)) {
       int64_t n = (int64_t)v << shift;
       size_t len = (size_t)(eq - arg), k = 0;
-      while (k < 5 && (strlen(names[k]) != len || strncmp(arg, names[k], len))) k++;
+      while (k < 6 && (strlen(names[k]) != len || strncmp(arg, names[k], len))) k++;
       if (k == 0 && n <= 1000000) opts->max_subgraph_depth = (int)n;
       if (k == 1) opts->max_nodes = n;
       if (k == 2) opts->max_string_bytes = n;
       if (k == 3) opts->max_attribute_bytes = n;
       if (k == 4) opts->max_memory_bytes = n;
-      if (k < 5 && (k || n <= 1000000)) return CLI_OK;
+      if (k == 5) opts->max_run_ms = n;
+      if (k < 6 && (k || n <= 1000000)) return CLI_OK;
     }
   }
   return cli_usage_error(cmd, "--limit expects NAME=N with NAME max_subgraph_depth, max_nodes, "
-                              "max_string_bytes, max_attribute_bytes or max_memory_bytes, got '%s'", arg);
+                              "max_string_bytes, max_attribute_bytes, max_memory_bytes or max_run_ms, got '%s'", arg);
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {

@@ -26,7 +26,7 @@ typedef enum kiln_code {
   KILN_ERR_RUN = 4,         /* a kernel failed at run time */
   KILN_ERR_NOMEM = 5,       /* allocation failed or size overflow */
   KILN_ERR_UNSUPPORTED = 6, /* valid ONNX that kiln does not implement */
-  KILN_ERR_CANCELLED = 7    /* the run was cancelled (kiln_run_options_set_terminate) */
+  KILN_ERR_CANCELLED = 7    /* the run was cancelled or ran past its time limit */
 } kiln_code;
 
 typedef struct kiln_error {
@@ -185,6 +185,10 @@ typedef struct kiln_options {
    * more is refused at load, a tensor larger than this at run time fails its node [physical
    * memory]. */
   int64_t max_memory_bytes;
+  /* Time limit of one run in milliseconds [0: none]: a run still going after it stops before
+   * its next node (or the next iteration of a Loop or Scan) with KILN_ERR_CANCELLED and a
+   * message naming the limit. kiln_run_options_set_timeout_ms sets it for single runs. */
+  int64_t max_run_ms;
 } kiln_options;
 
 /* Log levels of kiln_options.log_level and of the messages given to log_fn; the numbers are
@@ -404,6 +408,10 @@ void kiln_run_options_free(kiln_run_options *ro);
  * A run checks the flag before each node and returns KILN_ERR_CANCELLED. */
 void kiln_run_options_set_terminate(kiln_run_options *ro, int terminate);
 int kiln_run_options_terminate(const kiln_run_options *ro);
+/* A time limit for each run given `ro`, counted from the run's start: a run still going after
+ * `ms` milliseconds stops before its next node with KILN_ERR_CANCELLED. 0 (the default) leaves
+ * the session's kiln_options.max_run_ms in force; a negative value removes any limit. */
+void kiln_run_options_set_timeout_ms(kiln_run_options *ro, int64_t ms);
 /* kiln_session_run with run options (`ro` may be NULL). */
 kiln_code kiln_session_run_with(kiln_session *s, const kiln_run_options *ro, size_t n_inputs,
                                 const char *const *input_names, const kiln_tensor *const *inputs,

@@ -210,6 +210,7 @@ typedef struct {
 typedef struct {
   PyObject_HEAD
   kiln_run_options *ro;
+  long long timeout_ms; /* what kiln_run_options_set_timeout_ms was given, for the getter */
 } RunOptionsObject;
 
 static PyTypeObject RunOptionsType;
@@ -786,8 +787,24 @@ static int runopts_set(RunOptionsObject *self, PyObject *v, void *unused) {
   return 0;
 }
 
+static PyObject *runopts_timeout_get(RunOptionsObject *self, void *unused) {
+  (void)unused;
+  return PyLong_FromLongLong(self->timeout_ms);
+}
+
+static int runopts_timeout_set(RunOptionsObject *self, PyObject *v, void *unused) {
+  (void)unused;
+  long long ms = v ? PyLong_AsLongLong(v) : 0;
+  if (ms == -1 && PyErr_Occurred()) return -1;
+  self->timeout_ms = ms;
+  kiln_run_options_set_timeout_ms(self->ro, ms);
+  return 0;
+}
+
 static PyGetSetDef runopts_getset[] = {
     {"terminate", (getter)runopts_get, (setter)runopts_set, "stop runs using these options (any thread)", NULL},
+    {"timeout_ms", (getter)runopts_timeout_get, (setter)runopts_timeout_set,
+     "each run's time limit in ms (0: the session's max_run_ms, negative: none); past it the run raises Fail", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject RunOptionsType = {

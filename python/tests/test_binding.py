@@ -202,6 +202,20 @@ def test_errors_and_options():
     raises(lambda: s.run(None, {"image": x}, ro), kiln.Fail, "terminate flag", "terminated run")
     ro.terminate = False
     check(s.run(None, {"image": x}, ro)[0].shape == (1, 10), "run after terminate cleared")
+    # a time limit: a Loop of 2^62 iterations raises Fail naming the limit; 3 iterations run
+    body = helper.make_graph([helper.make_node("Identity", ["x_in"], ["x_out"]), helper.make_node("Identity", ["c"], ["c_out"])],
+                             "body", [vi("i", TensorProto.INT64, []), vi("c", TensorProto.BOOL, []), vi("x_in", TensorProto.FLOAT, [1])],
+                             [vi("c_out", TensorProto.BOOL, []), vi("x_out", TensorProto.FLOAT, [1])])
+    g = helper.make_graph([helper.make_node("Loop", ["M", "", "X"], ["Y"], body=body)], "loop",
+                          [vi("X", TensorProto.FLOAT, [1]), vi("M", TensorProto.INT64, [])], [vi("Y", TensorProto.FLOAT, [1])])
+    loop = kiln.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    ro = kiln.RunOptions()
+    ro.timeout_ms = 100
+    check(ro.timeout_ms == 100, "timeout_ms kept")
+    one = np.ones(1, np.float32)
+    check(loop.run(None, {"X": one, "M": np.array(3, np.int64)}, ro)[0][0] == 1.0, "a short loop runs under the limit")
+    raises(lambda: loop.run(None, {"X": one, "M": np.array(2**62, np.int64)}, ro), kiln.Fail, "time limit of 100 ms",
+           "a loop past timeout_ms")
     # log_severity_level: 1 (info) shows kiln's load diagnostics on stderr, 2 (default) does not
     code = ("import kiln, sys; so = kiln.SessionOptions(); so.log_severity_level = int(sys.argv[1]); "
             "kiln.InferenceSession(%r, so)" % kt.TINY_CNN)

@@ -27,6 +27,7 @@ kiln_code kiln_session_create_from_model(kiln_model *m, const kiln_options *opts
   s->opts.threads = so.threads;
   s->opts.profile = so.profile;
   s->opts.inter_op = so.inter_op;
+  s->opts.max_run_ms = so.max_run_ms;
   const kiln_graph *g = m->ir->graph;
   kiln_code rc = KILN_OK;
   s->pool = kiln_pool_acquire(s->opts.threads);

@@ -146,8 +146,7 @@ static kiln_code run_fused(kiln_frame *f, const kiln_node *n, const kiln_graph *
 }
 
 static kiln_code run_node(kiln_frame *f, const kiln_node *n, kiln_error *err) {
-  if (f->terminate && __atomic_load_n(f->terminate, __ATOMIC_RELAXED))
-    return kiln_fail(err, KILN_ERR_CANCELLED, "the run was cancelled: its run options' terminate flag is set");
+  if (kiln_run_stop_check(f->stop, err)) return KILN_ERR_CANCELLED;
   char lbl[300];
   enum { CAP = 64 };
   const kiln_tensor *inbuf[CAP];
@@ -307,9 +306,16 @@ static void frame_release(kiln_frame *f) {
 kiln_code kiln_graph_run(const kiln_session *s, kiln_frame *parent, const kiln_graph *g,
                          size_t n_inputs, const kiln_tensor *const *inputs, kiln_tensor **outputs,
                          kiln_error *err) {
+  kiln_run_stop stop;
+  if (!parent) kiln_run_stop_begin(&stop, s);
+  /* a subgraph checks on entry too, so a Loop or Scan whose body has no nodes still stops */
+  else if (kiln_run_stop_check(parent->stop, err)) {
+    for (size_t i = 0; i < g->n_outputs; i++) outputs[i] = NULL;
+    return KILN_ERR_CANCELLED;
+  }
   kiln_frame f = {.g = g, .vals = kiln_calloc(g->n_values, sizeof(kiln_tensor *)),
                   .own = kiln_calloc(g->n_values, sizeof(kiln_tensor *)), .parent = parent, .session = s,
-                  .terminate = parent ? parent->terminate : kiln_run_terminate_flag(),
+                  .stop = parent ? parent->stop : &stop,
                   .states = s ? kiln_states_of(&s->model->states, g) : NULL,
                   .scratch = parent ? parent->scratch : NULL};
   bool own_scratch = !parent && s && (f.scratch = kiln_scratch_acquire(s->scratch));

@@ -63,6 +63,19 @@ size_t kiln_prepack(const kiln_session *s);
 struct kiln_frame;
 void kiln_frame_services(struct kiln_frame *f);
 
+/* When a run must stop (api_run.c): its run options' terminate flag and its deadline. */
+typedef struct kiln_run_stop {
+  const int *flag;     /* the run options' terminate flag (atomic), or NULL */
+  int64_t deadline_ns; /* CLOCK_MONOTONIC time after which the run stops; 0: none */
+  int64_t limit_ms;    /* the time limit it came from, for the message */
+} kiln_run_stop;
+
+/* The stop of a run of session `s` (may be NULL) this thread is starting: the run options
+ * given to kiln_session_run_with, if any, else the session's max_run_ms. */
+void kiln_run_stop_begin(kiln_run_stop *st, const struct kiln_session *s);
+/* KILN_ERR_CANCELLED with a message when the run must stop (st may be NULL), else KILN_OK. */
+kiln_code kiln_run_stop_check(const kiln_run_stop *st, kiln_error *err);
+
 /* One activation of a graph: the values its nodes produced. */
 typedef struct kiln_frame {
   const kiln_graph *g;
@@ -71,14 +84,12 @@ typedef struct kiln_frame {
   struct kiln_frame *parent;
   const kiln_session *session;
   kiln_run_mem *mem;        /* arena for planned intermediates (main graph only), or NULL */
-  const int *terminate;     /* the run options' flag (api_run.c), checked before each node */
+  const kiln_run_stop *stop; /* when the run must stop (the main graph's), checked before each node */
   kiln_node_state *states;  /* the compiled model's states of g's nodes, or NULL */
   kiln_scratch *scratch;    /* the run's scratch context (the main graph's, shared below), or NULL */
   kiln_kservices svc;       /* what the kernels of this run are offered (rt: this frame) */
 } kiln_frame;
 
-/* The terminate flag of the run this thread is starting (kiln_session_run_with), or NULL. */
-const int *kiln_run_terminate_flag(void);
 
 /* Resolve schemas, sort and infer types for a graph and its subgraphs. */
 kiln_code kiln_graph_prepare(kiln_graph *g, const kiln_ir_model *m, kiln_error *err);

@@ -118,7 +118,7 @@ static void unlink_job(srv_version *v, srv_job *j) {
 }
 
 static void set_error(srv_job *j, const kiln_error *err) {
-  j->status = 500;
+  j->status = err->code == KILN_ERR_CANCELLED ? 504 : 500; /* 504: past --run-timeout-ms */
   srv_msg(j->error, sizeof j->error, "model run failed: %s", err->message);
 }
 

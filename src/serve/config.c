@@ -112,6 +112,9 @@ static int parse_key(const char *k, json_t *v, srv_model_config *c, const char *
   } else if (!strcmp(k, "level")) {
     if (get_int(v, k, 0, 2, &x, msg, n)) return -1;
     c->level = (int)x;
+  } else if (!strcmp(k, "run_timeout_ms")) {
+    if (get_int(v, k, 0, 86400000, &x, msg, n)) return -1;
+    c->run_timeout_ms = x;
   } else if (!strcmp(k, "warmup_runs")) {
     if (get_int(v, k, 0, 64, &x, msg, n)) return -1;
     c->warmup_runs = (int)x;

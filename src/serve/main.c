@@ -73,6 +73,9 @@ static const opt opts[] = {
      "runs of each new instance on generated inputs before it serves (default 1)"},
     {"--validate", "KILN_VALIDATE", OPT_FLAG, &cfg.defaults.validate, 0, 0,
      "a new version must agree with the serving one on generated inputs"},
+    {"--run-timeout-ms", "KILN_RUN_TIMEOUT_MS", OPT_LONG, &cfg.defaults.run_timeout_ms, 0, 86400000,
+     "a model run still going after this long stops and its requests get 504\n"
+     "                               (default 0: no limit)"},
     {"--latency-budget-ms", "KILN_LATENCY_BUDGET_MS", OPT_DOUBLE, &cfg.defaults.latency_budget_ms, 0, 1e6,
      "a new version whose median warm-up run is slower is refused"},
 };

@@ -84,6 +84,7 @@ typedef struct srv_model_config {
   double validate_atol, validate_rtol;
   double latency_budget_ms;           /* 0: no budget */
   int warmup_runs;
+  long run_timeout_ms;                /* a run's time limit (kiln_options.max_run_ms), 0: none */
 } srv_model_config;
 
 void srv_model_config_default(srv_model_config *c);

@@ -34,6 +34,12 @@ static int copy_io(kiln_session *s, int input, size_t n, srv_io *dst, char *msg,
       srv_msg(msg, mn, "%s", err.message);
       return -1;
     }
+    if (info.kind == KILN_KIND_TENSOR && !strcmp(srv_v2_dtype(info.dtype), "UNDEFINED")) {
+      srv_msg(msg, mn, "%s '%s' is %s, which the KServe v2 protocol has no datatype for (it has "
+              "BOOL, UINT8..UINT64, INT8..INT64, FP16, BF16, FP32, FP64 and BYTES): cast it in the model",
+              input ? "input" : "output", info.name, kiln_dtype_name(info.dtype));
+      return -1;
+    }
     dst[i].name = info.name;
     dst[i].kind = info.kind;
     dst[i].dtype = info.dtype;
@@ -250,6 +256,7 @@ static int open_instances(srv_version *v, const char *path, char *msg, size_t n)
   kiln_options_init(&o);
   o.opt_level = v->cfg.level;
   o.threads = v->cfg.threads;
+  o.max_run_ms = v->cfg.run_timeout_ms;
   const char *plugins[SRV_MAX_PLUGINS + 1] = {0};
   for (int i = 0; i < v->cfg.n_plugins; i++) plugins[i] = v->cfg.plugins[i];
   o.plugins = v->cfg.n_plugins ? plugins : NULL;

@@ -56,6 +56,7 @@ static kiln_session *load(const uint8_t *data, size_t size, int level) {
   o.opt_level = level;
   o.verify_fusions = level > 0;
   o.max_memory_bytes = (int64_t)1 << 30;
+  o.max_run_ms = 2000; /* a Loop of 2^60 cheap iterations is a valid model, not a bug: stop it */
   kiln_session *s = NULL;
   kiln_error err;
   return kiln_session_create_from_memory(data, size, NULL, &o, &s, &err) == KILN_OK ? s : NULL;

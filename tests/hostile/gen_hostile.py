@@ -11,6 +11,7 @@ written straight to protobuf bytes (pb.py) so sizes no ONNX tool would build cos
   expand_pair(dims)   two such Expands live at once (the plan's peak, not one value)
   expand_dynamic()    the same with the shape fed at run time (checked as the node runs)
   deep_sequence(n)    an input value (.pb): a SequenceProto nested n deep, and a model taking it
+  loop_forever(node)  a Loop of 2^63 - 1 iterations, its body an Identity or empty (max_run_ms)
 """
 import os
 import sys
@@ -129,3 +130,15 @@ def deep_sequence(path, depth):
     seq = ld(1, "s") + ld(2, ld(4, ld(1, ld(1, vint(1, FLOAT)))))
     g = ld(11, seq) + graph([node("SequenceLength", ["s"], ["n"])], [], [value_info("n", INT64, [])])
     return path, _write(path + ".onnx", [model(g)])
+
+
+def loop_forever(path, body_node=True):
+    """y = Loop(M = 2^63 - 1, x float[1]) whose body passes x through (an Identity, or no node)."""
+    out = "x_out" if body_node else "x_in"
+    nodes = [node("Identity", ["x_in"], ["x_out"])] if body_node else []
+    body = graph(nodes, [value_info("i", INT64, []), value_info("c", BOOL, []), value_info("x_in", FLOAT, [1])],
+                 [value_info("c", BOOL, []), value_info(out, FLOAT, [1])], name="body")
+    m = tensor("M", INT64, [], (2**63 - 1).to_bytes(8, "little"))
+    loop = node("Loop", ["M", "", "x"], ["y"], [ld(1, "body") + vint(20, ATTR_GRAPH) + ld(6, body)])
+    g = graph([loop], [value_info("x", FLOAT, [1])], [value_info("y", FLOAT, [1])], [m])
+    return _write(path, [model(g)])

@@ -113,5 +113,12 @@ seq_pb, seq_model = gen.deep_sequence(os.path.join(TMP, "deep_seq.pb"), 100000)
 rc, text, secs = run(seq_model, "--input", "s=" + seq_pb)
 check(rc == 1 and "nested deeper than 64" in text, f"deep SequenceProto input: {rc} in {secs:.1f} s: {text[-300:]}")
 
+# run time: a Loop of 2^63 - 1 iterations (a valid model) stops at the time limit
+one = "x=" + npy("one", np.ones(1, np.float32))
+for body_node in (True, False):
+    name = "loop_forever" + ("" if body_node else "_empty_body")
+    path = gen.loop_forever(p(name), body_node)
+    refused(name, path, "time limit of 2000 ms", "--limit", "max_run_ms=2000", "--input", one)
+
 print(f"test_hostile: {checks} checks, {failures} failed")
 sys.exit(1 if failures or not checks else 0)

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.dirname(__file__))
 from serve_util import (Server, affine_model, binary_request, check, finish, json_input,  # noqa: E402
-                        parse_binary_response, save_model)
+                        parse_binary_response, save_model, KILN)
 
 TYPES = [("FP32", TensorProto.FLOAT, np.float32), ("FP64", TensorProto.DOUBLE, np.float64),
          ("FP16", TensorProto.FLOAT16, np.float16), ("INT8", TensorProto.INT8, np.int8),
@@ -285,6 +285,57 @@ def test_metrics(s):
         check(needle in text, "metrics have " + needle)
 
 
+def loop_model(path):
+    """Y = Loop(M, X): the body passes X[N, 4] through M times (M an int64 input)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["x_in"], ["x_out"]), helper.make_node("Identity", ["c"], ["c_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_in", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_out", TensorProto.FLOAT, ["N", 4])])
+    save_model([helper.make_node("Loop", ["M", "", "X"], ["Y"], body=body)],
+               [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4]),
+                helper.make_tensor_value_info("M", TensorProto.INT64, [])],
+               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 4])], path)
+
+
+def test_run_timeout(root):
+    """--run-timeout-ms: a run of 2^62 iterations gets 504 naming the limit; the next request is served."""
+    path = os.path.join(root, "loop.onnx")
+    loop_model(path)
+    s = Server([path, "--run-timeout-ms", "300", "--warmup-runs", "0", "--drain-s", "0"])
+    try:
+        x = np.ones((1, 4), np.float32)
+        def infer(m):
+            return s.post_json("/v2/models/loop/infer", {"inputs": [
+                json_input("X", x), {"name": "M", "datatype": "INT64", "shape": [], "data": [m]}]})
+        st, _, r = infer(3)
+        check(st == 200 and r["outputs"][0]["data"] == [1.0] * 4, "a Loop of 3 iterations: 200")
+        t0 = time.time()
+        st, _, r = infer(2**62)
+        check(st == 504 and "time limit of 300 ms" in r.get("error", ""), "a Loop of 2^62 iterations: 504 naming the limit")
+        check(time.time() - t0 < 10, "... within seconds")
+        st, _, r = infer(1)
+        check(st == 200, "the next request is served")
+    finally:
+        s.stop()
+
+
+def test_untyped_io(root):
+    """A model whose input is float8 (no KServe v2 datatype) is refused at load, naming it."""
+    g = helper.make_graph([helper.make_node("Cast", ["X"], ["Y"], to=TensorProto.FLOAT)], "g",
+                          [helper.make_tensor_value_info("X", 17, [2])],  # FLOAT8E4M3FN
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    path = os.path.join(root, "f8.onnx")
+    with open(path, "wb") as f:
+        f.write(m.SerializeToString())
+    r = subprocess.run([KILN, "serve", path, "--http-port", "0"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "input 'X' is float8e4m3fn, which the KServe v2 protocol has no datatype" in r.stderr,
+          "a float8 input is refused at load: %d %r" % (r.returncode, r.stderr[-300:]))
+
+
 def main():
     root = tempfile.mkdtemp(prefix="kiln-serve-proto-")
     rng = np.random.default_rng(1)
@@ -320,6 +371,8 @@ def main():
                   "--log-format json: one JSON object per request")
         finally:
             s.stop()
+        test_run_timeout(root)
+        test_untyped_io(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     finish()

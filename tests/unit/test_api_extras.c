@@ -1,7 +1,8 @@
 /* The C API a binding needs: tensors over caller memory, model metadata, what an optional
- * holds, free-dimension overrides, run cancellation and the log hook. */
+ * holds, free-dimension overrides, run cancellation, run time limits and the log hook. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kiln/kiln.h"
 #include "modelgen.h"
@@ -221,11 +222,114 @@ static void test_cancel_and_log(void) {
   kiln_run_options_free(ro);
 }
 
+/* y = Loop(M = trip, x) whose body passes x through, with an Identity (body_node) or with no
+ * node at all; the session's max_run_ms is `max_run_ms`. */
+static kiln_session *loop_session(int64_t trip, int body_node, int64_t max_run_ms, kiln_error *err) {
+  static mg_model mm, body;
+  static Onnx__AttributeProto attr;
+  static Onnx__AttributeProto *attrp[1] = {&attr};
+  static int64_t m;
+  static const int64_t d1[] = {1};
+  m = trip;
+  mg_init(&body, 17);
+  mg_input(&body, "i", 7, 0, NULL);
+  mg_input(&body, "c", 9, 0, NULL);
+  mg_input(&body, "x_in", 1, 1, d1);
+  mg_output(&body, "c", 9, 0, NULL);
+  if (body_node) mg_node(&body, "Identity", (const char *const[]){"x_in", NULL}, (const char *const[]){"x_out", NULL});
+  mg_output(&body, body_node ? "x_out" : "x_in", 1, 1, d1);
+  mg_init(&mm, 17);
+  mg_input(&mm, "x", 1, 1, d1);
+  mg_output(&mm, "y", 1, 1, d1);
+  mg_init_raw(&mm, "M", 0, NULL, &m, sizeof m)->data_type = 7;
+  Onnx__NodeProto *n = mg_node(&mm, "Loop", (const char *const[]){"M", "", "x", NULL}, (const char *const[]){"y", NULL});
+  onnx__attribute_proto__init(&attr);
+  attr.name = (char *)"body";
+  attr.has_type = 1;
+  attr.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
+  attr.g = &body.g;
+  n->n_attribute = 1;
+  n->attribute = attrp;
+  size_t len;
+  uint8_t *buf = mg_pack(&mm, &len);
+  kiln_options o;
+  kiln_options_init(&o);
+  o.threads = 1;
+  o.max_run_ms = max_run_ms;
+  kiln_session *s = NULL;
+  if (kiln_session_create_from_memory(buf, len, NULL, &o, &s, err) != KILN_OK) s = NULL;
+  free(buf);
+  return s;
+}
+
+static double seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Run the loop session once (with `ro`, may be NULL); the code, and y's value in *y0 on success. */
+static kiln_code run_loop(kiln_session *s, const kiln_run_options *ro, float *y0, double *secs, kiln_error *err) {
+  int64_t d1[] = {1};
+  kiln_tensor *x, *y = NULL;
+  kiln_tensor_create(KILN_FLOAT, 1, d1, &x, err);
+  ((float *)kiln_tensor_data(x))[0] = 2.5f;
+  const char *names[] = {"x"};
+  double t0 = seconds();
+  kiln_code rc = kiln_session_run_with(s, ro, 1, names, (const kiln_tensor *const *)&x, 1, NULL, &y, err);
+  *secs = seconds() - t0;
+  if (rc == KILN_OK) *y0 = ((const float *)kiln_tensor_data(y))[0];
+  else if (y) rc = KILN_ERR_RUN; /* a failed run must leave no output */
+  kiln_tensor_free(y);
+  kiln_tensor_free(x);
+  return rc;
+}
+
+/* A Loop of 2^63 - 1 iterations is a valid model: the session's max_run_ms or the run options'
+ * timeout stops it with KILN_ERR_CANCELLED and a message naming the limit, with or without a
+ * node in the body; a short loop under the same limit runs. */
+static void test_time_limit(void) {
+  kiln_error err;
+  float y = 0;
+  double secs;
+  for (int body_node = 0; body_node < 2; body_node++) {
+    kiln_session *s = loop_session(3, body_node, 5000, &err);
+    CHECK_MSG(s, "%s", err.message);
+    if (!s) return;
+    CHECK(run_loop(s, NULL, &y, &secs, &err) == KILN_OK && y == 2.5f);
+    kiln_session_free(s);
+
+    s = loop_session(INT64_MAX, body_node, 100, &err);
+    CHECK_MSG(s, "%s", err.message);
+    if (!s) return;
+    kiln_code rc = run_loop(s, NULL, &y, &secs, &err);
+    CHECK_MSG(rc == KILN_ERR_CANCELLED && strstr(err.message, "time limit of 100 ms") &&
+                  strstr(err.message, "max_run_ms"), "body_node %d: %d %s", body_node, rc, err.message);
+    CHECK_MSG(secs >= 0.1 && secs < 10, "stopped after %.3f s", secs);
+    kiln_session_free(s);
+
+    /* no session limit: the run options' timeout stops it */
+    kiln_run_options *ro = NULL;
+    s = loop_session(INT64_MAX, body_node, 0, &err);
+    CHECK(s && kiln_run_options_create(&ro, &err) == KILN_OK);
+    if (!s || !ro) return;
+    kiln_run_options_set_timeout_ms(ro, 50);
+    rc = run_loop(s, ro, &y, &secs, &err);
+    CHECK_MSG(rc == KILN_ERR_CANCELLED && strstr(err.message, "time limit of 50 ms"), "%d %s", rc, err.message);
+    /* the same options again: the limit counts from each run's start */
+    rc = run_loop(s, ro, &y, &secs, &err);
+    CHECK_MSG(rc == KILN_ERR_CANCELLED && secs >= 0.05 && secs < 10, "%d %.3f s", rc, secs);
+    kiln_run_options_free(ro);
+    kiln_session_free(s);
+  }
+}
+
 int main(void) {
   test_metadata();
   test_wrap();
   test_optional_content();
   test_dim_overrides();
   test_cancel_and_log();
+  test_time_limit();
   return kt_finish("test_api_extras");
 }
