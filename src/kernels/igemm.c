@@ -21,25 +21,39 @@ int kiln_igemm_isa_ok(kiln_isa isa) {
 
 static int32_t byte_val(uint8_t x, int is_signed) { return is_signed ? (int32_t)(int8_t)x : (int32_t)x; }
 
-/* The reference kernel on the packed operands; uint32 arithmetic wraps without undefined
- * behaviour. */
+/* The portable kernel on the packed operands: per row of A, each group of four k added along
+ * the packed row of B (i-p-j order, so the compiler vectorises the j loop); sums in uint32, which
+ * wrap without undefined behaviour. */
+#define IG_ROW_LOOP(BT)                                                                          \
+  for (int64_t j = 0; j < g->n; j++)                                                             \
+    acc[j] += (uint32_t)(a0 * (BT)b[4 * j] + a1 * (BT)b[4 * j + 1] + a2 * (BT)b[4 * j + 2] +      \
+                         a3 * (BT)b[4 * j + 3])
+
 static void igemm_scalar(const kiln_igemm_args *g) {
-  const int a_signed = g->b_unsigned, b_signed = !g->b_unsigned;
+  const int a_signed = g->b_unsigned;
   for (int64_t i = 0; i < g->m; i++) {
     const uint8_t *a = g->a + i * g->k4 * 4;
+    uint32_t *acc = (uint32_t *)(g->c + i * g->ldc);
+    for (int64_t j = 0; j < g->n; j++) acc[j] = 0;
+    for (int64_t p = 0; p < g->k4; p++) {
+      const uint8_t *b = g->b + p * g->ldb * 4;
+      const int32_t a0 = byte_val(a[4 * p], a_signed), a1 = byte_val(a[4 * p + 1], a_signed),
+                    a2 = byte_val(a[4 * p + 2], a_signed), a3 = byte_val(a[4 * p + 3], a_signed);
+      if (g->b_unsigned)
+        IG_ROW_LOOP(uint8_t);
+      else
+        IG_ROW_LOOP(int8_t);
+    }
     for (int64_t j = 0; j < g->n; j++) {
-      uint32_t s = 0;
-      for (int64_t p = 0; p < g->k4; p++) {
-        const uint8_t *b = g->b + (p * g->ldb + j) * 4;
-        for (int q = 0; q < 4; q++) s += (uint32_t)(byte_val(a[p * 4 + q], a_signed) * byte_val(b[q], b_signed));
-      }
+      uint32_t s = acc[j];
       if (g->r) s += (uint32_t)g->r[i];
       if (g->u) s -= (uint32_t)g->u[i] * (uint32_t)g->cs[j];
       if (g->v) s += (uint32_t)g->v[i] * (uint32_t)g->zb[j];
-      g->c[i * g->ldc + j] = (int32_t)s;
+      acc[j] = s;
     }
   }
 }
+#undef IG_ROW_LOOP
 
 void kiln_igemm_kernel(kiln_isa isa, const kiln_igemm_args *g) {
   if (g->m <= 0 || g->n <= 0) return;
