@@ -315,8 +315,9 @@ static void rs_axis_taps(const rs_params *p, int64_t x, int64_t len, int64_t ole
 
 /* float32 interpolated along the last two axes only (every other axis kept as is: one tap of
  * weight 1 at its own index): the general loop below without its per-element bookkeeping, the
- * same double sums in the same order, so the same bits. Returns false when it does not apply. */
-static bool rs_planes_f32(const kiln_tensor *x, kiln_tensor *o, const int64_t *out, rs_tap *const *ax) {
+ * same double sums in the same order (nearest: the same copies), so the same bits. Returns
+ * false when it does not apply. */
+static bool rs_planes_f32(const kiln_tensor *x, kiln_tensor *o, const int64_t *out, rs_tap *const *ax, bool nearest) {
   int r = x->rank;
   if (x->dtype != KILN_FLOAT || r < 2) return false;
   int64_t planes = 1;
@@ -340,6 +341,10 @@ static bool rs_planes_f32(const kiln_tensor *x, kiln_tensor *o, const int64_t *o
     for (int64_t oh = 0; oh < OH; oh++)
       for (int64_t ow = 0; ow < OW; ow++) {
         const rs_tap *a = &th[oh], *b = &tw[ow];
+        if (nearest) { /* one tap per axis: the element itself */
+          op[oh * OW + ow] = xp[a->idx[0] * W + b->idx[0]];
+          continue;
+        }
         double acc = 0;
         for (int u = 0; u < a->n; u++)
           for (int v = 0; v < b->n; v++) acc += a->w[u] * b->w[v] * (double)xp[a->idx[u] * W + b->idx[v]];
@@ -372,7 +377,7 @@ static kiln_code rs_run(kiln_kctx *c, const kiln_tensor *x, const rs_params *p, 
     for (int64_t i = 0; i < out[d]; i++)
       rs_axis_taps(p, i, x->dims[d], out[d], scale[d], roi[d], roi[r + d], &ax[d][i]);
   }
-  if (p->mode != M_NEAREST && rs_planes_f32(x, o, out, ax)) {
+  if (rs_planes_f32(x, o, out, ax, p->mode == M_NEAREST)) {
     free(taps);
     return KILN_OK;
   }
