@@ -26,6 +26,8 @@ typedef struct am_config {
   double *mean, *std;    /* normalisation, per channel */
   double *threshold;     /* per channel, on the smoothed squared error */
   int *flat_limit;       /* per channel: identical consecutive values that count as stuck */
+  double *edge_head, *edge_tail; /* (W, C) edge re-check thresholds (scoring.edge_recheck), or
+                                  * NULL: no re-check (models from before it, stride > 1) */
   char *model_path;      /* absolute or relative to the current directory */
   char *input_name, *output_name;
 } am_config;
@@ -70,7 +72,9 @@ typedef struct am_sink {
   void *ctx;
 } am_sink;
 
-am_scorer *am_scorer_create(const am_config *cfg, const am_sink *sink, FILE *scores_dump);
+/* max_batch: the most windows added between two flushes. */
+am_scorer *am_scorer_create(const am_config *cfg, const am_sink *sink, FILE *scores_dump,
+                            int max_batch);
 /* Append a row (accepted-row order): its file row, timestamp, label and raw values. */
 int am_scorer_add_row(am_scorer *s, long file_row, const char *ts, int label, const double *raw);
 /* Reconstruction of the window starting at accepted row `start`: x and xhat are (W, C). */

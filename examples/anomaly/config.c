@@ -74,6 +74,54 @@ static int read_limits(json_t *root, am_config *cfg, char *err) {
   return 0;
 }
 
+/* One (W, C) matrix of "edge_threshold" into out (row-major). */
+static int get_matrix(json_t *obj, const char *key, int rows, int cols, double **out, char *err) {
+  json_t *a = json_object_get(obj, key);
+  *out = calloc((size_t)rows * (size_t)cols, sizeof(double));
+  if (!json_is_array(a) || (int)json_array_size(a) != rows) {
+    snprintf(err, AM_ERR_LEN, "config.json: \"edge_threshold\".\"%s\" must be %d arrays of %d numbers",
+             key, rows, cols);
+    return -1;
+  }
+  for (int i = 0; i < rows; i++) {
+    json_t *r = json_array_get(a, (size_t)i);
+    if (!json_is_array(r) || (int)json_array_size(r) != cols) {
+      snprintf(err, AM_ERR_LEN, "config.json: \"edge_threshold\".\"%s\"[%d] must be an array of %d numbers",
+               key, i, cols);
+      return -1;
+    }
+    for (int j = 0; j < cols; j++) {
+      json_t *v = json_array_get(r, (size_t)j);
+      double d = json_is_number(v) ? json_number_value(v) : -1;
+      if (!(d > 0)) {
+        snprintf(err, AM_ERR_LEN, "config.json: \"edge_threshold\".\"%s\"[%d][%d] must be a number > 0",
+                 key, i, j);
+        return -1;
+      }
+      (*out)[(size_t)i * (size_t)cols + (size_t)j] = d;
+    }
+  }
+  return 0;
+}
+
+/* "edge_threshold": {"head": (W, C), "tail": (W, C)}; absent: no edge re-check. */
+static int read_edge(json_t *root, am_config *cfg, char *err) {
+  json_t *e = json_object_get(root, "edge_threshold");
+  if (!e) return 0;
+  if (!json_is_object(e)) {
+    snprintf(err, AM_ERR_LEN, "config.json: \"edge_threshold\" must be an object with \"head\" and \"tail\"");
+    return -1;
+  }
+  if (cfg->stride != 1) {
+    snprintf(err, AM_ERR_LEN, "config.json: \"edge_threshold\" needs stride 1, not %d", cfg->stride);
+    return -1;
+  }
+  return get_matrix(e, "head", cfg->window, cfg->channels, &cfg->edge_head, err) ||
+                 get_matrix(e, "tail", cfg->window, cfg->channels, &cfg->edge_tail, err)
+             ? -1
+             : 0;
+}
+
 static int check_values(const am_config *cfg, char *err) {
   for (int i = 0; i < cfg->channels; i++) {
     if (!(cfg->std[i] > 0) || !(cfg->threshold[i] > 0)) {
@@ -112,7 +160,7 @@ static int parse(json_t *root, const char *model_dir, am_config *cfg, char *err)
       get_doubles(root, "mean", cfg->channels, &cfg->mean, err) ||
       get_doubles(root, "std", cfg->channels, &cfg->std, err) ||
       get_doubles(root, "threshold", cfg->channels, &cfg->threshold, err) ||
-      read_limits(root, cfg, err) || check_values(cfg, err))
+      read_limits(root, cfg, err) || check_values(cfg, err) || read_edge(root, cfg, err))
     return -1;
   if (cfg->stride > cfg->window) {
     snprintf(err, AM_ERR_LEN, "config.json: stride %d is larger than window %d", cfg->stride,
@@ -152,6 +200,8 @@ void am_config_free(am_config *cfg) {
   free(cfg->std);
   free(cfg->threshold);
   free(cfg->flat_limit);
+  free(cfg->edge_head);
+  free(cfg->edge_tail);
   free(cfg->model_path);
   free(cfg->input_name);
   free(cfg->output_name);

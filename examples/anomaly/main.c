@@ -28,7 +28,8 @@ static const char USAGE[] =
     "  --binary           with --serve: tensors as raw bytes (binary tensor data extension)\n"
     "  --threads N        kiln kernel threads (default 1: inference runs beside the reader)\n"
     "  --metrics-port P   Prometheus metrics on http://localhost:P/metrics while running\n"
-    "  --scores FILE      dump every row's smoothed score per channel (CSV)\n";
+    "  --scores FILE      dump every row's smoothed score per channel (CSV; with the edge\n"
+    "                     re-check, an edge_cleared column: 1 where it cleared the row)\n";
 
 typedef struct row_rec {
   long file_row;
@@ -305,7 +306,7 @@ static int setup(app *a, char *err) {
     if (rc) return -1;
   }
   am_sink sink = {on_row, on_event, a};
-  a->scorer = am_scorer_create(&a->cfg, &sink, a->scores_out);
+  a->scorer = am_scorer_create(&a->cfg, &sink, a->scores_out, a->batch_size);
   size_t wc = (size_t)a->batch_size * (size_t)a->cfg.window * (size_t)a->cfg.channels;
   for (int i = 0; i < 2; i++) {
     a->bufs[i].win = malloc(wc * sizeof(float));

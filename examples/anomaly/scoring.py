@@ -16,6 +16,10 @@ a flat line well (measured: most stuck channels scored below their threshold), s
 a second part: a row is also anomalous on channel c when it lies in a run of at least
 flat_limit[c] identical consecutive values of c (the limit calibrated on clean data: twice the
 longest run seen there, plus 2).
+
+With "edge_threshold" in the config, a row flagged by its score is checked again on the windows
+that hold no other flagged row (edge_recheck, below): the rows beside an anomaly and at the
+stream's start keep only windows in which they sit near an edge.
 """
 import csv
 
@@ -112,3 +116,59 @@ def flat_runs(x):
 
 def flat_limits(x):
     return [int(2 * m + 2) for m in flat_runs(x).max(axis=0)]
+
+
+def window_sq_errors(wins, recon):
+    """(n_windows, W, C) squared reconstruction errors, from the float32 windows as kiln-anomaly
+    computes them (double differences of the float values)."""
+    return (wins.astype(np.float64) - recon.astype(np.float64)) ** 2
+
+
+def edge_thresholds(sqerr, quantile, margin):
+    """The thresholds of the edge re-check, from the windows (stride 1) of held-out clean rows:
+    head[m - 1, c] is the quantile of the smallest squared error of a row over the windows in
+    which it sits at positions 0..m-1 (the first m rows of each), times the margin; tail[m - 1]
+    the same over positions W-m..W-1. Rows covered by all W windows only."""
+    nw, w, _ = sqerr.shape
+    rows = np.arange(w - 1, nw)
+    e = np.stack([sqerr[rows - p, p] for p in range(w)], axis=1)  # (rows, W, C)
+    head = np.quantile(np.minimum.accumulate(e, axis=1), quantile, axis=0) * margin
+    tail = np.quantile(np.minimum.accumulate(e[:, ::-1], axis=1), quantile, axis=0) * margin
+    return head, tail
+
+
+def edge_recheck(score_flags, flat, sqerr, head, tail):
+    """Rows flagged by their score (score_flags) that the edge re-check clears (bool (n,)).
+
+    A row's score is the smallest error over the windows covering it, against a threshold set on
+    rows that all W windows cover. A row next to a flagged row, or at the stream's start, has
+    fewer windows free of anomalies: only those on one side, in which it sits near an edge,
+    where every row reconstructs worse (a window that holds the anomaly reconstructs all its
+    rows badly). So a flagged row is checked again on the windows that hold no other flagged row
+    (by score or the stuck-sensor check): when those are not all W windows but at least one, its
+    smallest error over them is compared with the threshold for the positions it holds there
+    (head/tail of edge_thresholds; for a stretch of middle positions, the larger of the head and
+    tail thresholds that contain it, both lower than its own); the row stays flagged when any
+    channel exceeds it, else it is cleared."""
+    nw, w, _ = sqerr.shape
+    n = len(score_flags)
+    flagged = np.flatnonzero(score_flags | flat)
+    cleared = np.zeros(n, dtype=bool)
+    for r in np.flatnonzero(score_flags):
+        lo, hi = max(0, r - w + 1), min(nw - 1, r)
+        i = np.searchsorted(flagged, r)
+        left = flagged[i - 1] if i > 0 else -1
+        right = flagged[i + 1] if i + 1 < len(flagged) else n + w
+        a, b = max(lo, left + 1), min(hi, right - w)
+        if a > b or (a == r - w + 1 and b == r):
+            continue
+        plo, phi = r - b, r - a
+        if plo == 0:
+            thr = head[phi]
+        elif phi == w - 1:
+            thr = tail[w - 1 - plo]
+        else:
+            thr = np.maximum(head[phi], tail[w - 1 - plo])
+        e2 = np.min(np.stack([sqerr[s, r - s] for s in range(a, b + 1)]), axis=0)
+        cleared[r] = not np.any(e2 > thr)
+    return cleared

@@ -381,7 +381,8 @@ def model_with(tag, **changes):
     d = os.path.join(TMP, tag)
     os.makedirs(d, exist_ok=True)
     shutil.copy(os.path.join(MODEL, CFG["model"]), d)
-    json.dump(dict(CFG, **changes), open(os.path.join(d, "config.json"), "w"))
+    cfg = {k: v for k, v in dict(CFG, **changes).items() if v is not None}  # None: leave out
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
     return d
 
 
@@ -399,13 +400,43 @@ def test_smooth_rule(path):
     ev = [e for e in events_of(out) if e["start_row"] <= spike <= e["end_row"]]
     check(rc == 0 and len(ev) == 1 and ev[0]["start_row"] == spike and ev[0]["end_row"] == spike,
           f"smooth_rule min: a one-row spike is one flagged row ({ev})")
-    rc, out, _ = run([model_with("smooth_mean", smooth_rule="mean"), "--input", spiked])
+    rc, out, _ = run([model_with("smooth_mean", smooth_rule="mean", edge_threshold=None),
+                      "--input", spiked])
     ev = [e for e in events_of(out) if e["start_row"] <= spike <= e["end_row"]]
     check(rc == 0 and len(ev) == 1 and ev[0]["start_row"] < spike < ev[0]["end_row"],
           f"smooth_rule mean: the centred mean spreads the spike to its neighbours ({ev})")
+    rc, out, _ = run([model_with("smooth_mean_edge", smooth_rule="mean"), "--input", spiked])
+    ev = [e for e in events_of(out) if e["start_row"] <= spike <= e["end_row"]]
+    check(rc == 0 and len(ev) == 1 and ev[0]["start_row"] == spike and ev[0]["end_row"] == spike,
+          f"edge re-check: the rows the centred mean raises beside a spike are cleared ({ev})")
     rc, _, err = run([model_with("smooth_bad", smooth_rule="median"), "--input", path])
     check(rc != 0 and "smooth_rule" in err and "median" in err,
           "smooth_rule of another name: refused, naming it")
+
+
+def test_edge_config(path):
+    """The edge re-check's thresholds: the --scores dump says which rows it cleared; a config
+    without them still runs; a malformed or stride-2 one is refused, naming the field."""
+    dump = os.path.join(TMP, "edge_scores.csv")
+    rc, _, _ = run([MODEL, "--input", path, "--scores", dump, "--events", os.devnull])
+    head = open(dump).readline().strip().split(",")
+    check(rc == 0 and head[-1] == "edge_cleared" and head[1:-1] == CFG["channels"],
+          "edge re-check: the scores dump ends with an edge_cleared column")
+    rc, _, _ = run([model_with("edge_none", edge_threshold=None), "--input", path, "--scores", dump,
+                    "--events", os.devnull])
+    check(rc == 0 and "edge_cleared" not in open(dump).readline(),
+          "a config without edge_threshold: runs without the re-check")
+    bad = {"head": CFG["edge_threshold"]["head"][:-1], "tail": CFG["edge_threshold"]["tail"]}
+    rc, _, err = run([model_with("edge_short", edge_threshold=bad), "--input", path])
+    check(rc != 0 and "edge_threshold" in err and "head" in err,
+          "edge_threshold with a row too few: refused, naming it")
+    neg = {"head": CFG["edge_threshold"]["head"], "tail": [[-1] * C] * W}
+    rc, _, err = run([model_with("edge_neg", edge_threshold=neg), "--input", path])
+    check(rc != 0 and "edge_threshold" in err and "tail" in err and "> 0" in err,
+          "edge_threshold with a negative threshold: refused, naming it")
+    rc, _, err = run([model_with("edge_stride", stride=2), "--input", path])
+    check(rc != 0 and "edge_threshold" in err and "stride" in err,
+          "edge_threshold at stride 2: refused")
 
 
 def main():
@@ -413,6 +444,7 @@ def main():
     path, out = test_pipeline()
     test_stdin(path, out)
     test_smooth_rule(path)
+    test_edge_config(path)
     test_malformed()
     test_headers()
     test_serve()

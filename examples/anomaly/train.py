@@ -5,13 +5,14 @@ Reads a CSV whose first row is a header and whose first column is a timestamp (a
 other column is a numeric channel. Fits per-channel normalisation on the training part, trains
 the autoencoder on windows of the first (1 - holdout) of the rows, then scores the held-out rest
 (scoring.py, exactly as kiln-anomaly does) and sets each channel's threshold to a quantile of
-those scores times a margin. Writes OUT/model.onnx (opset 17, input `window` (N, W, C), output
+those scores times a margin, and the edge re-check's thresholds by the same rule (per window
+position range, scoring.edge_thresholds). Writes OUT/model.onnx (opset 17, input `window` (N, W, C), output
 `reconstruction` (N, W, C), N symbolic) and OUT/config.json.
 
 Usage: train.py --train CLEAN.csv --out MODEL_DIR [--window W] [--epochs E] [--seed S]
                 [--arch mlp|conv] [--holdout F] [--quantile Q] [--margin M] [--smooth K]
                 [--smooth-rule min|mean]
-                [--merge-gap G] [--noise S] [--threads N] [--recalibrate]
+                [--merge-gap G] [--noise S] [--threads N] [--recalibrate] [--edge-check on|off]
 """
 import argparse
 import json
@@ -103,6 +104,16 @@ def export(model, out, w, c):
     return path
 
 
+def edge_config(model, xcal, a):
+    """config.json's "edge_threshold" (scoring.edge_recheck), from the held-out clean rows."""
+    if a.edge_check == "off" or a.stride != 1:
+        return {}
+    _, wins = scoring.windows(xcal, a.window, 1)
+    head, tail = scoring.edge_thresholds(scoring.window_sq_errors(wins, reconstruct(model, wins)),
+                                         a.quantile, a.margin)
+    return {"edge_threshold": {"head": head.tolist(), "tail": tail.tolist()}}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train", required=True, help="clean CSV (header; timestamp first)")
@@ -121,6 +132,8 @@ def main():
     ap.add_argument("--merge-gap", type=int, default=16, help="rows joining two flagged runs")
     ap.add_argument("--noise", type=float, default=0.05, help="denoising input noise (std)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--edge-check", choices=["on", "off"], default="on",
+                    help="re-check flagged rows on their anomaly-free windows (stride 1 only)")
     ap.add_argument("--recalibrate", action="store_true",
                     help="keep OUT/weights.pt (same --arch/--window), redo only the threshold")
     a = ap.parse_args()
@@ -157,6 +170,7 @@ def main():
         "mean": [float(v) for v in mean], "std": [float(v) for v in std],
         "smooth": a.smooth, "smooth_rule": a.smooth_rule, "merge_gap": a.merge_gap, "flat_limit": scoring.flat_limits(x),
         "threshold": [float(v) for v in thr],
+        **edge_config(model, xn[split:], a),
         "threshold_rule": {
             "method": "per-channel quantile of held-out clean row scores, times a margin",
             "quantile": a.quantile, "margin": a.margin,
