@@ -74,7 +74,7 @@ level=$("$tmp/kiln-base" --version 2>/dev/null | sed -n 's/^cpu: \([a-z0-9]*\) .
 
 emu() { local cpu=$1; shift; qemu-x86_64 -cpu "$cpu" "$@"; }
 step "AVX2 CPU: unit tests (dwconv, conv_pool, gemm_amx, threadpool; the GEMM kernels run in what follows)"
-for t in test_dwconv test_conv_pool test_gemm_amx test_threadpool test_igemm; do
+for t in test_dwconv test_conv_pool test_gemm_amx test_threadpool test_igemm test_quant_u8; do
   (cd "$build" && KILN_TEST_WRAPPER="qemu-x86_64 -cpu $AVX2_CPU" emu "$AVX2_CPU" "tests/$t" > "$tmp/$t.log" 2>&1) \
     || { tail -20 "$tmp/$t.log"; fail "$t under $AVX2_CPU"; }
   tail -1 "$tmp/$t.log"
@@ -89,16 +89,17 @@ tail -2 "$tmp/conf.log"
 models=$build/real-models
 [ -f "$models/squeezenet1_1/model.onnx" ] || /usr/bin/python3 tests/real/make_models.py "$models" >/dev/null 2>&1
 mkdir -p "$tmp/models"
-for m in squeezenet1_1 bert_encoder; do ln -s "$(realpath "$models/$m")" "$tmp/models/$m"; done
+for m in squeezenet1_1 bert_encoder segnet_dynquant; do ln -s "$(realpath "$models/$m")" "$tmp/models/$m"; done
 for lv in 0 1 2; do
-  step "AVX2 CPU: squeezenet1_1 and bert_encoder at level $lv against ONNX Runtime"
+  step "AVX2 CPU: squeezenet1_1, bert_encoder and segnet_dynquant at level $lv against ONNX Runtime"
   /usr/bin/python3 tests/real/compare_ort.py "$tmp/models" --kiln "$tmp/kiln-avx2" --level $lv \
     || fail "models under $AVX2_CPU at level $lv"
 done
 
 step "baseline CPU: conformance node tests of the dispatched ops"
 for f in test_conv test_softmax test_layer_normalization test_gelu test_maxpool test_averagepool test_globalaveragepool \
-         test_matmul test_gemm test_attention test_relu test_sigmoid; do
+         test_matmul test_gemm test_attention test_relu test_sigmoid test_dynamicquantizelinear test_convinteger \
+         test_qlinearconv test_qlinearmatmul; do
   emu "$BASE_CPU" "$build/tests/kiln_conformance" --filter "node/$f" --expected "$expected" > "$tmp/conf-$f.log" 2>&1 \
     || { tail -20 "$tmp/conf-$f.log"; fail "conformance $f under $BASE_CPU"; }
 done

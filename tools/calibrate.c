@@ -225,35 +225,11 @@ static int bw_measure(ceilings *c, int level, int threads, double target, int ro
   return rc;
 }
 
-static long sysfs_cache(int level, int data) {
-  for (int i = 0; i < 8; i++) {
-    char p[128], buf[64];
-    long lv = 0, sz = 0;
-    snprintf(p, sizeof p, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
-    FILE *f = fopen(p, "r");
-    if (!f) break;
-    if (fscanf(f, "%ld", &lv) != 1) lv = 0;
-    fclose(f);
-    snprintf(p, sizeof p, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
-    if (!(f = fopen(p, "r"))) continue;
-    int ok = fgets(buf, sizeof buf, f) != NULL;
-    fclose(f);
-    if (!ok || lv != level || (data && strncmp(buf, "Data", 4) && strncmp(buf, "Unified", 7))) continue;
-    snprintf(p, sizeof p, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-    if (!(f = fopen(p, "r"))) continue;
-    char unit = 'K';
-    int got = fscanf(f, "%ld%c", &sz, &unit);
-    fclose(f);
-    if (got >= 1) return sz * (unit == 'M' ? 1L << 20 : unit == 'K' ? 1L << 10 : 1);
-  }
-  return 0;
-}
-
 static void cache_sizes(ceilings *c) {
   static const int sc[3] = {_SC_LEVEL1_DCACHE_SIZE, _SC_LEVEL2_CACHE_SIZE, _SC_LEVEL3_CACHE_SIZE};
   static const double fallback[3] = {32768, 1 << 20, 16 << 20};
   for (int l = 0; l < 3; l++) {
-    long b = sysfs_cache(l + 1, l == 0);
+    long b = (long)kiln_cpu_cache_bytes(l + 1); /* the kernels' blocking reads the same */
     if (b <= 0) b = sysconf(sc[l]);
     c->cache_bytes[l] = b > 0 ? (double)b : fallback[l];
   }
@@ -329,7 +305,7 @@ static void help(FILE *f) {
           "    L2 (half), L3 (half, shared by the threads) and DRAM (4x L3, at least 64 MB) at 1 and\n"
           "    N threads; bytes counted as read + written (copy 2, triad 3 per element);\n"
           "  - the thread pool's dispatch latency (an empty parallel loop) on 2 and N threads.\n"
-          "Cache sizes come from /sys/devices/system/cpu/cpu0/cache. The results are stored in\n"
+          "Cache sizes come from cpuid (else /sys/devices/system/cpu/cpu0/cache). The results are stored in\n"
           "$XDG_CACHE_HOME/kiln/ceilings.json (default ~/.cache/kiln/ceilings.json), one entry per\n"
           "CPU model and ISA, replacing the entry of this machine.\n"
           "  --threads N  N of the multi-thread figures (default: one per online CPU)\n"

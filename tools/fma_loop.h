@@ -85,6 +85,35 @@ __attribute__((target("avx512f"), noinline, unused)) static void gemm_mix512(lon
     : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29");
   }
 }
+/* The same for a 6x16 AVX2 micro-kernel step (2 vector loads of B, 6 broadcasts of A, 12 FMAs
+ * into 12 accumulators): reps x kc steps of 192 flop over a[kc * 6], b[kc * 16]. */
+__attribute__((target("avx2,fma"), noinline, unused)) static void gemm_mix256(long reps, long kc,
+                                                                      const float *a,
+                                                                      const float *b) {
+  for (long r = 0; r < reps; r++) {
+    const float *pa = a, *pb = b;
+    long n = kc;
+    __asm__ volatile(
+    "1:\n\t"
+    "vmovups 0(%[b]), %%ymm12\n\t" "vmovups 32(%[b]), %%ymm13\n\t"
+    "vbroadcastss 0(%[a]), %%ymm14\n\t"
+    "vfmadd231ps %%ymm12, %%ymm14, %%ymm0\n\t" "vfmadd231ps %%ymm13, %%ymm14, %%ymm1\n\t"
+    "vbroadcastss 4(%[a]), %%ymm15\n\t"
+    "vfmadd231ps %%ymm12, %%ymm15, %%ymm2\n\t" "vfmadd231ps %%ymm13, %%ymm15, %%ymm3\n\t"
+    "vbroadcastss 8(%[a]), %%ymm14\n\t"
+    "vfmadd231ps %%ymm12, %%ymm14, %%ymm4\n\t" "vfmadd231ps %%ymm13, %%ymm14, %%ymm5\n\t"
+    "vbroadcastss 12(%[a]), %%ymm15\n\t"
+    "vfmadd231ps %%ymm12, %%ymm15, %%ymm6\n\t" "vfmadd231ps %%ymm13, %%ymm15, %%ymm7\n\t"
+    "vbroadcastss 16(%[a]), %%ymm14\n\t"
+    "vfmadd231ps %%ymm12, %%ymm14, %%ymm8\n\t" "vfmadd231ps %%ymm13, %%ymm14, %%ymm9\n\t"
+    "vbroadcastss 20(%[a]), %%ymm15\n\t"
+    "vfmadd231ps %%ymm12, %%ymm15, %%ymm10\n\t" "vfmadd231ps %%ymm13, %%ymm15, %%ymm11\n\t"
+    "add $64, %[b]\n\t" "add $24, %[a]\n\t" "dec %[n]\n\t" "jnz 1b\n\t"
+    : [n] "+r"(n), [a] "+r"(pa), [b] "+r"(pb)
+    :
+    : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+  }
+}
 #endif
 
 #endif

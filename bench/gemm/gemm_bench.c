@@ -118,76 +118,83 @@ static double fma_peak(int width, int threads) {
 
 /* ---- the ceiling of a streaming GEMM --------------------------------------------------- */
 
-/* What a float32 GEMM can reach on this core, measured five ways, 6x64 x 768 flop per step,
- * rotated over `rounds` rounds and timed with the thread's CPU time:
+/* What a float32 GEMM can reach on this core, measured five ways, rotated over `rounds`
+ * rounds and timed with the thread's CPU time. At avx512 a step is 6x64 x 768 flop (gemm_mix512),
+ * at avx2 6x16 x 192 flop (gemm_mix256), the shape of kiln's micro-kernel at that level:
  *   register: the register-only FMA loop (the FMA peak);
  *   L1 mix:   the micro-kernel's instruction mix in asm over packed operands resident in L1
- *             (A 6 x 128, B 128 x 64), advanced every step (gemm_mix512);
- *   L2 mix:   the same with K = 1024 (B 256 KiB: from L2 at every step, A still in L1),
- *             the case of a B panel met by one A strip after another;
- *   A stream: B (128 x 64) in L1, met by 256 A strips of 6 x 128 in turn (768 KiB, from L2):
+ *             (A 6 x 128, B 128 x NR), advanced every step;
+ *   L2 mix:   the same with B 256 KiB (K = 1024 at avx512, 4096 at avx2: from L2 at every
+ *             step, A still in L1), the case of a B panel met by one A strip after another;
+ *   A stream: B (128 x NR) in L1, met by 256 A strips of 6 x 128 in turn (768 KiB, from L2):
  *             the case of A strips passing an L1-resident B panel;
- *   kiln:     kiln's own avx512 micro-kernel on the L1 operands, epilogue included.
+ *   kiln:     kiln's own micro-kernel at that level on the L1 operands, epilogue included.
  * A GEMM whose operands stream from L2 or memory cannot beat the L1 mix. */
-static void ceiling_bench(int rounds) {
+static void ceiling_bench(int rounds, int lvl) {
 #if defined(__x86_64__)
-  if (kiln_cpu_isa_max() < KILN_ISA_AVX512) {
-    printf("ceiling: needs AVX-512\n");
+  if (lvl < KILN_ISA_AVX2) {
+    printf("ceiling: needs AVX2 or AVX-512\n");
     return;
   }
-  enum { KC = 128, KC2 = 1024, STRIPS = 256, R = 31 };
-  const kiln_gemm_isa_ops *ops = kiln_gemm_ops_for(KILN_ISA_AVX512);
+  const int w512 = lvl >= KILN_ISA_AVX512;
+  const int NR = w512 ? 64 : 16, KC2 = w512 ? 1024 : 4096;
+  const double step = 6.0 * NR * 2.0;
+  enum { KC = 128, STRIPS = 256, R = 31 };
+  const kiln_gemm_isa_ops *ops = kiln_gemm_ops_for(lvl);
+  void (*mix)(long, long, const float *, const float *) = w512 ? gemm_mix512 : gemm_mix256;
+  float (*fma)(long) = w512 ? fma512 : fma256;
   float *a = aligned_alloc(64, (size_t)STRIPS * KC * 6 * sizeof(float));
-  float *b = aligned_alloc(64, KC2 * 64 * sizeof(float));
+  float *b = aligned_alloc(64, (size_t)KC2 * NR * sizeof(float));
   float *c = aligned_alloc(64, 6 * 64 * sizeof(float));
   if (!a || !b || !c) return;
   for (int i = 0; i < STRIPS * KC * 6; i++) a[i] = 1e-3f * (float)(i % 7);
-  for (int i = 0; i < KC2 * 64; i++) b[i] = 1e-3f * (float)(i % 5);
+  for (int i = 0; i < KC2 * NR; i++) b[i] = 1e-3f * (float)(i % 5);
   kiln_gemm_tile t;
   memset(&t, 0, sizeof t);
   t.alpha = 1.0f;
   t.flags = KILN_GT_FIRST | KILN_GT_LAST;
-  const long reps = 40000; /* x KC steps x 768 flop: about 20 ms per run */
-  const double flop = (double)reps * KC * 768.0;
-  double reg[R], mix[R], mix2[R], mix3[R], kern[R], rmix[R], rmix2[R], rmix3[R], rkern[R];
+  const long reps = w512 ? 40000 : 80000; /* x KC steps: about 20 ms per run */
+  const double flop = (double)reps * KC * step;
+  double reg[R], mixr[R], mix2[R], mix3[R], kern[R], rmix[R], rmix2[R], rmix3[R], rkern[R];
   if (rounds > R) rounds = R;
   volatile float sink = 0;
   for (int r = 0; r < rounds; r++) {
     double t0 = thread_cpu_s();
-    sink += fma512((long)(flop / (12.0 * 32.0)));
+    sink += fma((long)(flop / (12.0 * 2.0 * (w512 ? 16 : 8))));
     double t1 = thread_cpu_s();
-    gemm_mix512(reps, KC, a, b);
+    mix(reps, KC, a, b);
     double t2 = thread_cpu_s();
-    for (long i = 0; i < reps; i++) ops->ukernel(6, 64, KC, a, KC, b, 64, c, 64, &t);
+    for (long i = 0; i < reps; i++) ops->ukernel(6, (size_t)NR, KC, a, KC, b, (size_t)NR, c, 64, &t);
     double t3 = thread_cpu_s();
-    gemm_mix512(reps / (KC2 / KC), KC2, a, b);
+    mix(reps / (KC2 / KC), KC2, a, b);
     double t4 = thread_cpu_s();
     for (long i = 0; i < reps / STRIPS; i++)
-      for (int st = 0; st < STRIPS; st++) gemm_mix512(1, KC, a + (size_t)st * KC * 6, b);
+      for (int st = 0; st < STRIPS; st++) mix(1, KC, a + (size_t)st * KC * 6, b);
     double t5 = thread_cpu_s();
     reg[r] = flop / (t1 - t0) / 1e9;
-    mix[r] = flop / (t2 - t1) / 1e9;
+    mixr[r] = flop / (t2 - t1) / 1e9;
     kern[r] = flop / (t3 - t2) / 1e9;
     mix2[r] = flop / (t4 - t3) / 1e9;
     rmix2[r] = mix2[r] / reg[r];
-    mix3[r] = (double)(reps / STRIPS) * STRIPS * KC * 768.0 / (t5 - t4) / 1e9;
+    mix3[r] = (double)(reps / STRIPS) * STRIPS * KC * step / (t5 - t4) / 1e9;
     rmix3[r] = mix3[r] / reg[r];
-    rmix[r] = mix[r] / reg[r];
+    rmix[r] = mixr[r] / reg[r];
     rkern[r] = kern[r] / reg[r];
   }
   (void)sink;
-  printf("ceiling (1 thread, %d rounds, medians; %% of the register FMA rate, median of "
+  printf("ceiling %s (1 thread, %d rounds, medians; %% of the register FMA rate, median of "
          "per-round ratios):\n  register FMA %.1f  L1 mix %.1f (%.1f%%)  L2 mix %.1f (%.1f%%)  "
          "A stream %.1f (%.1f%%)  kiln kernel, L1 %.1f (%.1f%%)  GFLOP/s\n",
-         rounds, median(reg, rounds), median(mix, rounds), 100.0 * median(rmix, rounds),
-         median(mix2, rounds), 100.0 * median(rmix2, rounds), median(mix3, rounds),
-         100.0 * median(rmix3, rounds), median(kern, rounds),
+         kiln_isa_name(lvl), rounds, median(reg, rounds), median(mixr, rounds),
+         100.0 * median(rmix, rounds), median(mix2, rounds), 100.0 * median(rmix2, rounds),
+         median(mix3, rounds), 100.0 * median(rmix3, rounds), median(kern, rounds),
          100.0 * median(rkern, rounds));
   free(a);
   free(b);
   free(c);
 #else
   (void)rounds;
+  (void)lvl;
   printf("ceiling: x86-64 only\n");
 #endif
 }
@@ -552,7 +559,7 @@ int main(int argc, char **argv) {
           printf("\n");
 #endif
   }
-  if (do_ceiling) ceiling_bench(reps);
+  if (do_ceiling) ceiling_bench(reps, lvl);
   if (do_dispatch) {
     int t = threads > 1 ? threads : 2;
     double m, p;

@@ -433,6 +433,9 @@ const char *kiln_cpu_isa_level(void);
 int kiln_cpu_amx(void);
 /* One line describing the CPU and the level, e.g. "avx512 (max avx512; AuthenticAMD avx2 ...)". */
 void kiln_cpu_describe_line(char *buf, size_t cap);
+/* Bytes of the data (or unified) cache of level 1, 2 or 3 that the first CPU sees (cpuid's
+ * deterministic cache parameters, else Linux's sysfs); 0 when neither says. */
+size_t kiln_cpu_cache_bytes(int level);
 
 #ifdef __cplusplus
 }

@@ -55,7 +55,7 @@ for tid in all_ids:
         k[0] += 1
         k[1] += name not in failed
 unexpected = sorted(set(failed) - set(known))
-fixed = sorted(set(known) - set(failed))
+fixed = sorted(n for n in set(known) - set(failed) if "(may pass)" not in known[n])  # random draws may match
 for n in unexpected:
     print("UNEXPECTED FAILURE %s: %s" % (n, failed[n]))
 for n in fixed:

@@ -11,7 +11,8 @@
  *   copy the plane into a per-thread zero-padded buffer first. Otherwise portable C over
  *   clamped column ranges. Bias, residual and relu/clip are applied in registers.
  * - few input channels (at most 4, one group, x stride 1 or 2, output rows of 16 and more:
- *   the first layer of CNNs) at AVX-512: a direct kernel (conv_direct_f32.c). The input is
+ *   the first layer of CNNs) at AVX-512 and AVX2: a direct kernel (conv_direct_f32.c; the
+ *   AVX2 tiles, 4 channels x up to 3 vectors of 8 columns, in conv_direct_avx2.c). The input is
  *   copied once into a zero-padded buffer with each row split into the stride's phases, so
  *   every tap reads 16 consecutive floats; each output row is computed in blocks of 8 output
  *   channels x up to 3 vectors of 16 columns in registers, bias, residual and relu/clip
@@ -116,7 +117,7 @@ typedef struct kiln_pool2d_params {
 } kiln_pool2d_params;
 
 /* Whether kiln_conv2d_f32_maxpool computes convolution p followed by max pooling q at ISA
- * level isa: the direct kernel's shapes (2 to 4 input channels, AVX-512), pooling with x stride 2
+ * level isa: the direct kernel's shapes (2 to 4 input channels, AVX2 or AVX-512), pooling with x stride 2
  * over 2 or 3 columns, a left pad of at most 1, windows that start inside the convolution's
  * output. */
 int kiln_conv2d_f32_maxpool_ok(const kiln_conv2d_f32_params *p, const kiln_pool2d_params *q, int isa);

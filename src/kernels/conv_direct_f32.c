@@ -22,14 +22,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/conv_direct.h"
 #include "kernels/conv_internal.h"
 
 /* Channels per block: 8 broadcasts per tap against up to 3 input vectors. */
-enum { CB = 8, MAX_NS = 3 };
+enum { CB = KILN_DIR_CB, MAX_NS = 3 };
 
 int kiln_conv2d_f32_uses_direct(const kiln_conv2d_f32_params *p, int isa) {
 #ifdef KILN_HAVE_X86_KERNELS
-  return p && isa >= KILN_ISA_AVX512 && p->group == 1 && p->c <= 4 && p->sw <= 2 &&
+  return p && isa >= KILN_ISA_AVX2 && p->group == 1 && p->c <= 4 && p->sw <= 2 &&
          p->kh * p->kw > 1 && p->ow >= 16 && p->m >= 4;
 #else
   (void)p;
@@ -40,22 +41,7 @@ int kiln_conv2d_f32_uses_direct(const kiln_conv2d_f32_params *p, int isa) {
 
 #ifdef KILN_HAVE_X86_KERNELS
 
-typedef struct dir_ctx {
-  const kiln_conv2d_f32_params *p;
-  const float *x;
-  float *xb;           /* one region per thread: [c][hp][sw][t] for up to `cap` output rows */
-  size_t region;       /* floats per region */
-  int64_t cap;         /* output rows per fill of a region */
-  const float *wb;     /* [mb][taps][CB] */
-  const int64_t *off;  /* per tap: its offset in xb from the image, row oy * sh, column ox */
-  const kiln_conv2d_f32_epilogue *ep;
-  float *y;
-  int64_t hp, t, taps, mb, ohw;
-  const float *bias; /* mb * CB values (zeros without a bias) */
-  bool clamp;        /* relu or clip: min(max(v, lo), hi) in registers (relu: hi = inf) */
-  float lo, hi;
-  int64_t rows_per_pass;
-} dir_ctx;
+typedef kiln_dir_ctx dir_ctx; /* conv_direct.h: shared with the AVX2 row task */
 
 /* Fill a thread's region with the phase rows that output rows [oy0, oy0 + nr) of image nn
  * read: local row r of channel ci holds padded row oy0 * sh + r, i.e. input row
@@ -226,7 +212,6 @@ static kiln_code dir_setup(int64_t nthr, const kiln_conv2d_f32_params *p, const 
 kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
                                  const float *x, const float *w,
                                  const kiln_conv2d_f32_epilogue *ep, float *y) {
-  (void)isa;
   int64_t nthr = kiln_threadpool_size(pool), rows = p->n * p->oh;
   int64_t cap = (rows + nthr - 1) / nthr; /* the static share of one thread */
   if (cap > p->oh) cap = p->oh;
@@ -236,7 +221,8 @@ kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv
   if (rc) return rc;
   /* one contiguous range of rows per thread: taken in passes from a shared counter, the
    * rows interleave between the threads and measured 10-50% slower at 2 threads */
-  kiln_parallel_for(pool, (size_t)rows, row_task, &d, 0);
+  kiln_parallel_for(pool, (size_t)rows, isa >= KILN_ISA_AVX512 ? row_task : kiln_conv_direct_rows_avx2,
+                    &d, 0);
   free(buf);
   return KILN_OK;
 }
@@ -247,13 +233,7 @@ kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv
  * there: the convolution's output never reaches memory and the pooling reads it from L2. Pooling: per pooled row the
  * column-wise max of its window's rows, then, stride 2 along x, the max of the window's 2 or 3
  * columns as even/odd lanes (-inf in the padding). */
-typedef struct pool_ctx {
-  dir_ctx d;
-  const kiln_pool2d_params *q;
-  int64_t band, rows_cap; /* pooled rows per task; convolution rows per band (buffer rows) */
-  int64_t tasks_per_image;
-  float *y;               /* [n][m][q->oh][q->ow] */
-} pool_ctx;
+typedef kiln_dir_pool_ctx pool_ctx; /* conv_direct.h: shared with the AVX2 task */
 
 /* out[px] = max of t[2 px + j], j < kw (2 or 3), for px < n; t has 2 n + 2 valid floats. */
 T512 static void pool_cols_s2(const float *t, int64_t kw, int64_t n, float *out) {
@@ -382,7 +362,8 @@ kiln_code kiln_conv2d_f32_maxpool(kiln_threadpool *pool, int isa, const kiln_con
   pc.rows_cap = rows_cap;
   pc.tasks_per_image = (q->oh + band - 1) / band;
   pc.y = y;
-  kiln_parallel_for(pool, (size_t)(p->n * pc.tasks_per_image), pool_task, &pc, 0);
+  kiln_parallel_for(pool, (size_t)(p->n * pc.tasks_per_image),
+                    isa >= KILN_ISA_AVX512 ? pool_task : kiln_conv_direct_pool_avx2, &pc, 0);
   free(buf);
   return KILN_OK;
 }

@@ -402,10 +402,15 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
 #ifdef KILN_HAVE_X86_KERNELS
   bool avx512 = d->isa >= KILN_ISA_AVX512, flat = avx512 && dwf_fits(p), dw3 = false;
   bool avx2 = d->isa == KILN_ISA_AVX2 && (p->sw == 1 || p->sw == 2); /* kiln_dw_plane_avx2 */
+  bool dw3a = false; /* kiln_dw3_plane_avx2 */
   dwf_masks fm;
   if (flat) dwf_build(p, &fm);
   if (avx512 && !flat && dw3_fits(p)) /* dw3_plane reads rows outside the input from a zero row */
     dw3 = (zero = calloc((size_t)p->w, sizeof(float))) != NULL;
+  if (avx2 && dw3_fits(p)) {
+    dw3a = (zero = calloc((size_t)p->w + 32, sizeof(float))) != NULL;
+    avx2 = !dw3a;
+  }
   bool direct = avx512 && !flat && !dw3 && (p->sw == 1 || p->sw == 2) && p->kw <= DW_KW_MAX;
   if ((avx512 && !flat && !dw3 && !direct && (p->sw == 1 || p->sw == 2)) || avx2) {
     dw_pad_dims(p, avx2 ? 8 : 16, &ph, &pw);
@@ -428,6 +433,8 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
       /* prefetch the next task's input plane when it is another one */
       pf.next = t + 1 < end && k + 1 == mult ? (const char *)(xp + p->h * p->w) : NULL;
       dw3_plane_avx512(p, xp, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp, &pf, zero);
+    } else if (dw3a) {
+      kiln_dw3_plane_avx2(p, xp, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp, zero);
     } else if (direct) {
       dw_plane_direct_avx512(p, xp, wk, bv, rp, act_inline(d->act) ? d->act : NULL, yp);
     } else if (pad) {
@@ -444,7 +451,7 @@ static void dw_task(void *ctx, size_t begin, size_t end, int ti) {
 #endif
       dw_plane_c(p, xp, wk, bv, rp, yp);
 #ifdef KILN_HAVE_X86_KERNELS
-    bool done = (flat || dw3 || direct || pad) && act_inline(d->act); /* applied in registers */
+    bool done = (flat || dw3 || dw3a || direct || pad) && act_inline(d->act); /* applied in registers */
 #else
     bool done = false;
 #endif

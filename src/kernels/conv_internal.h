@@ -134,6 +134,29 @@ T512 static inline void im2col_row_avx512(float *d, const float *src, int64_t a,
 }
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__)
+/* For the files built with the AVX2 flags only (isa_flags.cmake). d[i] = src[i * sw] for i in
+ * [a, b), 0 for i in [0, a) and [b, n); sw 1 or 2; src[i * sw] is read for i in [a, b) only.
+ * No library calls: rows of a few dozen floats are copied in a loop of their own. */
+static inline void kiln_phase_row_avx2(float *d, const float *src, int64_t a, int64_t b, int64_t n,
+                                       int sw) {
+  int64_t i = 0;
+  for (; i + 8 <= a; i += 8) _mm256_storeu_ps(d + i, _mm256_setzero_ps());
+  for (; i < a; i++) d[i] = 0.0f;
+  if (sw == 1) {
+    for (; i + 8 <= b; i += 8) _mm256_storeu_ps(d + i, _mm256_loadu_ps(src + i));
+  } else { /* 16 loaded, the even lanes kept: src[2 i + 15] must be read (2 i + 15 <= 2 b - 2) */
+    for (; 2 * i + 17 <= 2 * b; i += 8) {
+      __m256 t = _mm256_shuffle_ps(_mm256_loadu_ps(src + 2 * i), _mm256_loadu_ps(src + 2 * i + 8), 0x88);
+      _mm256_storeu_ps(d + i, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), 0xd8)));
+    }
+  }
+  for (; i < b; i++) d[i] = src[i * sw];
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_setzero_ps());
+  for (; i < n; i++) d[i] = 0.0f;
+}
+#endif
+
 static inline void add_bias_res(int isa, float *y, int64_t n, float b, const float *r) {
 #ifdef KILN_HAVE_X86_KERNELS
   if (isa >= KILN_ISA_AVX512) {
@@ -152,6 +175,14 @@ void kiln_dw_plane_avx2(const kiln_conv2d_f32_params *p, const float *pad, int64
                         const float *wk, float bv, const float *rp, const kiln_act *act,
                         float *yp);
 
+/* One depthwise output plane of a 3x3 kernel, dilation 1, strides 1 or 2, straight from the
+ * input plane xp (no padded copy; rows outside it read from `zero`, p->w + 32 zeros): bias
+ * bv, residual rp (or NULL), act NULL or an act_inline one. AVX2+FMA (conv_dw_avx2.c), as
+ * above. */
+void kiln_dw3_plane_avx2(const kiln_conv2d_f32_params *p, const float *xp, const float *wk,
+                         float bv, const float *rp, const kiln_act *act, float *yp,
+                         const float *zero);
+
 /* Depthwise convolution (one input channel per group, any channel multiplier), any padding,
  * stride and dilation; planes split over the pool. */
 void kiln_conv2d_dw_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
@@ -163,7 +194,8 @@ void kiln_conv2d_dw_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_pa
  * much of its time copying. */
 int kiln_conv2d_f32_uses_direct(const kiln_conv2d_f32_params *p, int isa);
 
-/* Direct convolution for kiln_conv2d_f32_uses_direct shapes (AVX-512; see conv_direct_f32.c).
+/* Direct convolution for kiln_conv2d_f32_uses_direct shapes (AVX-512 or AVX2; see
+ * conv_direct_f32.c).
  * Parameters validated by the caller. */
 kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
                                  const float *x, const float *w,

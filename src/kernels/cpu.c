@@ -18,6 +18,7 @@ static kiln_cpu_features g_feat;
 static kiln_isa g_isa_max = KILN_ISA_SCALAR;
 static kiln_isa g_isa = KILN_ISA_SCALAR;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static size_t g_cache[4]; /* data (or unified) cache bytes per level 1..3; 0 unknown */
 
 #ifdef KILN_X86
 static unsigned long long xgetbv0(void) {
@@ -72,7 +73,54 @@ static void probe_x86(kiln_cpu_features *f) {
   }
   if (!f->os_amx) f->amx_tile = f->amx_bf16 = f->amx_int8 = 0;
 }
+
+/* The deterministic cache parameters: leaf 4 (Intel) or 0x8000001D (AMD, with topology
+ * extensions), one subleaf per cache: type in EAX[4:0] (1 data, 3 unified), level EAX[7:5],
+ * size = ways x partitions x line x sets. */
+static void probe_caches_x86(const kiln_cpu_features *f, size_t *bytes) {
+  unsigned int a, b, c, d, leaf = 4;
+  if (!strcmp(f->vendor, "AuthenticAMD") || !strcmp(f->vendor, "HygonGenuine")) {
+    if (!__get_cpuid(0x80000001, &a, &b, &c, &d) || !((c >> 22) & 1)) return;
+    leaf = 0x8000001D;
+  } else {
+    unsigned int max_leaf;
+    if (!__get_cpuid(0, &max_leaf, &b, &c, &d) || max_leaf < 4) return;
+  }
+  for (unsigned int i = 0; i < 16; i++) {
+    __cpuid_count(leaf, i, a, b, c, d);
+    unsigned int type = a & 31, level = (a >> 5) & 7;
+    if (type == 0) break;
+    if ((type != 1 && type != 3) || level < 1 || level > 3) continue;
+    size_t size = (size_t)((b >> 22) + 1) * (((b >> 12) & 1023) + 1) * ((b & 4095) + 1) * ((size_t)c + 1);
+    if (!bytes[level]) bytes[level] = size;
+  }
+}
 #endif
+
+/* Linux's view of cpu0's caches, where cpuid said nothing (other CPUs, some hypervisors). */
+static size_t sysfs_cache_bytes(int level) {
+  for (int i = 0; i < 16; i++) {
+    char path[96], type[32];
+    long lv = 0, sz = 0;
+    char unit = 0;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+    FILE *fp = fopen(path, "r");
+    if (!fp) break;
+    int ok = fscanf(fp, "%ld", &lv) == 1;
+    fclose(fp);
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+    if (!ok || lv != level || !(fp = fopen(path, "r"))) continue;
+    ok = fgets(type, sizeof type, fp) != NULL;
+    fclose(fp);
+    if (!ok || (strncmp(type, "Data", 4) && strncmp(type, "Unified", 7))) continue;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    if (!(fp = fopen(path, "r"))) continue;
+    int got = fscanf(fp, "%ld%c", &sz, &unit);
+    fclose(fp);
+    if (got >= 1 && sz > 0) return (size_t)sz * (unit == 'M' ? 1u << 20 : unit == 'K' ? 1u << 10 : 1);
+  }
+  return 0;
+}
 
 static void probe(void) {
   memset(&g_feat, 0, sizeof g_feat);
@@ -84,6 +132,12 @@ static void probe(void) {
   if (f->avx2 && f->fma) g_isa_max = KILN_ISA_AVX2;
   if (g_isa_max == KILN_ISA_AVX2 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq)
     g_isa_max = KILN_ISA_AVX512;
+  memset(g_cache, 0, sizeof g_cache);
+#ifdef KILN_X86
+  probe_caches_x86(f, g_cache);
+#endif
+  for (int l = 1; l <= 3; l++)
+    if (!g_cache[l]) g_cache[l] = sysfs_cache_bytes(l);
   g_isa = g_isa_max;
   const char *env = getenv("KILN_ISA");
   kiln_isa want;
@@ -104,6 +158,11 @@ kiln_isa kiln_cpu_isa_max(void) {
 kiln_isa kiln_cpu_isa(void) {
   pthread_once(&g_once, probe);
   return g_isa;
+}
+
+size_t kiln_cpu_cache_bytes(int level) {
+  pthread_once(&g_once, probe);
+  return level >= 1 && level <= 3 ? g_cache[level] : 0;
 }
 
 int kiln_isa_resolve(int requested) {

@@ -38,6 +38,10 @@ kiln_isa kiln_cpu_isa(void);
 /* Resolve a requested level: AUTO gives kiln_cpu_isa(); a level above kiln_cpu_isa_max()
  * or not a level gives -1 (not runnable here); otherwise the level itself. */
 int kiln_isa_resolve(int requested);
+/* Bytes of the data (or unified) cache of level 1, 2 or 3 that the first CPU sees (cpuid's
+ * deterministic cache parameters, else Linux's sysfs); 0 when neither says. Blocking of the
+ * kernels derives from these (kiln_gemm_get_blocking), not from constants of one machine. */
+size_t kiln_cpu_cache_bytes(int level);
 /* "scalar", "avx2", "avx512" ("auto" for KILN_ISA_AUTO, "?" otherwise). */
 const char *kiln_isa_name(int isa);
 /* Parse a name as above; returns 0 and sets *out, or -1 if unknown. */

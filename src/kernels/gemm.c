@@ -2,6 +2,7 @@
  * The per-ISA micro-kernels live in gemm_<isa>.c. */
 #include "kernels/gemm.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,13 +21,40 @@ const kiln_gemm_isa_ops *kiln_gemm_ops_for(int isa) {
 
 /* Caps: KC (K block: K is cut into equal blocks up to it), NC at that KC (KC x NC of B stays
  * in L2; for a smaller K block NC grows to keep the product), MC (rows per A block). Order 2
- * keeps an A strip (MR x KC) in L1 while it meets every B panel of the block from L2. */
+ * keeps an A strip (MR x KC) in L1 while it meets every B panel of the block from L2. The
+ * AVX2 row is derived from the caches on first use (derive_blocking). */
 static kiln_gemm_blocking g_blocking[KILN_ISA_LEVELS] = {
     {0, 0, 0, 0},
     {64, 256, 512, 1},  /* scalar 4x16 */
-    {96, 384, 768, 1},  /* avx2 6x16: a 384 x 16 B panel stays in L1 */
+    {96, 384, 768, 1},  /* avx2 6x16, replaced by derive_blocking */
     {264, 768, 256, 2}, /* avx512 6x64 */
 };
+static pthread_once_t g_blocking_once = PTHREAD_ONCE_INIT;
+
+static size_t clamp_sz(size_t x, size_t lo, size_t hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+/* The AVX2 6x16 blocking (order 1: a B panel in L1 meets the A strips of a block from L2)
+ * from the data caches of this CPU (kiln_cpu_cache_bytes): the KC x 16 B panel takes 3/4 of
+ * L1 (the rest: the A strip streaming past, and C); the MC x KC A block about 1/7 of L2 (the
+ * rest: the B panels read through it, C tiles, the next block); the KC x NC B block about L2.
+ * A 32 KiB L1 and 1 MiB L2 (AMD Zen 4) give KC 384, MC 96, NC 672; Zen 3 (512 KiB L2) MC 48,
+ * NC 336; a 48 KiB L1 (Intel Golden Cove) KC 576. */
+static void derive_blocking(void) {
+  size_t l1 = kiln_cpu_cache_bytes(1), l2 = kiln_cpu_cache_bytes(2);
+  l1 = clamp_sz(l1 ? l1 : 32768, 16384, 65536);
+  l2 = clamp_sz(l2 ? l2 : 1u << 20, 256u << 10, 4u << 20);
+  const size_t MR = 6, NR = 16, row = NR * sizeof(float);
+  kiln_gemm_blocking *b = &g_blocking[KILN_ISA_AVX2];
+  b->kc = clamp_sz(l1 * 3 / 4 / row / 16 * 16, 128, 768);
+  b->mc = clamp_sz(l2 / 7 / (b->kc * sizeof(float)) / MR * MR, 4 * MR, 40 * MR);
+  b->nc = clamp_sz(l2 / (b->kc * sizeof(float)) / NR * NR, 8 * NR, 256 * NR);
+  b->order = 1;
+}
+
+static kiln_gemm_blocking *blocking_of(int lvl) {
+  pthread_once(&g_blocking_once, derive_blocking);
+  return &g_blocking[lvl];
+}
 
 /* Row counts up to which B is always read in place (no packing) when not transposed. */
 #define DIRECT_B_MAX_M 12
@@ -49,13 +77,13 @@ kiln_gemm_blocking kiln_gemm_get_blocking(int isa) {
   int lvl = kiln_isa_resolve(isa);
   if (lvl < 0) lvl = isa;
   if (lvl < KILN_ISA_SCALAR || lvl >= KILN_ISA_LEVELS) return z;
-  return g_blocking[lvl];
+  return *blocking_of(lvl);
 }
 
 void kiln_gemm_set_blocking(int isa, kiln_gemm_blocking b) {
   if (isa < KILN_ISA_SCALAR || isa >= KILN_ISA_LEVELS) return;
   const kiln_gemm_isa_ops *ops = kiln_gemm_ops_for(isa);
-  kiln_gemm_blocking *g = &g_blocking[isa];
+  kiln_gemm_blocking *g = blocking_of(isa);
   if (b.mc) g->mc = round_up(b.mc, ops->mr);
   if (b.kc) g->kc = b.kc;
   if (b.nc) g->nc = round_up(b.nc, ops->nr);
@@ -82,8 +110,13 @@ static float *ws_get(size_t floats) {
 static void pack_b_panel(float *dst, size_t w, size_t kc, size_t nc, const float *B, size_t ldb,
                          int trans_b, size_t k0, size_t n0) {
   if (!trans_b) {
+    const float *src = B + k0 * ldb + n0;
+    if (nc == 16 && w == 16) { /* a whole AVX2 panel: copies of a constant size, inlined */
+      for (size_t k = 0; k < kc; k++) memcpy(dst + k * 16, src + k * ldb, 16 * sizeof(float));
+      return;
+    }
     for (size_t k = 0; k < kc; k++) {
-      memcpy(dst + k * w, B + (k0 + k) * ldb + n0, nc * sizeof(float));
+      memcpy(dst + k * w, src + k * ldb, nc * sizeof(float));
       if (w > nc) memset(dst + k * w + nc, 0, (w - nc) * sizeof(float));
     }
     return;
@@ -504,7 +537,7 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
   gemm_job j;
   memset(&j, 0, sizeof j);
   j.ops = ops;
-  j.blk = g_blocking[lvl];
+  j.blk = *blocking_of(lvl);
   j.trans_a = trans_a;
   j.trans_b = trans_b;
   j.M = M;

@@ -247,6 +247,38 @@ V256 void ukr256(const int MR, const int NV, const int PF, const int FULL, size_
 #undef PUT
     return;
   }
+  if (kiln_tile_reg_epilogue(t)) {
+    /* bias, residual and clamp from registers, in finish256's order (short K blocks, as in
+     * 1x1 convolutions, spend as long on the tile's epilogue as on its products) */
+    const int accum = !(t->flags & KILN_GT_FIRST) || t->beta != 0.0f;
+    const int clamp = t->act.kind != KILN_ACT_NONE;
+    const __m256 lo = _mm256_set1_ps(t->act.kind == KILN_ACT_CLIP ? t->act.alpha : 0.0f);
+    const __m256 hi = _mm256_set1_ps(t->act.kind == KILN_ACT_CLIP ? t->act.beta : __builtin_inff());
+    const float *cb = t->bias, *rb = t->bias_row, *res = t->res;
+    const size_t ldr = t->ldr;
+#define LD(p, whole) ((whole) ? _mm256_loadu_ps(p) : _mm256_maskload_ps((p), ml))
+#define PUT(i, j)                                                                      \
+  if (MR > i && NV > j) {                                                              \
+    float *cp = c + (size_t)i * ldc + 8 * j;                                           \
+    const int whole = FULL || NV - 1 != j;                                             \
+    __m256 v = c##i##j;                                                                \
+    if (accum) v = _mm256_add_ps(v, LD(cp, whole));                                    \
+    if (cb) v = _mm256_add_ps(v, LD(cb + 8 * j, whole));                               \
+    if (rb) v = _mm256_add_ps(v, _mm256_broadcast_ss(rb + i));                         \
+    if (res) v = _mm256_add_ps(v, LD(res + (size_t)i * ldr + 8 * j, whole));           \
+    if (clamp) v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);                            \
+    if (whole)                                                                         \
+      _mm256_storeu_ps(cp, v);                                                         \
+    else                                                                               \
+      _mm256_maskstore_ps(cp, ml, v);                                                  \
+  }
+#define PUTROW(i) PUT(i, 0) PUT(i, 1)
+    PUTROW(0) PUTROW(1) PUTROW(2) PUTROW(3) PUTROW(4) PUTROW(5)
+#undef PUTROW
+#undef PUT
+#undef LD
+    return;
+  }
   alignas(32) float buf[6 * 16];
 #define SAVE(i)                                                  \
   if (MR > i) {                                                  \
@@ -294,27 +326,54 @@ static void f32_gemm_6x16__avx2(size_t mr, size_t nc, size_t kc, const float *a,
 
 /* ---- matrix-vector ------------------------------------------------------------------- */
 
-V256 void gemv_n_block256(const int NV, size_t kc, size_t nc, const float *x, const float *b,
-                          size_t ldb, float *y) {
-  __m256 acc[8];
+/* y[0..nc) = x . B for a block of NV vectors. One or two vectors per k would wait on the FMA
+ * latency (4 cycles) with their few accumulators: then U = 4 or 2 sets of them take
+ * consecutive k, summed at the end. */
+V256 void gemv_n_block256(const int NV, const int FULL, size_t kc, size_t nc, const float *x,
+                          const float *b, size_t ldb, float *y) {
+  enum { U = 4 };
+  const int u = NV <= 2 ? 4 : NV <= 4 ? 2 : 1;
+  __m256 acc[U][8];
   const size_t tail = nc - (size_t)(NV - 1) * 8;
   const __m256i ml = mask256(tail);
-  for (int j = 0; j < NV; j++) acc[j] = _mm256_setzero_ps();
-  for (size_t k = 0; k < kc; k++) {
+  for (int s = 0; s < u; s++)
+    for (int j = 0; j < NV; j++) acc[s][j] = _mm256_setzero_ps();
+  size_t k = 0;
+  for (; k + (size_t)u <= kc; k += (size_t)u)
+    for (int s = 0; s < u; s++) {
+      __m256 xv = _mm256_broadcast_ss(x + k + s);
+      const float *br = b + (k + s) * ldb;
+      for (int j = 0; j < NV; j++) {
+        __m256 bv = j == NV - 1 && !FULL ? _mm256_maskload_ps(br + 8 * j, ml) : _mm256_loadu_ps(br + 8 * j);
+        acc[s][j] = _mm256_fmadd_ps(xv, bv, acc[s][j]);
+      }
+    }
+  for (; k < kc; k++) {
     __m256 xv = _mm256_broadcast_ss(x + k);
     const float *br = b + k * ldb;
     for (int j = 0; j < NV; j++) {
-      __m256 bv = j == NV - 1 ? _mm256_maskload_ps(br + 8 * j, ml) : _mm256_loadu_ps(br + 8 * j);
-      acc[j] = _mm256_fmadd_ps(xv, bv, acc[j]);
+      __m256 bv = j == NV - 1 && !FULL ? _mm256_maskload_ps(br + 8 * j, ml) : _mm256_loadu_ps(br + 8 * j);
+      acc[0][j] = _mm256_fmadd_ps(xv, bv, acc[0][j]);
     }
   }
-  for (int j = 0; j < NV; j++) _mm256_maskstore_ps(y + 8 * j, j == NV - 1 ? ml : mask256(8), acc[j]);
+  for (int j = 0; j < NV; j++) {
+    __m256 v = acc[0][j];
+    if (u > 1) v = _mm256_add_ps(v, acc[1][j]);
+    if (u > 2) v = _mm256_add_ps(v, _mm256_add_ps(acc[2][j], acc[3][j]));
+    if (FULL || j < NV - 1)
+      _mm256_storeu_ps(y + 8 * j, v);
+    else
+      _mm256_maskstore_ps(y + 8 * j, ml, v);
+  }
 }
 
 #define GEMVN(NV)                                                                             \
   static T256 void gemv_n256_##NV(size_t kc, size_t nc, const float *x, const float *b,         \
                                   size_t ldb, float *y) {                                       \
-    gemv_n_block256(NV, kc, nc, x, b, ldb, y);                                                 \
+    if (nc == 8 * NV) /* whole vectors: no masked loads (slow on some CPUs, e.g. AMD's) */      \
+      gemv_n_block256(NV, 1, kc, nc, x, b, ldb, y);                                            \
+    else                                                                                        \
+      gemv_n_block256(NV, 0, kc, nc, x, b, ldb, y);                                            \
   }
 GEMVN(1) GEMVN(2) GEMVN(3) GEMVN(4) GEMVN(5) GEMVN(6) GEMVN(7) GEMVN(8)
 #undef GEMVN

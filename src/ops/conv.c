@@ -9,9 +9,9 @@
  * scatter-add through the map (col2im) accumulates it into the output. The map depends only on
  * the geometry, so it is built once per call and reused for every channel and batch item.
  *
- * The integer ops subtract the zero points up front into int16 buffers, so padding (which reads
- * as 0) stands for the zero point, as the spec requires, and the same scheme applies with the
- * integer GEMM of kernels/igemm. Float32 2-D convolutions take kernels/conv2d_f32 first
+ * The integer ops run the same scheme on the integer GEMM of ops/qgemm.c (kernels/igemm), which
+ * gathers im2col straight into its packed byte layout, padding reading as the zero point, as the
+ * spec requires. Float32 2-D convolutions take kernels/conv2d_f32 first
  * (src/ops/conv2d_f32.c).
  */
 #include <math.h>
@@ -21,10 +21,10 @@
 
 #include "kernels/conv2d_f32.h"
 #include "kernels/gemm.h"
-#include "kernels/igemm.h"
 #include "ops/cost.h"
 #include "ops/fused.h"
 #include "ops/op.h"
+#include "ops/qgemm.h"
 
 typedef struct conv_geom {
   int nsp;                          /* number of spatial dims */
@@ -304,19 +304,6 @@ typedef struct conv_impl {
 CONV_KERNELS(float, f32)
 CONV_KERNELS(double, f64)
 
-/* The integer ops: x and w minus their zero points as int16 (|v| <= 255), int32 sums through
- * kernels/igemm (exact on every ISA: pairs of products never saturate). */
-static void gather_i16(const void *xv, const int64_t *map, int64_t n, void *colv) {
-  const int16_t *x = xv;
-  int16_t *col = colv;
-  for (int64_t j = 0; j < n; j++) col[j] = map[j] >= 0 ? x[map[j]] : 0;
-}
-static void gemm_i16(int64_t m, int64_t n, int64_t k, const void *a, const void *b, void *c) {
-  if (kiln_igemm_s16(m, n, k, a, b, c) != 0) /* no memory to pack: the unpacked kernel */
-    kiln_igemm_s16_isa(KILN_ISA_SCALAR, m, n, k, a, b, c);
-}
-static const conv_impl impl_i16 = {sizeof(int16_t), gather_i16, NULL, gemm_i16, sizeof(int32_t)};
-
 #define AT(p, i, esz) ((const char *)(p) + (size_t)(i) * (esz))
 #define ATW(p, i, esz) ((char *)(p) + (size_t)(i) * (esz))
 
@@ -523,62 +510,69 @@ static kiln_code zero_point(kiln_kctx *c, const kiln_tensor *zp, kiln_dtype want
 
 static bool is_q8(kiln_dtype t) { return t == KILN_UINT8 || t == KILN_INT8; }
 
-/* out[i] = t[at + i] - zp for n elements of a uint8 or int8 tensor. */
-static void minus_zp(const kiln_tensor *t, int64_t at, int64_t n, int64_t zp, int16_t *out) {
-  if (t->dtype == KILN_UINT8)
-    for (int64_t i = 0; i < n; i++) out[i] = (int16_t)(((const uint8_t *)t->data)[at + i] - zp);
-  else
-    for (int64_t i = 0; i < n; i++) out[i] = (int16_t)(((const int8_t *)t->data)[at + i] - zp);
-}
-
-/* acc[N, M, ysize] = sum (x - x_zp)(w - w_zp); *out_g receives the geometry. The caller frees
- * *acc. xi/wi index the inputs (ConvInteger: 0/1, QLinearConv: 0/3). */
-static kiln_code conv_int_acc(kiln_kctx *c, const kiln_tensor *x, const kiln_tensor *xzp,
-                              const kiln_tensor *w, const kiln_tensor *wzp, conv_geom *g,
-                              int32_t **acc) {
+/* The geometry and zero points of an integer convolution (ConvInteger: x, w at inputs 0 and 1,
+ * their zero points at 2 and 3; QLinearConv: 0 and 3, zero points 2 and 5), checked. */
+static kiln_code conv_int_setup(kiln_kctx *c, const kiln_tensor *x, const kiln_tensor *xzp, const kiln_tensor *w,
+                                const kiln_tensor *wzp, conv_geom *g, int64_t *xz, const int64_t **wz, int64_t *wz0) {
+  *wz = NULL;
   kiln_code rc = conv_geometry(c, x, w, false, g);
   if (rc) return rc;
   if (!is_q8(x->dtype) || !is_q8(w->dtype))
     return kiln_kfail(c, "x and w must be uint8 or int8, got %s and %s",
                       kiln_dtype_name(x->dtype), kiln_dtype_name(w->dtype));
-  const int64_t *xz, *wz;
-  int64_t xz0, wz0;
-  if ((rc = zero_point(c, xzp, x->dtype, 0, "x_zero_point", &xz, &xz0))) return rc;
-  if ((rc = zero_point(c, wzp, w->dtype, g->m, "w_zero_point", &wz, &wz0))) return rc;
-  int64_t ysz;
-  int16_t *xs = kiln_malloc(sizeof(int16_t) * (size_t)x->numel);
-  int16_t *ws = kiln_malloc(sizeof(int16_t) * (size_t)w->numel);
-  *acc = kiln_mul_ok(g->n * g->m, g->ysize, &ysz) ? kiln_calloc((size_t)ysz, sizeof(int32_t)) : NULL;
-  if (!xs || !ws || !*acc) {
-    rc = kiln_kfail(c, "out of memory");
-  } else {
-    minus_zp(x, 0, x->numel, xz0, xs);
-    int64_t per_m = g->m ? w->numel / g->m : 0;
-    for (int64_t m = 0; m < g->m; m++) minus_zp(w, m * per_m, per_m, wz ? wz[m] : wz0, ws + m * per_m);
-    rc = conv_forward(c, &impl_i16, g, xs, ws, *acc);
+  const int64_t *xzv;
+  if ((rc = zero_point(c, xzp, x->dtype, 0, "x_zero_point", &xzv, xz))) return rc;
+  return zero_point(c, wzp, w->dtype, g->m, "w_zero_point", wz, wz0);
+}
+
+/* acc[N, M, ysize] = sum (x - x_zp)(w - w_zp) through the integer GEMM (ops/qgemm.c); wi: W's
+ * input index (its packed form is kept in the node's cache). */
+static kiln_code conv_int_acc(kiln_kctx *c, size_t wi, const kiln_tensor *x, const kiln_tensor *w,
+                              const conv_geom *g, int64_t xz, const int64_t *wz, int64_t wz0, int32_t *acc) {
+  kiln_qconv q = {g->n, g->c, g->m, g->group, g->c / g->group, g->m / g->group, 0, g->ksize, g->xsize,
+                  g->ysize, NULL, NULL};
+  q.kk = q.cg * g->ksize;
+  bool direct = g->ksize == 1;
+  for (int i = 0; i < g->nsp; i++) direct = direct && g->stride[i] == 1 && g->pb[i] == 0 && g->pe[i] == 0;
+  int64_t *map = NULL, d2[12] = {0};
+  if (!direct && g->nsp == 2) { /* the taps from the geometry, no map */
+    int64_t v[12] = {g->x[0], g->x[1], g->y[0], g->y[1], g->k[0], g->k[1], g->stride[0], g->stride[1],
+                     g->dil[0], g->dil[1], g->pb[0], g->pb[1]};
+    memcpy(d2, v, sizeof d2);
+    q.d2 = d2;
+  } else if (!direct && g->ysize && !(map = build_map(g, g->x, g->y, g->ysize))) {
+    return kiln_kfail(c, "out of memory for the im2col map");
   }
-  if (rc) {
-    free(*acc);
-    *acc = NULL;
-  }
-  free(xs);
-  free(ws);
-  free((void *)wz);
+  q.map = map;
+  kiln_code rc = kiln_qconv_run(c, wi, &q, x, xz, w, wz, wz0, acc);
+  free(map);
   return rc;
 }
 
+/* Packs a constant W once at session creation (ConvInteger: input 1, QLinearConv: 3). */
+static kiln_code conv_int_prepare(kiln_kctx *c, size_t wi) {
+  const kiln_tensor *w = kiln_in(c, wi);
+  if (!w || w->kind != KILN_KIND_TENSOR || !is_q8(w->dtype) || w->rank < 3 || w->dims[0] <= 0 ||
+      !kiln_in_const(c, wi, w))
+    return KILN_ERR_UNSUPPORTED;
+  return kiln_q8_pack_of(c, wi, w, 0, w->dims[0], w->numel / w->dims[0], NULL) ? KILN_OK : KILN_ERR_UNSUPPORTED;
+}
+static kiln_code convinteger_prepare(kiln_kctx *c) { return conv_int_prepare(c, 1); }
+static kiln_code qlinearconv_prepare(kiln_kctx *c) { return conv_int_prepare(c, 3); }
+
 static kiln_code convinteger_run(kiln_kctx *c) {
   conv_geom g;
-  int32_t *acc;
-  const kiln_tensor *x = kiln_in(c, 0);
-  kiln_code rc = conv_int_acc(c, x, kiln_in(c, 2), kiln_in(c, 1), kiln_in(c, 3), &g, &acc);
+  const kiln_tensor *x = kiln_in(c, 0), *w = kiln_in(c, 1);
+  int64_t xz = 0, wz0 = 0;
+  const int64_t *wz;
+  kiln_code rc = conv_int_setup(c, x, kiln_in(c, 2), w, kiln_in(c, 3), &g, &xz, &wz, &wz0);
   if (rc) return rc;
   int64_t dims[KILN_MAX_RANK] = {g.n, g.m};
   memcpy(dims + 2, g.y, sizeof(int64_t) * (size_t)g.nsp);
-  kiln_tensor *y = kiln_out(c, 0, KILN_INT32, x->rank, dims);
-  if (y) memcpy(y->data, acc, sizeof(int32_t) * (size_t)y->numel);
-  free(acc);
-  return y ? KILN_OK : KILN_ERR_NOMEM;
+  kiln_tensor *y = kiln_out_uninit(c, 0, KILN_INT32, x->rank, dims); /* every element is stored */
+  rc = y ? conv_int_acc(c, 1, x, w, &g, xz, wz, wz0, y->data) : KILN_ERR_NOMEM;
+  free((void *)wz);
+  return rc;
 }
 
 /* A float scale input: a scalar, or (per_ch > 0) one per channel. */
@@ -594,9 +588,18 @@ static kiln_code qlinearconv_run(kiln_kctx *c) {
   const kiln_tensor *x = kiln_in(c, 0), *w = kiln_in(c, 3), *yzp = kiln_in(c, 7),
                     *b = kiln_in(c, 8);
   conv_geom g;
-  int32_t *acc;
-  kiln_code rc = conv_int_acc(c, x, kiln_in(c, 2), w, kiln_in(c, 5), &g, &acc);
+  int32_t *acc = NULL;
+  int64_t xz = 0, wz0 = 0;
+  const int64_t *wz;
+  kiln_code rc = conv_int_setup(c, x, kiln_in(c, 2), w, kiln_in(c, 5), &g, &xz, &wz, &wz0);
   if (rc) return rc;
+  int64_t nacc;
+  acc = kiln_mul_ok(g.n * g.m, g.ysize, &nacc) ? kiln_malloc(sizeof(int32_t) * (size_t)(nacc ? nacc : 1)) : NULL;
+  if (!acc) {
+    free((void *)wz);
+    return kiln_kfail(c, "out of memory");
+  }
+  if ((rc = conv_int_acc(c, 3, x, w, &g, xz, wz, wz0, acc))) goto done;
   if ((rc = scale_in(c, kiln_in(c, 1), 0, "x_scale")) ||
       (rc = scale_in(c, kiln_in(c, 4), g.m, "w_scale")) ||
       (rc = scale_in(c, kiln_in(c, 6), 0, "y_scale")))
@@ -639,6 +642,7 @@ static kiln_code qlinearconv_run(kiln_kctx *c) {
     }
 done:
   free(acc);
+  free((void *)wz);
   return rc;
 }
 
@@ -698,8 +702,9 @@ const kiln_op_schema kiln_ops_conv[] = {
     {.domain = "", .name = "ConvTranspose", .since = 1, .inputs = {2, 3}, .outputs = {1, 1},
      .infer = convt_infer, .run = convt_run, .flow = KILN_FLOW_BATCH},
     {.domain = "", .name = "ConvInteger", .since = 10, .inputs = {2, 4}, .outputs = {1, 1},
-     .infer = convinteger_infer, .run = convinteger_run, .cost = kiln_cost_conv},
+     .infer = convinteger_infer, .run = convinteger_run, .prepare = convinteger_prepare,
+     .cost = kiln_cost_conv},
     {.domain = "", .name = "QLinearConv", .since = 10, .inputs = {8, 9}, .outputs = {1, 1},
-     .infer = qlinearconv_infer, .run = qlinearconv_run},
+     .infer = qlinearconv_infer, .run = qlinearconv_run, .prepare = qlinearconv_prepare},
     {0},
 };

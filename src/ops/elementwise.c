@@ -139,7 +139,8 @@ UNARY_OP(erf, C_NUM, NO_PARAMS, erf(x), (int64_t)erf((double)v))
 #define P_ALPHA(d) p.alpha = kiln_attr_float(c->node, "alpha", (d))
 #define P_ALPHA_BETA(a, b) (P_ALPHA(a), p.beta = kiln_attr_float(c->node, "beta", (b)))
 
-UNARY_OP(relu, C_FLOAT | C_SINT, NO_PARAMS, x > 0 || isnan(x) ? x : 0, uns || v > 0 ? v : 0)
+/* `|`, not `||`: one select per element instead of a branch on the sign of every value */
+UNARY_OP(relu, C_FLOAT | C_SINT, NO_PARAMS, (x > 0) | isnan(x) ? x : 0, uns || v > 0 ? v : 0)
 UNARY_OP(leakyrelu, C_FLOAT, P_ALPHA(0.01f), x < 0 ? p.alpha * x : x, NO_INT)
 UNARY_OP(thresholdedrelu, C_FLOAT, P_ALPHA(1.0f), x > p.alpha ? x : 0, NO_INT)
 UNARY_OP(elu, C_FLOAT, P_ALPHA(1.0f), x < 0 ? p.alpha * expm1(x) : x, NO_INT)

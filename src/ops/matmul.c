@@ -1,5 +1,5 @@
 /* Matrix products: MatMul, Gemm, MatMulInteger, QLinearMatMul (Einsum, in einsum.c, runs on
- * the same reference GEMM).
+ * the same reference GEMM). The 8-bit products run on the integer GEMM of ops/qgemm.c.
  *
  * Everything funnels into one cache-friendly GEMM (c += a * b, i-k-j order, column-blocked)
  * instantiated for three working types: float (float, float16, bfloat16), double, and uint64
@@ -16,6 +16,7 @@
 #include "ops/cost.h"
 #include "ops/matmul.h"
 #include "ops/op.h"
+#include "ops/qgemm.h"
 
 /* ---- GEMM --------------------------------------------------------------------------------- */
 
@@ -143,6 +144,18 @@ static bool mm_plan_init(mm_plan *p, int ra, const int64_t *da, int rb, const in
   return true;
 }
 
+/* The matrices of a and b (their indices) that batch bi of the output multiplies. */
+static void mm_batch(const mm_plan *p, int64_t bi, int64_t *ia, int64_t *ib) {
+  int64_t rest = bi;
+  *ia = *ib = 0;
+  for (int d = p->brank - 1; d >= 0; d--) {
+    int64_t q = rest % p->bdims[d];
+    rest /= p->bdims[d];
+    *ia += q * p->astr[d];
+    *ib += q * p->bstr[d];
+  }
+}
+
 /* y[batch] += a[batch] @ b[batch] over the broadcast batch; y starts zeroed. Float products
  * run in the packed, register-tiled GEMM (src/kernels/gemm.c) on the session's threads; other
  * types in the reference loop above. */
@@ -152,13 +165,8 @@ static void mm_run(const mm_plan *p, kiln_dtype w, const void *a, const void *b,
   kiln_gemm_ctx gctx = {pool, 0};
   size_t esz = work_size(w);
   for (int64_t bi = 0; bi < p->batches; bi++) {
-    int64_t ia = 0, ib = 0, rest = bi;
-    for (int d = p->brank - 1; d >= 0; d--) {
-      int64_t q = rest % p->bdims[d];
-      rest /= p->bdims[d];
-      ia += q * p->astr[d];
-      ib += q * p->bstr[d];
-    }
+    int64_t ia, ib;
+    mm_batch(p, bi, &ia, &ib);
     const void *ab = (const char *)a + (size_t)(ia * p->m * p->k) * esz;
     const void *bb = (const char *)b + (size_t)(ib * p->k * p->n) * esz;
     void *yb = (char *)y + (size_t)(bi * p->m * p->n) * esz;
@@ -306,67 +314,84 @@ done:
 
 static bool is_q8(kiln_dtype t) { return t == KILN_UINT8 || t == KILN_INT8; }
 
-/* x minus its zero point as uint64 working values. The zero point is a scalar, or one value per
- * row (axis = rank-2, for A) or per column (axis = rank-1, for B) when `per` > 0. */
-static kiln_code sub_zero_point(kiln_kctx *c, const kiln_tensor *x, const kiln_tensor *zp,
-                                bool rows, const char *what, uint64_t **out) {
-  *out = NULL;
+/* A zero point of x: absent (0), a scalar (*z0), or one value per row (rows: of A, axis rank-2)
+ * or column (of B, axis rank-1) in *zs (freed by the caller). */
+static kiln_code zero_point_of(kiln_kctx *c, const kiln_tensor *x, const kiln_tensor *zp, bool rows,
+                               const char *what, int64_t **zs, int64_t *z0) {
+  *zs = NULL;
+  *z0 = 0;
   int64_t per = rows ? (x->rank >= 2 ? x->dims[x->rank - 2] : 1) : (x->rank >= 2 ? x->dims[x->rank - 1] : 1);
-  int64_t inner = rows ? (x->rank >= 1 ? x->dims[x->rank - 1] : 1) : 1;
   if (zp && zp->kind == KILN_KIND_NONE) zp = NULL;
-  if (zp && (zp->kind != KILN_KIND_TENSOR || zp->dtype != x->dtype ||
-             (zp->numel != 1 && (zp->rank != 1 || zp->numel != per))))
-    return kiln_kfail(c, "%s must be a %s scalar or have %lld values", what,
-                      kiln_dtype_name(x->dtype), (long long)per);
-  uint64_t *v = kiln_malloc(sizeof(uint64_t) * (size_t)x->numel);
-  if (!v) return kiln_kfail(c, "out of memory");
-  for (int64_t i = 0; i < x->numel; i++) {
-    int64_t z = 0;
-    if (zp) z = kiln_get_i64(zp, zp->numel == 1 ? 0 : (i / inner) % per);
-    v[i] = (uint64_t)(kiln_get_i64(x, i) - z);
+  if (!zp) return KILN_OK;
+  if (zp->kind != KILN_KIND_TENSOR || zp->dtype != x->dtype || (zp->numel != 1 && (zp->rank != 1 || zp->numel != per)))
+    return kiln_kfail(c, "%s must be a %s scalar or have %lld values", what, kiln_dtype_name(x->dtype),
+                      (long long)per);
+  if (zp->numel == 1) {
+    *z0 = kiln_get_i64(zp, 0);
+    return KILN_OK;
   }
-  *out = v;
+  if (!(*zs = kiln_malloc(sizeof(int64_t) * (size_t)per))) return kiln_kfail(c, "out of memory");
+  for (int64_t i = 0; i < per; i++) (*zs)[i] = kiln_get_i64(zp, i);
   return KILN_OK;
 }
 
-/* int32 accumulators of (a - a_zp) @ (b - b_zp); the caller frees *acc. */
-static kiln_code int_matmul(kiln_kctx *c, const kiln_tensor *a, const kiln_tensor *azp,
-                            const kiln_tensor *b, const kiln_tensor *bzp, mm_plan *p,
-                            uint64_t **acc) {
-  *acc = NULL;
+/* Checks a and b and plans their product (p); *count: the output's elements. */
+static kiln_code int_matmul_plan(kiln_kctx *c, const kiln_tensor *a, const kiln_tensor *b, mm_plan *p,
+                                 int64_t *count) {
   if (!is_tensor(a) || !is_tensor(b) || !is_q8(a->dtype) || !is_q8(b->dtype))
     return kiln_kfail(c, "A and B must be uint8 or int8 tensors");
   char msg[160];
-  if (!mm_plan_init(p, a->rank, a->dims, b->rank, b->dims, msg, sizeof msg))
-    return kiln_kfail(c, "%s", msg);
-  uint64_t *av, *bv;
-  kiln_code rc = sub_zero_point(c, a, azp, true, "a_zero_point", &av);
+  if (!mm_plan_init(p, a->rank, a->dims, b->rank, b->dims, msg, sizeof msg)) return kiln_kfail(c, "%s", msg);
+  *count = kiln_numel(p->yrank, p->ydims);
+  return *count >= 0 ? KILN_OK : kiln_kfail(c, "the output is too large");
+}
+
+/* acc [batches, m, n] = (a - a_zp) @ (b - b_zp) on the integer GEMM (ops/qgemm.c); bi: B's input
+ * index (a constant 2-D B is packed once, in the node's cache). */
+static kiln_code int_matmul(kiln_kctx *c, const kiln_tensor *a, const kiln_tensor *azp, size_t bi,
+                            const kiln_tensor *b, const kiln_tensor *bzp, const mm_plan *p, int32_t *acc) {
+  int64_t *zas, *zbs, za0, zb0;
+  kiln_code rc = zero_point_of(c, a, azp, true, "a_zero_point", &zas, &za0);
   if (rc) return rc;
-  if ((rc = sub_zero_point(c, b, bzp, false, "b_zero_point", &bv))) {
-    free(av);
+  if ((rc = zero_point_of(c, b, bzp, false, "b_zero_point", &zbs, &zb0))) {
+    free(zas);
     return rc;
   }
-  int64_t n = kiln_numel(p->yrank, p->ydims);
-  *acc = n >= 0 ? kiln_calloc((size_t)n, sizeof(uint64_t)) : NULL;
-  if (*acc)
-    mm_run(p, KILN_UINT64, av, bv, *acc, NULL);
-  else
-    rc = kiln_kfail(c, "out of memory");
-  free(av);
-  free(bv);
+  kiln_q8_pack *owned = NULL;
+  const kiln_q8_pack *pb = b->rank == 2 ? kiln_q8_pack_of(c, bi, b, 1, p->k, p->n, &owned) : NULL;
+  for (int64_t t = 0; t < p->batches && !rc; t++) {
+    int64_t ia, ib;
+    mm_batch(p, t, &ia, &ib);
+    rc = kiln_qmatmul_run(c, p->m, p->n, p->k, (const uint8_t *)a->data + ia * p->m * p->k, a->dtype == KILN_INT8,
+                          zas, za0, (const uint8_t *)b->data + ib * p->k * p->n, b->dtype == KILN_INT8, pb, zbs,
+                          zb0, acc + t * p->m * p->n);
+  }
+  kiln_q8_pack_free(owned);
+  free(zas);
+  free(zbs);
   return rc;
 }
 
 static kiln_code matmulinteger_run(kiln_kctx *c) {
   mm_plan p;
-  uint64_t *acc;
-  kiln_code rc = int_matmul(c, kiln_in(c, 0), kiln_in(c, 2), kiln_in(c, 1), kiln_in(c, 3), &p, &acc);
+  int64_t count = 0;
+  const kiln_tensor *a = kiln_in(c, 0), *b = kiln_in(c, 1);
+  kiln_code rc = int_matmul_plan(c, a, b, &p, &count);
   if (rc) return rc;
-  kiln_tensor *y = kiln_out(c, 0, KILN_INT32, p.yrank, p.ydims);
-  for (int64_t i = 0; y && i < y->numel; i++) ((int32_t *)y->data)[i] = (int32_t)(int64_t)acc[i];
-  free(acc);
-  return y ? KILN_OK : KILN_ERR_NOMEM;
+  kiln_tensor *y = kiln_out_uninit(c, 0, KILN_INT32, p.yrank, p.ydims); /* every element is stored */
+  if (!y) return KILN_ERR_NOMEM;
+  return int_matmul(c, a, kiln_in(c, 2), 1, b, kiln_in(c, 3), &p, y->data);
 }
+
+/* Packs a constant 2-D B once at session creation (MatMulInteger: input 1, QLinearMatMul: 3). */
+static kiln_code int_matmul_prepare(kiln_kctx *c, size_t bi) {
+  const kiln_tensor *b = kiln_in(c, bi);
+  if (!b || b->kind != KILN_KIND_TENSOR || !is_q8(b->dtype) || b->rank != 2 || !kiln_in_const(c, bi, b))
+    return KILN_ERR_UNSUPPORTED;
+  return kiln_q8_pack_of(c, bi, b, 1, b->dims[0], b->dims[1], NULL) ? KILN_OK : KILN_ERR_UNSUPPORTED;
+}
+static kiln_code matmulinteger_prepare(kiln_kctx *c) { return int_matmul_prepare(c, 1); }
+static kiln_code qlinearmatmul_prepare(kiln_kctx *c) { return int_matmul_prepare(c, 3); }
 
 static bool all_finite(const float *v, int64_t n) {
   for (int64_t i = 0; i < n; i++)
@@ -391,9 +416,15 @@ static kiln_code qlinearmatmul_run(kiln_kctx *c) {
   const kiln_tensor *a = kiln_in(c, 0), *as = kiln_in(c, 1), *b = kiln_in(c, 3),
                     *bs = kiln_in(c, 4), *ys = kiln_in(c, 6), *yzp = kiln_in(c, 7);
   mm_plan p;
-  uint64_t *acc;
-  kiln_code rc = int_matmul(c, a, kiln_in(c, 2), b, kiln_in(c, 5), &p, &acc);
+  int64_t count = 0;
+  kiln_code rc = int_matmul_plan(c, a, b, &p, &count);
   if (rc) return rc;
+  int32_t *acc = kiln_malloc(sizeof(int32_t) * (size_t)(count ? count : 1));
+  if (!acc) return kiln_kfail(c, "out of memory");
+  if ((rc = int_matmul(c, a, kiln_in(c, 2), 3, b, kiln_in(c, 5), &p, acc))) {
+    free(acc);
+    return rc;
+  }
   /* Scales: a per row (M values) or b per column (N values) are allowed besides scalars;
    * float, and from opset 21 also float16 or bfloat16 (one type for all three). */
   if (!is_tensor(as) || !qlmm_scale_type(c, as->dtype) || (as->numel != 1 && as->numel != p.m) ||
@@ -430,7 +461,7 @@ static kiln_code qlinearmatmul_run(kiln_kctx *c) {
   for (int64_t i = 0; i < y->numel; i++) {
     int64_t row = (i / p.n) % p.m, col = i % p.n;
     float scale = asv[as->numel == 1 ? 0 : row] * bsv[bs->numel == 1 ? 0 : col] / ysv;
-    double v = rint((double)((float)(int64_t)acc[i] * scale)) + zp;
+    double v = rint((double)((float)acc[i] * scale)) + zp;
     if (isnan(v)) v = zp; /* 0 * an overflowed (infinite) scale */
     kiln_set_i64(y, i, (int64_t)(v < lo ? lo : v > hi ? hi : v));
   }
@@ -494,8 +525,9 @@ const kiln_op_schema kiln_ops_matmul[] = {
     {.domain = "", .name = "Gemm", .since = 1, .inputs = {2, 3}, .outputs = {1, 1},
      .infer = gemm_infer, .run = gemm_run, .flow = KILN_FLOW_GEMM, .cost = kiln_cost_gemm},
     {.domain = "", .name = "MatMulInteger", .since = 10, .inputs = {2, 4}, .outputs = {1, 1},
-     .infer = matmulinteger_infer, .run = matmulinteger_run, .cost = kiln_cost_matmul},
+     .infer = matmulinteger_infer, .run = matmulinteger_run, .prepare = matmulinteger_prepare,
+     .cost = kiln_cost_matmul},
     {.domain = "", .name = "QLinearMatMul", .since = 10, .inputs = {8, 8}, .outputs = {1, 1},
-     .infer = qlinearmatmul_infer, .run = qlinearmatmul_run},
+     .infer = qlinearmatmul_infer, .run = qlinearmatmul_run, .prepare = qlinearmatmul_prepare},
     {0},
 };

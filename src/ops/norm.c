@@ -128,6 +128,12 @@ static kiln_code batchnorm_run(kiln_kctx *c) {
     for (int64_t q = 0; q < np; q++) {
       double a = p[0][q] / sqrt(var[q] + eps), b = p[1][q] - mean[q] * a;
       int64_t base = (n * np + q) * inner;
+      if (x->dtype == KILN_FLOAT) { /* the same double arithmetic without a call per element */
+        const float *xs = (const float *)x->data + base;
+        float *ys = (float *)y->data + base;
+        for (int64_t s = 0; s < inner; s++) ys[s] = (float)((double)xs[s] * a + b);
+        continue;
+      }
       for (int64_t s = 0; s < inner; s++) kiln_store_f64(y, base + s, kiln_load_f64(x, base + s) * a + b);
     }
 done:

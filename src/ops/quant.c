@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "ir/small_types.h"
+#include "kernels/quant_u8.h"
 #include "ops/op.h"
 
 static bool is_tensor(const kiln_tensor *t) { return t && t->kind == KILN_KIND_TENSOR; }
@@ -185,11 +186,8 @@ static kiln_code dynquant_run(kiln_kctx *c) {
   if (!is_tensor(x) || x->dtype != KILN_FLOAT) return kiln_kfail(c, "x must be a float tensor");
   const float *xv = x->data;
   /* The range always includes 0 so that 0 is exactly representable. */
-  float mn = 0, mx = 0;
-  for (int64_t i = 0; i < x->numel; i++) {
-    mn = xv[i] < mn ? xv[i] : mn;
-    mx = xv[i] > mx ? xv[i] : mx;
-  }
+  float mn, mx;
+  kiln_minmax_f32(xv, x->numel, &mn, &mx);
   float scale = (mx - mn) / 255.0f, zpf = 0;
   if (scale > 0) {
     zpf = 0.0f - mn / scale;
@@ -201,11 +199,10 @@ static kiln_code dynquant_run(kiln_kctx *c) {
   if (!y || !ys || !yz) return KILN_ERR_NOMEM;
   ((float *)ys->data)[0] = scale;
   ((uint8_t *)yz->data)[0] = (uint8_t)zpf;
-  uint8_t *yv = y->data;
-  for (int64_t i = 0; i < x->numel; i++) {
-    float v = scale > 0 ? rintf(xv[i] / scale) + zpf : zpf;
-    yv[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
-  }
+  if (scale > 0)
+    kiln_quantize_u8_f32(xv, x->numel, scale, zpf, y->data);
+  else
+    memset(y->data, (int)zpf, (size_t)x->numel);
   return KILN_OK;
 }
 

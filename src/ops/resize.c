@@ -313,6 +313,47 @@ static void rs_axis_taps(const rs_params *p, int64_t x, int64_t len, int64_t ole
   }
 }
 
+/* float32 interpolated along the last two axes only (every other axis kept as is: one tap of
+ * weight 1 at its own index): the general loop below without its per-element bookkeeping, the
+ * same double sums in the same order (nearest: the same copies), so the same bits. Returns
+ * false when it does not apply. */
+static bool rs_planes_f32(const kiln_tensor *x, kiln_tensor *o, const int64_t *out, rs_tap *const *ax, bool nearest) {
+  int r = x->rank;
+  if (x->dtype != KILN_FLOAT || r < 2) return false;
+  int64_t planes = 1;
+  for (int d = 0; d < r - 2; d++) {
+    if (out[d] != x->dims[d]) return false;
+    for (int64_t i = 0; i < out[d]; i++)
+      if (ax[d][i].outside || ax[d][i].n != 1 || ax[d][i].idx[0] != i || ax[d][i].w[0] != 1) return false;
+    planes *= out[d];
+  }
+  const rs_tap *th = ax[r - 2], *tw = ax[r - 1];
+  const int64_t H = x->dims[r - 2], W = x->dims[r - 1], OH = out[r - 2], OW = out[r - 1];
+  for (int64_t i = 0; i < OH; i++)
+    if (th[i].outside) return false;
+  for (int64_t i = 0; i < OW; i++)
+    if (tw[i].outside) return false;
+  const float *xf = x->data;
+  float *of = o->data;
+  for (int64_t pl = 0; pl < planes; pl++) {
+    const float *xp = xf + pl * H * W;
+    float *op = of + pl * OH * OW;
+    for (int64_t oh = 0; oh < OH; oh++)
+      for (int64_t ow = 0; ow < OW; ow++) {
+        const rs_tap *a = &th[oh], *b = &tw[ow];
+        if (nearest) { /* one tap per axis: the element itself */
+          op[oh * OW + ow] = xp[a->idx[0] * W + b->idx[0]];
+          continue;
+        }
+        double acc = 0;
+        for (int u = 0; u < a->n; u++)
+          for (int v = 0; v < b->n; v++) acc += a->w[u] * b->w[v] * (double)xp[a->idx[u] * W + b->idx[v]];
+        op[oh * OW + ow] = (float)acc;
+      }
+  }
+  return true;
+}
+
 static kiln_code rs_run(kiln_kctx *c, const kiln_tensor *x, const rs_params *p, const int64_t *out,
                         const double *scale, const double *roi) {
   int r = x->rank;
@@ -335,6 +376,10 @@ static kiln_code rs_run(kiln_kctx *c, const kiln_tensor *x, const rs_params *p, 
     ax[d] = taps + off;
     for (int64_t i = 0; i < out[d]; i++)
       rs_axis_taps(p, i, x->dims[d], out[d], scale[d], roi[d], roi[r + d], &ax[d][i]);
+  }
+  if (rs_planes_f32(x, o, out, ax, p->mode == M_NEAREST)) {
+    free(taps);
+    return KILN_OK;
   }
   int64_t s = 1;
   for (int d = r - 1; d >= 0; d--) stride[d] = s, s *= x->dims[d];

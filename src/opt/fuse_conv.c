@@ -213,7 +213,7 @@ kiln_code kiln_pass_fuse_conv_act(kiln_pass_ctx *ctx, kiln_graph *g, size_t *cou
 
 /* ---- Conv [+ activation] + MaxPool: the stems of ResNets and SqueezeNet ----
  * Fused where kernels/conv2d_f32 computes both in one pass (kiln_conv2d_f32_maxpool_ok): a
- * convolution of few input channels (the direct kernel, AVX-512) and pooling with x stride 2
+ * convolution of few input channels (the direct kernel, AVX2 or AVX-512) and pooling with x stride 2
  * over 2 or 3 columns. Shapes the kernel turns down at run time run the chain instead. */
 
 static bool stem_conv(const kiln_graph *g, const kiln_node *n) {

@@ -11,7 +11,7 @@ typedef struct kiln_opt_config {
   const char *disabled;       /* comma-separated pass names, or NULL */
   size_t fold_max_elems;      /* constant folding size cap (0: default) */
   /* The kernels the compiled model will run on can do Conv + MaxPool in one pass (the direct
-   * AVX-512 kernel): fuse_conv_pool applies. Chosen by the caller from the CPU, so the
+   * kernel, AVX2 or AVX-512): fuse_conv_pool applies. Chosen by the caller from the CPU, so the
    * optimizer itself never asks the CPU. */
   bool conv_pool_one_pass;
   /* Resolve, sort and type the graph again after a pass changed it (the caller's op

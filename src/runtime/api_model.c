@@ -113,7 +113,7 @@ static kiln_code compile(kiln_model *m, const kiln_options *opts, kiln_error *er
   if (!rc && m->opts.opt_level > 0) {
     kiln_opt_config cfg = {.level = m->opts.opt_level, .disabled = opt_disabled(opts), .prepare = reprepare,
                            .user = m->plugins};
-    cfg.conv_pool_one_pass = kiln_cpu_isa() >= KILN_ISA_AVX512; /* CPU choices at compile time */
+    cfg.conv_pool_one_pass = kiln_cpu_isa() >= KILN_ISA_AVX2; /* CPU choices at compile time */
     if (kiln_plugins_fusion_count(m->plugins)) cfg.extra_name = KILN_PLUGIN_PASS, cfg.extra = kiln_plugins_pass;
     rc = kiln_optimize(m->ir, &cfg, &m->opt_log, err);
   }

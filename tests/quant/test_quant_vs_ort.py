@@ -49,6 +49,8 @@ class Gen:
         g = int(r.choice([1, 1, 2, 3]))
         big = r.integers(4) == 0  # a real layer's sizes: the kernels' blocked paths
         cin, m = g * int(r.integers(1, 17 if big else 4)), g * int(r.integers(1, 17 if big else 4))
+        if r.integers(5) == 0:  # depthwise: one input and one output channel per group
+            g = cin = m = int(r.integers(1, 17))
         k = [int(r.integers(1, 4)), int(r.integers(1, 4))]
         d = [int(r.integers(1, 3)), int(r.integers(1, 3))]
         s = [int(r.integers(1, 3)), int(r.integers(1, 3))]

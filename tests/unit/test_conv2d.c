@@ -257,6 +257,8 @@ int main(void) {
       {1, 2, 12, 50, 9, 3, 3, 2, 1, 2, 2, 2, 0, 1, 3},      /* dilated, stride (2, 1) */
       {1, 3, 8, 33, 4, 2, 3, 1, 2, 1, 1, 0, 1, 0, 0},       /* 16 columns exactly, m 4 */
       {1, 3, 7, 260, 8, 1, 5, 3, 2, 1, 3, 0, 2, 0, 2},      /* 1x5 dilated, sh 3, 8 vectors */
+      {2, 3, 9, 27, 6, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0},       /* 25 columns (AVX2: 2 + 2 vectors, 1 lane), m 6 */
+      {1, 2, 6, 37, 11, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},      /* 37 columns (AVX2: 3 + 2), m 8 + 3 */
   };
   for (size_t f = 0; f < sizeof dir / sizeof dir[0]; f++) {
     const int64_t *v = dir[f];
@@ -264,7 +266,8 @@ int main(void) {
                                 v[9], v[10], v[11], v[12], 0, 0, 0};
     CHECK(finish(&p, v[13], v[14]));
     if (kiln_isa_resolve(KILN_ISA_AVX512) >= 0) CHECK(kiln_conv2d_f32_uses_direct(&p, KILN_ISA_AVX512));
-    CHECK(!kiln_conv2d_f32_uses_direct(&p, KILN_ISA_AVX2));
+    if (kiln_isa_resolve(KILN_ISA_AVX2) >= 0) CHECK(kiln_conv2d_f32_uses_direct(&p, KILN_ISA_AVX2));
+    CHECK(!kiln_conv2d_f32_uses_direct(&p, KILN_ISA_SCALAR));
     check_threads_equal(pools[1], &p);
     static const epi_case cs[] = {{0, 0, {KILN_ACT_NONE, 0, 0}, 0},
                                   {1, 0, {KILN_ACT_RELU, 0, 0}, 0},

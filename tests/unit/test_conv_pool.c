@@ -35,7 +35,8 @@ static void maxpool_ref(const kiln_conv2d_f32_params *p, const float *c, const k
       }
 }
 
-static void check_case(kiln_threadpool *pools[2], const int64_t *cv, const int64_t *pv, int with_bias, kiln_act act) {
+static void check_case(kiln_threadpool *pools[2], int isa, const int64_t *cv, const int64_t *pv, int with_bias,
+                       kiln_act act) {
   /* cv: n c h w m k s pad; pv: kh kw sh pt pl pb pr ceil */
   kiln_conv2d_f32_params p = {cv[0], cv[1], cv[2], cv[3], cv[4], 1, cv[5], cv[5], cv[6], cv[6], 1, 1,
                               cv[7], cv[7], 0, 0, 0};
@@ -43,7 +44,6 @@ static void check_case(kiln_threadpool *pools[2], const int64_t *cv, const int64
   p.ow = (p.w + 2 * cv[7] - cv[5]) / cv[6] + 1;
   kiln_pool2d_params q = {pv[0], pv[1], pv[2], 2, pv[3], pv[4], out_dim(p.oh, pv[0], pv[2], pv[3], pv[5], (int)pv[7]),
                           out_dim(p.ow, pv[1], 2, pv[4], pv[6], (int)pv[7])};
-  int isa = kiln_isa_resolve(KILN_ISA_AVX512);
   CHECK_MSG(kiln_conv2d_f32_maxpool_ok(&p, &q, isa), "shape accepted: c%lld %lldx%lld m%lld k%lld",
             (long long)p.c, (long long)p.h, (long long)p.w, (long long)p.m, (long long)p.kh);
   size_t xn = (size_t)(p.n * p.c * p.h * p.w), wn = (size_t)(p.m * p.c * p.kh * p.kw);
@@ -61,10 +61,10 @@ static void check_case(kiln_threadpool *pools[2], const int64_t *cv, const int64
     CHECK(kiln_conv2d_f32_maxpool(pools[t], isa, &p, x, w, &ep, &q, y) == KILN_OK);
     CHECK_MSG(!memcmp(y, ref, sizeof(float) * yn),
               "conv c%lld %lldx%lld m%lld k%lld s%lld p%lld, pool %lldx%lld s%lld pads %lld,%lld ceil %lld, "
-              "bias %d act %d, %d thread(s): differs from conv then pool",
+              "bias %d act %d, %d thread(s), isa %d: differs from conv then pool",
               (long long)p.c, (long long)p.h, (long long)p.w, (long long)p.m, (long long)p.kh, (long long)p.sh,
               (long long)p.pt, (long long)q.kh, (long long)q.kw, (long long)q.sh, (long long)q.pt,
-              (long long)q.pl, (long long)pv[7], with_bias, (int)act.kind, t + 1);
+              (long long)q.pl, (long long)pv[7], with_bias, (int)act.kind, t + 1, isa);
   }
   free(x), free(w), free(b), free(c), free(ref), free(y);
 }
@@ -72,10 +72,10 @@ static void check_case(kiln_threadpool *pools[2], const int64_t *cv, const int64
 int main(void) {
   kt_rng = 0x2545f4914f6cdd1dull;
   kiln_threadpool *pools[2] = {NULL, kiln_threadpool_create(2)};
-  if (kiln_cpu_isa_max() < KILN_ISA_AVX512) {
+  if (kiln_cpu_isa_max() < KILN_ISA_AVX2) {
     kiln_conv2d_f32_params p = {1, 3, 64, 64, 16, 1, 3, 3, 2, 2, 1, 1, 0, 0, 31, 31, 0};
     kiln_pool2d_params q = {3, 3, 2, 2, 0, 0, 15, 15};
-    CHECK(!kiln_conv2d_f32_maxpool_ok(&p, &q, kiln_cpu_isa_max())); /* the direct kernel is AVX-512 */
+    CHECK(!kiln_conv2d_f32_maxpool_ok(&p, &q, kiln_cpu_isa_max())); /* the direct kernel is AVX2 or AVX-512 */
     kiln_threadpool_free(pools[1]);
     return kt_finish("test_conv_pool");
   }
@@ -98,16 +98,19 @@ int main(void) {
   };
   const kiln_act acts[] = {{KILN_ACT_NONE, 0, 0}, {KILN_ACT_RELU, 0, 0}, {KILN_ACT_CLIP, -0.5f, 0.75f},
                            {KILN_ACT_LEAKY_RELU, 0.1f, 0}, {KILN_ACT_HARD_SWISH, 0, 0}};
-  for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
-    for (size_t j = 0; j < sizeof pools_ / sizeof pools_[0]; j++)
-      check_case(pools, convs[i], pools_[j], (int)((i + j) % 2), acts[(i + j) % 5]);
-  /* every activation on one shape */
-  for (size_t a = 0; a < 5; a++) check_case(pools, convs[0], pools_[0], 1, acts[a]);
+  /* every level with the direct kernel: AVX2 (conv_direct_avx2.c) and AVX-512 */
+  for (int isa = KILN_ISA_AVX2; isa <= (int)kiln_cpu_isa_max(); isa++) {
+    for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
+      for (size_t j = 0; j < sizeof pools_ / sizeof pools_[0]; j++)
+        check_case(pools, isa, convs[i], pools_[j], (int)((i + j) % 2), acts[(i + j) % 5]);
+    /* every activation on one shape */
+    for (size_t a = 0; a < 5; a++) check_case(pools, isa, convs[0], pools_[0], 1, acts[a]);
+  }
 
   /* turned down: x stride 1, 4 columns, a left pad of 2, a window past the output, 5 or 1
    * input channels */
   kiln_conv2d_f32_params p = {1, 3, 64, 64, 16, 1, 3, 3, 2, 2, 1, 1, 0, 0, 31, 31, 0};
-  int isa = kiln_isa_resolve(KILN_ISA_AVX512);
+  int isa = kiln_isa_resolve(KILN_ISA_AUTO);
   kiln_pool2d_params ok = {3, 3, 2, 2, 0, 0, 15, 15}, q;
   CHECK(kiln_conv2d_f32_maxpool_ok(&p, &ok, isa));
   q = ok, q.sw = 1, q.ow = 29;

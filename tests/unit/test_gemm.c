@@ -274,6 +274,28 @@ static void test_fixed(kiln_threadpool *pool2) {
   CHECK_MSG(bad == 0, "%d fixed cases failed", bad);
 }
 
+/* The cache sizes kiln reads, and the AVX2 blocking derived from them: the KC x 16 B panel
+ * within 3/4 of L1 (L1 taken as 16-64 KiB), the A block within L2 / 7, whole strips and
+ * panels. */
+static void test_derived_blocking(void) {
+  size_t l1 = kiln_cpu_cache_bytes(1), l2 = kiln_cpu_cache_bytes(2), l3 = kiln_cpu_cache_bytes(3);
+  printf("caches: L1d %zu, L2 %zu, L3 %zu bytes\n", l1, l2, l3);
+  CHECK(kiln_cpu_cache_bytes(0) == 0 && kiln_cpu_cache_bytes(4) == 0);
+  if (l1) CHECK(l1 >= 4096 && l1 <= (1u << 20));
+  if (l1 && l2) CHECK(l1 <= l2);
+  if (l2 && l3) CHECK(l2 <= l3);
+  kiln_gemm_blocking b = kiln_gemm_get_blocking(KILN_ISA_SCALAR);
+  CHECK(b.kc > 0); /* the scalar level exists everywhere */
+  if (kiln_cpu_isa_max() < KILN_ISA_AVX2) return;
+  b = kiln_gemm_get_blocking(KILN_ISA_AVX2);
+  size_t c1 = l1 ? l1 : 32768;
+  c1 = c1 < 16384 ? 16384 : c1 > 65536 ? 65536 : c1;
+  CHECK(b.order == 1 && b.kc % 16 == 0 && b.kc >= 128 && b.kc <= 768);
+  CHECK(b.kc * 16 * sizeof(float) <= c1 * 3 / 4 || b.kc == 128);
+  CHECK(b.mc % 6 == 0 && b.mc >= 24 && b.nc % 16 == 0 && b.nc >= 128);
+  if (l2 >= (256u << 10) && l2 <= (4u << 20)) CHECK(b.mc * b.kc * sizeof(float) <= l2 / 7 || b.mc == 24);
+}
+
 /* Tiny blocking so moderate shapes take many MC/KC/NC blocks; then restore. */
 static void test_small_blocking(kiln_threadpool *pool2) {
   kiln_gemm_blocking saved[KILN_ISA_LEVELS];
@@ -432,6 +454,7 @@ int main(int argc, char **argv) {
   test_degenerate();
   test_fixed(pool2);
   test_random(pool2);
+  test_derived_blocking();
   test_small_blocking(pool2);
   kiln_threadpool_free(pool2);
   return kt_finish("test_gemm");
