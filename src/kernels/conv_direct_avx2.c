@@ -130,28 +130,7 @@ static void row_block(const kiln_dir_ctx *d, const float *reg, int64_t oy0, int6
   }
 }
 
-void kiln_conv_direct_rows_avx2(void *ctx, size_t begin, size_t end, int ti) {
-  const kiln_dir_ctx *d = ctx;
-  const int64_t oh = d->p->oh;
-  float *reg = d->xb + (size_t)ti * d->region;
-  const size_t pass = (size_t)d->rows_per_pass;
-  for (size_t s0 = begin; s0 < end;) {
-    int64_t nn = (int64_t)s0 / oh, oy0 = (int64_t)s0 % oh;
-    size_t s1 = (size_t)((nn + 1) * oh); /* the image's end */
-    if (s1 > end) s1 = end;
-    if (s1 - s0 > (size_t)d->cap) s1 = s0 + (size_t)d->cap;
-    fill_rows(d, reg, nn, oy0, (int64_t)(s1 - s0));
-    for (size_t i0 = s0; i0 < s1; i0 += pass) {
-      size_t i1 = s1 - i0 < pass ? s1 : i0 + pass;
-      for (int64_t b = 0; b < d->mb; b++)
-        for (size_t i = i0; i < i1; i++)
-          row_block(d, reg, oy0, (int64_t)i, b, d->y + nn * d->p->m * d->ohw, d->ohw, (int64_t)i % oh);
-    }
-    s0 = s1;
-  }
-}
-
-/* ---- convolution then max pooling (conv_direct_f32.c's pool_task at 8 lanes) ------------ */
+/* ---- convolution then max pooling: pool_band at 8 lanes ---------------------------------- */
 
 /* out[px] = max of t[2 px + j], j < kw (2 or 3), for px < n; t has 2 round_up(n, 8) + 10
  * readable floats. The even and odd lanes come from in-lane shuffles (lanes in the order
@@ -208,42 +187,10 @@ static void pool_band(const kiln_dir_pool_ctx *pc, int64_t nn, int64_t q0, int64
   }
 }
 
-void kiln_conv_direct_pool_avx2(void *ctx, size_t begin, size_t end, int ti) {
-  const kiln_dir_pool_ctx *pc = ctx;
-  const kiln_dir_ctx *d = &pc->d;
-  const kiln_conv2d_f32_params *p = d->p;
-  const kiln_pool2d_params *q = pc->q;
-  const int64_t ow = p->ow, ys = pc->rows_cap * ow;
-  float *reg = d->xb + (size_t)ti * d->region;
-  float *cb = reg + (size_t)(p->c * d->hp * p->sw * d->t); /* after the region's input rows */
-  cb = (float *)(void *)(((uintptr_t)cb + 63) & ~(uintptr_t)63);
-  float *tmp = cb + (size_t)(p->m * ys);
-  int64_t have_n = -1, have0 = 0, have1 = 0; /* rows [have0, have1) of image have_n are in cb */
-  for (size_t task = begin; task < end; task++) {
-    int64_t nn = (int64_t)task / pc->tasks_per_image, tb = (int64_t)task % pc->tasks_per_image;
-    int64_t q0 = tb * pc->band, q1 = q0 + pc->band < q->oh ? q0 + pc->band : q->oh;
-    int64_t r0 = q0 * q->sh - q->pt, r1 = (q1 - 1) * q->sh - q->pt + q->kh;
-    if (r0 < 0) r0 = 0;
-    if (r1 > p->oh) r1 = p->oh;
-    int64_t c0 = r0; /* the first row to compute */
-    if (have_n == nn && have0 <= r0 && r0 < have1) {
-      if (r0 > have0)
-        for (int64_t co = 0; co < p->m; co++)
-          memmove(cb + co * ys, cb + co * ys + (r0 - have0) * ow, sizeof(float) * (size_t)((have1 - r0) * ow));
-      c0 = have1 < r1 ? have1 : r1;
-    }
-    if (c0 < r1) {
-      fill_rows(d, reg, nn, c0, r1 - c0);
-      for (int64_t i0 = c0; i0 < r1; i0 += d->rows_per_pass) {
-        int64_t i1 = r1 - i0 < d->rows_per_pass ? r1 : i0 + d->rows_per_pass;
-        for (int64_t b = 0; b < d->mb; b++)
-          for (int64_t i = i0; i < i1; i++) row_block(d, reg, c0, nn * p->oh + i, b, cb, ys, i - r0);
-      }
-    }
-    have_n = nn, have0 = r0, have1 = r1;
-    pool_band(pc, nn, q0, q1, cb, r0, tmp);
-  }
-}
+#define DIR_TASK_ATTR
+#define DIR_ROW_TASK kiln_conv_direct_rows_avx2
+#define DIR_POOL_TASK kiln_conv_direct_pool_avx2
+#include "kernels/conv_direct_tasks.h"
 
 #else
 typedef int kiln_conv_direct_avx2_unused; /* not x86: nothing here */
