@@ -640,6 +640,12 @@ static kiln_code roialign_run(kiln_kctx *c) {
       return kiln_kfail(c, "roi %lld is not finite or too large", (long long)r);
     int64_t gh = sr > 0 ? sr : (int64_t)ceil(rh / (double)oh);
     int64_t gw = sr > 0 ? sr : (int64_t)ceil(rw / (double)ow);
+    /* a grid no model needs (sampling_ratio 25,165,823 came from the fuzzer) would run for days */
+    double samples = (double)gh * (double)gw * (double)oh * (double)ow * (double)C;
+    if (samples > 1e9)
+      return kiln_kfail(c, "roi %lld: a sampling grid of %lld x %lld per bin (sampling_ratio %lld) needs "
+                        "%.3g samples, more than the 1e9 per roi kiln takes", (long long)r, (long long)gh,
+                        (long long)gw, (long long)sr, samples);
     double count = gh * gw > 1 ? (double)(gh * gw) : 1;
     for (int64_t ch = 0; ch < C; ch++) {
       int64_t base = (b * C + ch) * H * W;
