@@ -21,26 +21,6 @@ static inline __m256i lanes(int64_t n) { /* lanes [0, n) on, n in 0..8 */
   return _mm256_loadu_si256((const __m256i *)(mask_tab + 8 - n));
 }
 
-/* conv_direct_f32.c's fill_rows: the phase rows of output rows [oy0, oy0 + nr) of image nn. */
-static void fill_rows(const kiln_dir_ctx *d, float *reg, int64_t nn, int64_t oy0, int64_t nr) {
-  const kiln_conv2d_f32_params *p = d->p;
-  int64_t rows = (nr - 1) * p->sh + (p->kh - 1) * p->dh + 1;
-  for (int64_t ci = 0; ci < p->c; ci++)
-    for (int64_t r = 0; r < rows; r++) {
-      int64_t iy = oy0 * p->sh + r - p->pt;
-      float *dst = reg + (ci * d->hp + r) * p->sw * d->t;
-      if (iy < 0 || iy >= p->h) {
-        memset(dst, 0, sizeof(float) * (size_t)(p->sw * d->t));
-        continue;
-      }
-      const float *src = d->x + ((nn * p->c + ci) * p->h + iy) * p->w;
-      for (int64_t ph = 0; ph < p->sw; ph++) {
-        int64_t off = ph - p->pl, a, b;
-        col_range(off, p->sw, p->w, d->t, &a, &b);
-        kiln_phase_row_avx2(dst + ph * d->t, src + off, a, b, d->t, (int)p->sw);
-      }
-    }
-}
 
 /* Channels [co, co + nc) (nc <= 4; their weights at wb[k * 8 + c]) of output columns
  * [ox, ox + 8 * NV) (the last vector's lanes cut to `last`) of the row at y0 (channels ys
@@ -188,6 +168,8 @@ static void pool_band(const kiln_dir_pool_ctx *pc, int64_t nn, int64_t q0, int64
 }
 
 #define DIR_TASK_ATTR
+#define DIR_LEAF_ATTR static
+#define phase_row kiln_phase_row_avx2
 #define DIR_ROW_TASK kiln_conv_direct_rows_avx2
 #define DIR_POOL_TASK kiln_conv_direct_pool_avx2
 #include "kernels/conv_direct_tasks.h"

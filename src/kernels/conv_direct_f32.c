@@ -43,31 +43,12 @@ int kiln_conv2d_f32_uses_direct(const kiln_conv2d_f32_params *p, int isa) {
 
 typedef kiln_dir_ctx dir_ctx; /* conv_direct.h: shared with the AVX2 row task */
 
-/* Fill a thread's region with the phase rows that output rows [oy0, oy0 + nr) of image nn
- * read: local row r of channel ci holds padded row oy0 * sh + r, i.e. input row
- * oy0 * sh + r - pt; phase ph at [ph * t, ph * t + t): element i is input column
- * i * sw + ph - pl (0 outside). */
-T512 static void fill_rows(const dir_ctx *d, float *reg, int64_t nn, int64_t oy0, int64_t nr) {
-  const kiln_conv2d_f32_params *p = d->p;
-  int64_t rows = (nr - 1) * p->sh + (p->kh - 1) * p->dh + 1;
-  for (int64_t ci = 0; ci < p->c; ci++)
-    for (int64_t r = 0; r < rows; r++) {
-      int64_t iy = oy0 * p->sh + r - p->pt;
-      float *dst = reg + (ci * d->hp + r) * p->sw * d->t;
-      if (iy < 0 || iy >= p->h) {
-        memset(dst, 0, sizeof(float) * (size_t)(p->sw * d->t));
-        continue;
-      }
-      const float *src = d->x + ((nn * p->c + ci) * p->h + iy) * p->w;
-      for (int64_t ph = 0; ph < p->sw; ph++) {
-        int64_t off = ph - p->pl, a, b;
-        col_range(off, p->sw, p->w, d->t, &a, &b);
-        if (a == b)
-          memset(dst + ph * d->t, 0, sizeof(float) * (size_t)d->t);
-        else
-          im2col_row_avx512(dst + ph * d->t, src + off, a, b, d->t, (int)p->sw);
-      }
-    }
+/* One phase row for fill_rows (conv_direct_tasks.h). */
+T512 static void phase_row(float *dst, const float *src, int64_t a, int64_t b, int64_t t, int sw) {
+  if (a == b)
+    memset(dst, 0, sizeof(float) * (size_t)t);
+  else
+    im2col_row_avx512(dst, src, a, b, t, sw);
 }
 
 /* Channels [co, co + nc) (nc <= CB) of output columns [ox, ox + 16 * NS) (the last vector
@@ -149,6 +130,7 @@ T512 static void row_block(const dir_ctx *d, const float *reg, int64_t oy0, int6
 
 /* row_task, and pool_task after pool_band below */
 #define DIR_TASK_ATTR T512 static
+#define DIR_LEAF_ATTR T512 static
 #define DIR_ROW_TASK row_task
 #define DIR_POOL_TASK pool_task
 T512 static void pool_band(const kiln_dir_pool_ctx *pc, int64_t nn, int64_t q0, int64_t q1, const float *cb,

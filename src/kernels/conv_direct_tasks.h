@@ -1,11 +1,37 @@
 /* The row and pooling tasks of the direct convolution (conv_direct.h), written once for every
  * ISA: an ISA's file defines its leaves, then includes this file with
- *   DIR_TASK_ATTR   the functions' target attribute and linkage (e.g. `T512 static`, or empty)
+ *   DIR_TASK_ATTR   the tasks' target attribute and linkage (e.g. `T512 static`, or empty)
+ *   DIR_LEAF_ATTR   the same for the file's own helpers (`T512 static`, or `static`)
  *   DIR_ROW_TASK    the row task's name, DIR_POOL_TASK the pooling task's name
- * and static functions fill_rows(d, reg, nn, oy0, nr) (the region's input rows),
- * row_block(d, reg, oy0, i, b, yb, ys, yr) (one output row of one channel block) and
+ * and static functions phase_row(dst, src, a, b, t, sw) (t elements: dst[i] = src[i * sw] for
+ * i in [a, b), 0 elsewhere), row_block(d, reg, oy0, i, b, yb, ys, yr) (one output row of one
+ * channel block) and
  * pool_band(pc, nn, q0, q1, cb, r0, tmp) (pooled rows from the convolution rows in cb).
  * Internal to src/kernels; no include guard, by design. */
+
+/* Fill a thread's region with the phase rows that output rows [oy0, oy0 + nr) of image nn
+ * read: local row r of channel ci holds padded row oy0 * sh + r, i.e. input row
+ * oy0 * sh + r - pt; phase ph at [ph * t, ph * t + t): element i is input column
+ * i * sw + ph - pl (0 outside). */
+DIR_LEAF_ATTR void fill_rows(const kiln_dir_ctx *d, float *reg, int64_t nn, int64_t oy0, int64_t nr) {
+  const kiln_conv2d_f32_params *p = d->p;
+  int64_t rows = (nr - 1) * p->sh + (p->kh - 1) * p->dh + 1;
+  for (int64_t ci = 0; ci < p->c; ci++)
+    for (int64_t r = 0; r < rows; r++) {
+      int64_t iy = oy0 * p->sh + r - p->pt;
+      float *dst = reg + (ci * d->hp + r) * p->sw * d->t;
+      if (iy < 0 || iy >= p->h) {
+        memset(dst, 0, sizeof(float) * (size_t)(p->sw * d->t));
+        continue;
+      }
+      const float *src = d->x + ((nn * p->c + ci) * p->h + iy) * p->w;
+      for (int64_t ph = 0; ph < p->sw; ph++) {
+        int64_t off = ph - p->pl, a, b;
+        col_range(off, p->sw, p->w, d->t, &a, &b);
+        phase_row(dst + ph * d->t, src + off, a, b, d->t, (int)p->sw);
+      }
+    }
+}
 
 /* Task index: an output row (n * oh + oy). The thread fills its own region with the input
  * rows of up to `cap` output rows of one image, then computes them: one loop per convolution,
