@@ -312,9 +312,58 @@ static void dw_plane(const dw_job *j, int64_t task) {
     }
 }
 
+/* The most taps for which dw_plane_f32 is exact: every |x - zx| and |w - zw| is at most 255, so a
+ * sum of this many products stays below 2^24, where float32 holds every integer. */
+enum { DW_F32_MAX_TAPS = (1 << 24) / (255 * 255) };
+
+/* dw_plane in float32, exact for at most DW_F32_MAX_TAPS taps (so the int32 sums, which cannot
+ * wrap there): the plane's x - zx laid out once with its padding as 0 in pad [hp][wp], then every
+ * tap a multiply-add along whole rows, no bounds, which the compiler vectorises at any ISA. */
+static void dw_plane_f32(const dw_job *j, int64_t task, float *pad, float *acc) {
+  const kiln_qconv *q = j->q;
+  const int64_t *g = q->d2, ch = task % q->m;
+  const int64_t IH = g[0], IW = g[1], OH = g[2], OW = g[3], KH = g[4], KW = g[5], sh = g[6], sw = g[7];
+  const int64_t dh = g[8], dw = g[9], hp = (OH - 1) * sh + (KH - 1) * dh + 1, wp = (OW - 1) * sw + (KW - 1) * dw + 1;
+  const uint8_t *xp = j->x + task * q->xsize, *wq = j->w + ch * j->k4 * 4;
+  for (int64_t r = 0; r < hp; r++) {
+    const int64_t ih = r - g[10];
+    for (int64_t col = 0; col < wp; col++) {
+      const int64_t iw = col - g[11];
+      pad[r * wp + col] =
+          ih >= 0 && ih < IH && iw >= 0 && iw < IW ? (float)((int32_t)(uint8_t)(xp[ih * IW + iw] ^ j->xflip) - j->zx) : 0;
+    }
+  }
+  for (int64_t i = 0; i < OH * OW; i++) acc[i] = 0;
+  for (int64_t kh = 0; kh < KH; kh++)
+    for (int64_t kw = 0; kw < KW; kw++) {
+      const float wv = (float)((int32_t)(int8_t)wq[kh * KW + kw] - j->zw[ch]);
+      const float *base = pad + kh * dh * wp + kw * dw;
+      for (int64_t oh = 0; oh < OH; oh++) {
+        const float *src = base + oh * sh * wp;
+        float *ar = acc + oh * OW;
+        if (sw == 1)
+          for (int64_t ow = 0; ow < OW; ow++) ar[ow] += wv * src[ow];
+        else
+          for (int64_t ow = 0; ow < OW; ow++) ar[ow] += wv * src[ow * sw];
+      }
+    }
+  int32_t *yp = j->y + task * q->ysize;
+  for (int64_t i = 0; i < OH * OW; i++) yp[i] = (int32_t)acc[i];
+}
+
 static void dw_run(void *ctx, size_t begin, size_t end, int t) {
   (void)t;
-  for (size_t i = begin; i < end; i++) dw_plane(ctx, (int64_t)i);
+  const dw_job *j = ctx;
+  const int64_t *g = j->q->d2;
+  const int64_t hp = (g[2] - 1) * g[6] + (g[4] - 1) * g[8] + 1, wp = (g[3] - 1) * g[7] + (g[5] - 1) * g[9] + 1;
+  float *buf = g[4] * g[5] <= DW_F32_MAX_TAPS ? kiln_malloc(sizeof(float) * (size_t)(hp * wp + j->q->ysize)) : NULL;
+  for (size_t i = begin; i < end; i++) {
+    if (buf)
+      dw_plane_f32(j, (int64_t)i, buf, buf + hp * wp);
+    else
+      dw_plane(j, (int64_t)i);
+  }
+  free(buf);
 }
 
 kiln_code kiln_qconv_run(kiln_kctx *c, size_t wi, const kiln_qconv *q, const kiln_tensor *x, int64_t xz,

@@ -5,7 +5,8 @@
  * per-channel weight zero points, batches of 1-2: both k orders, the plain one (channel, tap) and
  * the channel quads (kiln_qconv_quads: channels per group a multiple of 4, more than one tap),
  * whose packing reads a padded, interleaved copy of the input and sums its columns from a plane
- * of channel sums. */
+ * of channel sums; and depthwise convolutions (the direct path, in float32 where that is exact,
+ * in int32 past 258 taps), kernels up to 5x5 and 17x17. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,17 +56,22 @@ static void random_geom(geom *g) {
   g->cg = cgs[kt_rand_in(0, 6)];
   g->mg = kt_rand_in(1, 9);
   g->kh = kt_rand_in(1, 3), g->kw = kt_rand_in(1, 3);
+  if (kt_rand_in(0, 3) == 0) { /* depthwise (the direct path), kernels up to 5x5 */
+    g->group = kt_rand_in(1, 24), g->cg = g->mg = 1;
+    g->kh = kt_rand_in(1, 5), g->kw = kt_rand_in(1, 5);
+    if (kt_rand_in(0, 15) == 0) g->kh = g->kw = 17; /* 289 taps: past the float32 path's exact range */
+  }
   g->sh = kt_rand_in(1, 3), g->sw = kt_rand_in(1, 3);
   g->dh = kt_rand_in(1, 2), g->dw = kt_rand_in(1, 2);
   g->ph = kt_rand_in(0, 2), g->pw = kt_rand_in(0, 2), g->pe_h = kt_rand_in(0, 2), g->pe_w = kt_rand_in(0, 2);
   int64_t eh = (g->kh - 1) * g->dh + 1, ew = (g->kw - 1) * g->dw + 1;
-  g->ih = kt_rand_in(eh - g->ph - g->pe_h > 1 ? eh - g->ph - g->pe_h : 1, 12);
-  g->iw = kt_rand_in(ew - g->pw - g->pe_w > 1 ? ew - g->pw - g->pe_w : 1, 12);
+  g->ih = kt_rand_in(eh - g->ph - g->pe_h > 1 ? eh - g->ph - g->pe_h : 1, eh > 12 ? eh + 4 : 12);
+  g->iw = kt_rand_in(ew - g->pw - g->pe_w > 1 ? ew - g->pw - g->pe_w : 1, ew > 12 ? ew + 4 : 12);
   g->oh = (g->ih + g->ph + g->pe_h - eh) / g->sh + 1;
   g->ow = (g->iw + g->pw + g->pe_w - ew) / g->sw + 1;
 }
 
-/* One case; returns whether it took the channel quads. */
+/* One case; returns 1 if it took the channel quads, 2 if the depthwise path, else 0. */
 static int one_case(int idx) {
   geom g;
   random_geom(&g);
@@ -103,14 +109,15 @@ static int one_case(int idx) {
   free(wz);
   kiln_tensor_free(x);
   kiln_tensor_free(w);
-  return kiln_qconv_quads(g.cg, ksize, 2) != 0;
+  return kiln_qconv_quads(g.cg, ksize, 2) ? 1 : g.cg == 1 && g.mg == 1 ? 2 : 0;
 }
 
 int main(void) {
   kt_rng = 0x51c0417a3e5u;
-  int quads = 0, cases = 600;
-  for (int i = 0; i < cases; i++) quads += one_case(i);
-  printf("test_qconv: %d cases, %d in channel quads\n", cases, quads);
-  CHECK(quads >= cases / 4 && quads <= cases * 3 / 4); /* both k orders exercised */
+  int paths[3] = {0}, cases = 800;
+  for (int i = 0; i < cases; i++) paths[one_case(i)]++;
+  printf("test_qconv: %d cases: %d in the plain k order, %d in channel quads, %d depthwise\n", cases, paths[0],
+         paths[1], paths[2]);
+  for (int p = 0; p < 3; p++) CHECK(paths[p] >= cases / 8); /* every path exercised */
   return kt_finish("test_qconv");
 }
