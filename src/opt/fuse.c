@@ -68,12 +68,33 @@ static kiln_code adopt_attrs(kiln_node *dst, kiln_node *src) {
   return KILN_OK;
 }
 
-/* Per-node flags grown to new_n entries, the new ones false; NULL (flags untouched) on OOM. */
-static bool *grow_flags(bool *flags, size_t old_n, size_t new_n) {
-  bool *grown = realloc(flags, (new_n ? new_n : 1) * sizeof *flags);
-  if (grown)
-    for (size_t j = old_n; j < new_n; j++) grown[j] = false;
-  return grown;
+kiln_code kiln_fuse_scan_begin(kiln_pass_ctx *ctx, const kiln_graph *g, kiln_fuse_scan *s) {
+  s->uses = kiln_graph_use_counts(g);
+  s->dead = kiln_calloc(g->n_nodes, sizeof *s->dead);
+  s->n_dead = g->n_nodes;
+  return s->uses && s->dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+}
+
+kiln_code kiln_fuse_scan_grow(kiln_pass_ctx *ctx, const kiln_graph *g, kiln_fuse_scan *s) {
+  bool *grown = realloc(s->dead, (g->n_nodes ? g->n_nodes : 1) * sizeof *grown);
+  if (!grown) return kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+  for (size_t j = s->n_dead; j < g->n_nodes; j++) grown[j] = false;
+  s->dead = grown;
+  s->n_dead = g->n_nodes;
+  return KILN_OK;
+}
+
+kiln_code kiln_fuse_scan_end(kiln_fuse_scan *s, kiln_graph *g, kiln_code rc) {
+  if (!rc) kiln_graph_remove_nodes(g, s->dead);
+  free(s->uses);
+  free(s->dead);
+  s->uses = NULL;
+  s->dead = NULL;
+  return rc;
+}
+
+kiln_code kiln_fuse_failed(const kiln_pass_ctx *ctx) {
+  return ctx->err && ctx->err->code ? ctx->err->code : KILN_ERR_NOMEM;
 }
 
 kiln_code kiln_node_copy_attrs(kiln_node *dst, const kiln_node *src) {
@@ -199,43 +220,36 @@ oom:
 }
 
 kiln_code kiln_fuse_emit(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_match *m, const char *op_type,
-                         const int *inputs, size_t n_inputs, kiln_node *attrs, bool **dead, size_t n0,
+                         const int *inputs, size_t n_inputs, kiln_node *attrs, kiln_fuse_scan *s,
                          size_t *count) {
   kiln_code rc = KILN_OK;
-  int k = kiln_fuse_chain(ctx, g, m, op_type, inputs, n_inputs, *dead);
+  int k = kiln_fuse_chain(ctx, g, m, op_type, inputs, n_inputs, s->dead);
   if (k < 0)
-    rc = ctx->err && ctx->err->code ? ctx->err->code : KILN_ERR_NOMEM;
+    rc = kiln_fuse_failed(ctx);
   else if (adopt_attrs(&g->nodes[k], attrs))
     rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
   if (k >= 0) (*count)++;
   kiln_node_clear(attrs);
-  bool *grown = grow_flags(*dead, n0, g->n_nodes);
-  if (!grown) return kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
-  *dead = grown;
-  return rc;
+  kiln_code grown = kiln_fuse_scan_grow(ctx, g, s);
+  return grown ? grown : rc;
 }
 
 kiln_code kiln_fuse_patterns(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_pattern *pats, size_t n_pats,
                              kiln_fuse_build_fn build, size_t *count) {
-  size_t *uses = kiln_graph_use_counts(g);
-  bool *dead = kiln_calloc(g->n_nodes, sizeof *dead);
-  kiln_code rc = uses && dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
-  size_t n0 = g->n_nodes;
-  for (size_t i = n0; !rc && i-- > 0;)
+  kiln_fuse_scan s;
+  kiln_code rc = kiln_fuse_scan_begin(ctx, g, &s);
+  for (size_t i = g->n_nodes; !rc && i-- > 0;)
     for (size_t p = 0; p < n_pats; p++) {
       kiln_match m;
-      if (!kiln_pattern_match(g, &pats[p], i, uses, dead, &m)) continue;
+      if (!kiln_pattern_match(g, &pats[p], i, s.uses, s.dead, &m)) continue;
       const char *op_type = NULL;
       int in[KILN_FUSE_MAX_IN];
       size_t n_in = 0;
       kiln_node attrs = {0};
       rc = build(g, &m, p, &op_type, in, &n_in, &attrs);
-      if (!rc) rc = kiln_fuse_emit(ctx, g, &m, op_type, in, n_in, &attrs, &dead, n0, count);
+      if (!rc) rc = kiln_fuse_emit(ctx, g, &m, op_type, in, n_in, &attrs, &s, count);
       else kiln_node_clear(&attrs);
       break;
     }
-  if (!rc) kiln_graph_remove_nodes(g, dead);
-  free(uses);
-  free(dead);
-  return rc;
+  return kiln_fuse_scan_end(&s, g, rc);
 }

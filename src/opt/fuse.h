@@ -27,11 +27,30 @@ kiln_code kiln_node_set_ints(kiln_node *n, const char *name, const int64_t *v, s
 /* Copy every attribute of src onto dst (deep copy; graphs are not supported). */
 kiln_code kiln_node_copy_attrs(kiln_node *dst, const kiln_node *src);
 
+/* What a fusion pass scans the graph with: the use counts of every value as the pass found them,
+ * and a flag per node, set once a rewrite has taken the node (its husk is removed at the end).
+ * The flags grow with the graph as fused nodes are appended. */
+typedef struct {
+  size_t *uses;
+  bool *dead;
+  size_t n_dead; /* entries of dead: the node count when it last grew */
+} kiln_fuse_scan;
+
+/* Use counts and all-false flags for g; KILN_ERR_NOMEM (also in ctx->err) when out of memory,
+ * with s still safe to end. */
+kiln_code kiln_fuse_scan_begin(kiln_pass_ctx *ctx, const kiln_graph *g, kiln_fuse_scan *s);
+/* The flags grown to g's node count, the new entries false. */
+kiln_code kiln_fuse_scan_grow(kiln_pass_ctx *ctx, const kiln_graph *g, kiln_fuse_scan *s);
+/* Remove the flagged nodes from g if rc is KILN_OK, free s's arrays, and return rc. */
+kiln_code kiln_fuse_scan_end(kiln_fuse_scan *s, kiln_graph *g, kiln_code rc);
+/* The error of a failed rewrite: the code in ctx->err, else KILN_ERR_NOMEM. */
+kiln_code kiln_fuse_failed(const kiln_pass_ctx *ctx);
+
 /* kiln_fuse_chain, then move `attrs`' attributes onto the new node, clear `attrs`, count the
- * rewrite and grow the pass's per-node flags (*dead, n0 entries before) to the new node count.
- * Returns KILN_OK or the error (also in ctx->err). */
+ * rewrite and grow s's flags to the new node count. Returns KILN_OK or the error (also in
+ * ctx->err). */
 kiln_code kiln_fuse_emit(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_match *m, const char *op_type,
-                         const int *inputs, size_t n_inputs, kiln_node *attrs, bool **dead, size_t n0,
+                         const int *inputs, size_t n_inputs, kiln_node *attrs, kiln_fuse_scan *s,
                          size_t *count);
 
 /* What a fusion pass makes of a match of its pattern p (an index into its patterns): the fused

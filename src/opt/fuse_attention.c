@@ -414,27 +414,16 @@ static kiln_code rewrite(kiln_pass_ctx *ctx, kiln_graph *g, const amatch *a, boo
 }
 
 kiln_code kiln_pass_fuse_attention(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
-  size_t *uses = kiln_graph_use_counts(g);
-  bool *dead = kiln_calloc(g->n_nodes ? g->n_nodes : 1, sizeof *dead);
-  kiln_code rc = uses && dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
-  size_t n0 = g->n_nodes;
+  kiln_fuse_scan s;
+  kiln_code rc = kiln_fuse_scan_begin(ctx, g, &s);
   /* Anchors from the last node back, so a later attention claims shared Transposes first. */
-  for (size_t i = n0; !rc && i-- > 0;) {
-    actx c = {g, uses, dead};
+  for (size_t i = g->n_nodes; !rc && i-- > 0;) {
+    actx c = {g, s.uses, s.dead};
     amatch a;
     if (!match_at(&c, i, &a)) continue;
-    if ((rc = rewrite(ctx, g, &a, dead))) break;
+    if ((rc = rewrite(ctx, g, &a, s.dead))) break;
     (*count)++;
-    bool *grown = realloc(dead, g->n_nodes * sizeof *dead);
-    if (!grown) {
-      rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
-      break;
-    }
-    dead = grown;
-    for (size_t j = n0; j < g->n_nodes; j++) dead[j] = false;
+    rc = kiln_fuse_scan_grow(ctx, g, &s);
   }
-  if (!rc) kiln_graph_remove_nodes(g, dead);
-  free(uses);
-  free(dead);
-  return rc;
+  return kiln_fuse_scan_end(&s, g, rc);
 }

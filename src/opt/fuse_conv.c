@@ -104,26 +104,22 @@ static kiln_code fold_bn(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_match *m,
 }
 
 kiln_code kiln_pass_fuse_conv_bn(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
-  size_t *uses = kiln_graph_use_counts(g);
-  bool *dead = kiln_calloc(g->n_nodes, sizeof *dead);
-  kiln_code rc = uses && dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+  kiln_fuse_scan s;
+  kiln_code rc = kiln_fuse_scan_begin(ctx, g, &s);
   size_t n0 = g->n_nodes;
   for (size_t i = 0; !rc && i < n0; i++) {
     kiln_match m;
-    if (!kiln_pattern_match(g, &conv_bn, i, uses, dead, &m)) continue;
-    rc = fold_bn(ctx, g, &m, dead);
-    if (!rc && dead[m.nodes[1]]) {
-      dead[m.nodes[0]] = true; /* claimed for this pass; cleared below */
+    if (!kiln_pattern_match(g, &conv_bn, i, s.uses, s.dead, &m)) continue;
+    rc = fold_bn(ctx, g, &m, s.dead);
+    if (!rc && s.dead[m.nodes[1]]) {
+      s.dead[m.nodes[0]] = true; /* claimed for this pass; cleared below */
       (*count)++;
     }
   }
   /* Conv nodes were only marked to stop a second match; keep them. */
   for (size_t i = 0; !rc && i < n0; i++)
-    if (dead[i] && kiln_op_is(&g->nodes[i], "Conv")) dead[i] = false;
-  if (!rc) kiln_graph_remove_nodes(g, dead);
-  free(uses);
-  free(dead);
-  return rc;
+    if (s.dead[i] && kiln_op_is(&g->nodes[i], "Conv")) s.dead[i] = false;
+  return kiln_fuse_scan_end(&s, g, rc);
 }
 
 /* ---- Conv [+ Add] + activation ---- */

@@ -256,13 +256,13 @@ static int fuse_at(kiln_pass_ctx *ctx, ectx *e, size_t i, bool *in_r) {
 kiln_code kiln_pass_fuse_elementwise(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
   size_t n0 = g->n_nodes;
   kiln_dimflow *df = kiln_dimflow_new(g);
-  size_t *uses = kiln_graph_use_counts(g);
+  kiln_fuse_scan s;
+  kiln_code rc = kiln_fuse_scan_begin(ctx, g, &s);
   bool *elig = kiln_calloc(n0 + 1, sizeof *elig), *in_r = kiln_calloc(n0 + 1, sizeof *in_r);
   char *from_reduce = kiln_calloc(g->n_values + 1, 1);
   bool *to_reduce = kiln_calloc(g->n_values + 1, sizeof(bool));
-  bool *dead = kiln_calloc(n0 + 1, sizeof *dead);
-  kiln_code rc = KILN_OK;
-  if (!df || !uses || !elig || !in_r || !from_reduce || !to_reduce || !dead) {
+  if (rc) goto done;
+  if (!df || !elig || !in_r || !from_reduce || !to_reduce) {
     rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
     goto done;
   }
@@ -277,33 +277,21 @@ kiln_code kiln_pass_fuse_elementwise(kiln_pass_ctx *ctx, kiln_graph *g, size_t *
       if (hop == 0 && mark && n->n_in && n->in[0] >= 0) to_reduce[n->in[0]] = true;
     }
   for (size_t i = 0; i < n0; i++) elig[i] = eligible(g, &g->nodes[i], from_reduce, to_reduce);
-  ectx e = {g, df, uses, elig, dead};
-  for (size_t i = n0; i-- > 0;) {
-    if (!elig[i] || dead[i]) continue;
+  ectx e = {g, df, s.uses, elig, s.dead};
+  for (size_t i = n0; !rc && i-- > 0;) {
+    if (!elig[i] || s.dead[i]) continue;
     int k = fuse_at(ctx, &e, i, in_r);
-    if (k < 0) {
-      rc = ctx->err && ctx->err->code ? ctx->err->code : KILN_ERR_NOMEM;
-      break;
-    }
-    if (k == 0) continue;
+    if (k < 0) rc = kiln_fuse_failed(ctx);
+    if (k <= 0) continue;
     (*count)++;
-    bool *grown = realloc(dead, (g->n_nodes + 1) * sizeof *dead);
-    if (!grown) {
-      rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
-      break;
-    }
-    dead = grown;
-    e.dead = dead;
-    for (size_t j = n0; j < g->n_nodes; j++) dead[j] = false;
+    rc = kiln_fuse_scan_grow(ctx, g, &s);
+    e.dead = s.dead;
   }
-  if (!rc) kiln_graph_remove_nodes(g, dead);
 done:
   kiln_dimflow_free(df);
-  free(uses);
   free(elig);
   free(in_r);
   free(from_reduce);
   free(to_reduce);
-  free(dead);
-  return rc;
+  return kiln_fuse_scan_end(&s, g, rc);
 }

@@ -120,12 +120,12 @@ static bool const_vec(const kiln_graph *g, const kiln_node *n, size_t i, int *ou
 }
 
 kiln_code kiln_pass_fuse_embedding(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
-  size_t *uses = kiln_graph_use_counts(g);
-  size_t n_dead = g->n_nodes;
-  bool *dead = kiln_calloc(n_dead ? n_dead : 1, sizeof *dead);
-  kiln_code rc = uses && dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
-  for (size_t i = n_dead; !rc && i-- > 0;) {
-    if (dead[i]) continue;
+  kiln_fuse_scan s;
+  kiln_code rc = kiln_fuse_scan_begin(ctx, g, &s);
+  size_t *uses = s.uses;
+  size_t n0 = g->n_nodes;
+  for (size_t i = n0; !rc && i-- > 0;) {
+    if (s.dead[i]) continue;
     const kiln_node *n = &g->nodes[i];
     emb e;
     for (int k = 0; k < E_N; k++) e.in[k] = -1;
@@ -142,7 +142,7 @@ kiln_code kiln_pass_fuse_embedding(kiln_pass_ctx *ctx, kiln_graph *g, size_t *co
       e.m.n = 1;
       e.m.nodes[0] = i;
       ok = const_vec(g, n, 2, &e.in[E_GAMMA]) && const_vec(g, n, 3, &e.in[E_BETA]) &&
-           addends(g, n->in[0], n->in[1], uses, dead, &e);
+           addends(g, n->in[0], n->in[1], uses, s.dead, &e);
     } else {
       if (kfn_is_kiln(n, "LayerNorm") && kiln_attr_int(n, "axis", -1) == -1) {
         if (!const_vec(g, n, 1, &e.in[E_GAMMA]) || !const_vec(g, n, 2, &e.in[E_BETA])) continue;
@@ -151,7 +151,7 @@ kiln_code kiln_pass_fuse_embedding(kiln_pass_ctx *ctx, kiln_graph *g, size_t *co
         x = n->in[0];
         e.m.n = 1;
         e.m.nodes[0] = i;
-      } else if (kiln_match_layernorm(g, i, uses, dead, &lm) && lm.axis == -1) {
+      } else if (kiln_match_layernorm(g, i, uses, s.dead, &lm) && lm.axis == -1) {
         ln = true;
         eps = lm.epsilon;
         x = lm.x;
@@ -164,22 +164,22 @@ kiln_code kiln_pass_fuse_embedding(kiln_pass_ctx *ctx, kiln_graph *g, size_t *co
       }
       if (x < 0) continue;
       if (ln && uses[x] != kfn_reads(g, &e.m, x)) pre = x;
-      int r = kfn_producer(g, x, "Relu", dead);
+      int r = kfn_producer(g, x, "Relu", s.dead);
       if (r >= 0 && kfn_match_add(&e.m, (size_t)r)) {
         relu = true;
         x = g->nodes[r].in[0];
         if (x < 0 || uses[x] != 1) continue;
       }
-      int add = kfn_producer(g, x, "Add", dead);
+      int add = kfn_producer(g, x, "Add", s.dead);
       ok = add >= 0 && g->nodes[add].n_in == 2 && kfn_match_add(&e.m, (size_t)add) &&
-           addends(g, g->nodes[add].in[0], g->nodes[add].in[1], uses, dead, &e);
+           addends(g, g->nodes[add].in[0], g->nodes[add].in[1], uses, s.dead, &e);
     }
     if (!ok || !kfn_closed(g, &e.m, uses, &pre, pre >= 0)) continue;
     size_t n_in = E_N;
     while (e.in[n_in - 1] < 0) n_in--;
-    int f = kfn_fuse(ctx, g, &e.m, "FusedEmbedding", e.in, n_in, &pre, pre >= 0, &dead, &n_dead);
+    int f = kfn_fuse(ctx, g, &e.m, "FusedEmbedding", e.in, n_in, &pre, pre >= 0, &s);
     if (f < 0) {
-      rc = ctx->err && ctx->err->code ? ctx->err->code : KILN_ERR_NOMEM;
+      rc = kiln_fuse_failed(ctx);
       break;
     }
     kiln_node *fn = &g->nodes[f];
@@ -189,8 +189,5 @@ kiln_code kiln_pass_fuse_embedding(kiln_pass_ctx *ctx, kiln_graph *g, size_t *co
       rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
     (*count)++;
   }
-  if (!rc) kiln_graph_remove_nodes(g, dead);
-  free(uses);
-  free(dead);
-  return rc;
+  return kiln_fuse_scan_end(&s, g, rc);
 }

@@ -173,13 +173,13 @@ static bool match_chain(const kiln_graph *g, size_t i, const size_t *uses, const
 }
 
 kiln_code kiln_pass_fuse_gelu(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
-  size_t *uses = kiln_graph_use_counts(g);
-  size_t n_dead = g->n_nodes;
-  bool *dead = kiln_calloc(n_dead ? n_dead : 1, sizeof *dead);
-  kiln_code rc = uses && dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+  kiln_fuse_scan s;
+  kiln_code rc = kiln_fuse_scan_begin(ctx, g, &s);
+  size_t *uses = s.uses;
+  size_t n0 = g->n_nodes;
   /* Anchors from the last node back: the longest chain ending at a node wins. */
-  for (size_t i = n_dead; !rc && i-- > 0;) {
-    if (dead[i]) continue;
+  for (size_t i = n0; !rc && i-- > 0;) {
+    if (s.dead[i]) continue;
     const kiln_node *n = &g->nodes[i];
     gelu_fusion f = {.op = "Gelu", .n_in = 1, .in = {-1, -1, -1}};
     bool fused_gelu = kfn_is_kiln(n, "Gelu") && n->n_in == 1, fused_bias = kfn_is_kiln(n, "BiasGelu") && n->n_in == 2;
@@ -191,7 +191,7 @@ kiln_code kiln_pass_fuse_gelu(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) 
       f.m.nodes[0] = i;
       f.x = n->in[0];
       f.tanh = !strcmp(a, "tanh");
-      if (!kfn_is_float(g, f.x) || !extend(g, uses, dead, &f, fused_bias ? n->in[1] : -1) || !strcmp(f.op, "Gelu"))
+      if (!kfn_is_float(g, f.x) || !extend(g, uses, s.dead, &f, fused_bias ? n->in[1] : -1) || !strcmp(f.op, "Gelu"))
         continue;
     } else if (kiln_op_is(n, "Gelu") && n->n_in == 1 && n->n_out == 1) {
       /* the standard Gelu (opset 20): what its chain would have become */
@@ -201,15 +201,15 @@ kiln_code kiln_pass_fuse_gelu(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) 
       f.m.nodes[0] = i;
       f.x = f.in[0] = n->in[0];
       f.tanh = !strcmp(a, "tanh");
-      extend(g, uses, dead, &f, -1);
+      extend(g, uses, s.dead, &f, -1);
     } else {
-      if (!match_chain(g, i, uses, dead, &f)) continue;
+      if (!match_chain(g, i, uses, s.dead, &f)) continue;
       f.in[0] = f.x;
-      extend(g, uses, dead, &f, -1);
+      extend(g, uses, s.dead, &f, -1);
     }
-    int k = kfn_fuse(ctx, g, &f.m, f.op, f.in, f.n_in, NULL, 0, &dead, &n_dead);
+    int k = kfn_fuse(ctx, g, &f.m, f.op, f.in, f.n_in, NULL, 0, &s);
     if (k < 0) {
-      rc = ctx->err && ctx->err->code ? ctx->err->code : KILN_ERR_NOMEM;
+      rc = kiln_fuse_failed(ctx);
       break;
     }
     if (!strcmp(f.op, "FusedMatMul")) rc = kiln_node_set_string(&g->nodes[k], "activation", f.tanh ? "GeluTanh" : "Gelu");
@@ -217,8 +217,5 @@ kiln_code kiln_pass_fuse_gelu(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) 
     if (rc) rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
     (*count)++;
   }
-  if (!rc) kiln_graph_remove_nodes(g, dead);
-  free(uses);
-  free(dead);
-  return rc;
+  return kiln_fuse_scan_end(&s, g, rc);
 }

@@ -128,23 +128,23 @@ static kiln_code set_attrs(kiln_node *f, const kiln_ln_match *lm) {
 }
 
 kiln_code kiln_pass_fuse_layernorm(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
-  size_t *uses = kiln_graph_use_counts(g);
-  size_t n_dead = g->n_nodes;
-  bool *dead = kiln_calloc(n_dead ? n_dead : 1, sizeof *dead);
-  kiln_code rc = uses && dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
+  kiln_fuse_scan s;
+  kiln_code rc = kiln_fuse_scan_begin(ctx, g, &s);
+  size_t *uses = s.uses;
+  size_t n0 = g->n_nodes;
   /* Anchors from the last node back, so a chain is seen from its end. */
-  for (size_t i = n_dead; !rc && i-- > 0;) {
+  for (size_t i = n0; !rc && i-- > 0;) {
     kiln_ln_match lm;
-    if (dead[i] || !kiln_match_layernorm(g, i, uses, dead, &lm)) continue;
+    if (s.dead[i] || !kiln_match_layernorm(g, i, uses, s.dead, &lm)) continue;
     int k = -lm.axis, sum = -1;
     const kiln_type *xt = &g->values[lm.x].type;
-    int add = kfn_producer(g, lm.x, "Add", dead);
+    int add = kfn_producer(g, lm.x, "Add", s.dead);
     int in[4] = {lm.x, lm.gamma, lm.beta, -1};
     const char *op = "LayerNorm";
     size_t n_in = 3;
     kiln_ln_match prev;
     /* an Add that ends another normalisation (its beta) is that one's, not a residual */
-    if (add >= 0 && !kiln_match_layernorm(g, (size_t)add, uses, dead, &prev)) {
+    if (add >= 0 && !kiln_match_layernorm(g, (size_t)add, uses, s.dead, &prev)) {
       const kiln_node *a = &g->nodes[add];
       kiln_match with = lm.m;
       if (a->n_in == 2 && skip_operand(g, a->in[0], xt, k) && skip_operand(g, a->in[1], xt, k) &&
@@ -165,16 +165,13 @@ kiln_code kiln_pass_fuse_layernorm(kiln_pass_ctx *ctx, kiln_graph *g, size_t *co
       }
     }
     while (n_in > 1 && in[n_in - 1] < 0) n_in--; /* no trailing omitted inputs */
-    int f = kfn_fuse(ctx, g, &lm.m, op, in, n_in, &sum, sum >= 0, &dead, &n_dead);
+    int f = kfn_fuse(ctx, g, &lm.m, op, in, n_in, &sum, sum >= 0, &s);
     if (f < 0) {
-      rc = ctx->err && ctx->err->code ? ctx->err->code : KILN_ERR_NOMEM;
+      rc = kiln_fuse_failed(ctx);
       break;
     }
     if (set_attrs(&g->nodes[f], &lm)) rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
     (*count)++;
   }
-  if (!rc) kiln_graph_remove_nodes(g, dead);
-  free(uses);
-  free(dead);
-  return rc;
+  return kiln_fuse_scan_end(&s, g, rc);
 }

@@ -115,15 +115,9 @@ bool kfn_closed(const kiln_graph *g, const kiln_match *m, const size_t *uses, co
 }
 
 int kfn_fuse(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_match *m, const char *op_type,
-             const int *inputs, size_t n_inputs, const int *extra, size_t n_extra, bool **dead,
-             size_t *n_dead) {
-  int k = kiln_fuse_chain(ctx, g, m, op_type, inputs, n_inputs, *dead);
-  if (k < 0) return -1;
-  bool *grown = realloc(*dead, g->n_nodes * sizeof *grown);
-  if (!grown) return kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory"), -1;
-  for (size_t j = *n_dead; j < g->n_nodes; j++) grown[j] = false;
-  *dead = grown;
-  *n_dead = g->n_nodes;
+             const int *inputs, size_t n_inputs, const int *extra, size_t n_extra, kiln_fuse_scan *s) {
+  int k = kiln_fuse_chain(ctx, g, m, op_type, inputs, n_inputs, s->dead);
+  if (k < 0 || kiln_fuse_scan_grow(ctx, g, s)) return -1;
   kiln_node *f = &g->nodes[k];
   const kiln_attr *a = kiln_node_attr(f, "original");
   kiln_graph *sub = a ? a->g : NULL;

@@ -49,11 +49,10 @@ bool kfn_closed(const kiln_graph *g, const kiln_match *m, const size_t *uses, co
 
 /* kiln_fuse_chain, then: the fused node keeps only the anchor's first output, plus `extra`
  * (values produced inside the chain that are read elsewhere) in order, also added to the
- * "original" subgraph's outputs; and *dead grows to the new node count. Returns the fused node
- * index or -1 with ctx->err set. */
+ * "original" subgraph's outputs; and s's flags grow to the new node count. Returns the fused
+ * node index or -1 with ctx->err set. */
 int kfn_fuse(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_match *m, const char *op_type,
-             const int *inputs, size_t n_inputs, const int *extra, size_t n_extra, bool **dead,
-             size_t *n_dead);
+             const int *inputs, size_t n_inputs, const int *extra, size_t n_extra, kiln_fuse_scan *s);
 
 /* ---- the normalisations' pieces (fuse_layernorm.c, fuse_rmsnorm.c), pattern predicates ---- */
 /* A ReduceMean with keepdims 1 (and not noop_with_empty_axes). */

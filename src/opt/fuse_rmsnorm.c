@@ -74,25 +74,22 @@ static bool match_rms(const kiln_graph *g, size_t anchor, const size_t *uses, co
 }
 
 kiln_code kiln_pass_fuse_rmsnorm(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
-  size_t *uses = kiln_graph_use_counts(g);
-  size_t n_dead = g->n_nodes;
-  bool *dead = kiln_calloc(n_dead ? n_dead : 1, sizeof *dead);
-  kiln_code rc = uses && dead ? KILN_OK : kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
-  for (size_t i = n_dead; !rc && i-- > 0;) {
+  kiln_fuse_scan s;
+  kiln_code rc = kiln_fuse_scan_begin(ctx, g, &s);
+  size_t *uses = s.uses;
+  size_t n0 = g->n_nodes;
+  for (size_t i = n0; !rc && i-- > 0;) {
     rms_match rm;
-    if (dead[i] || !match_rms(g, i, uses, dead, &rm)) continue;
+    if (s.dead[i] || !match_rms(g, i, uses, s.dead, &rm)) continue;
     int in[2] = {rm.x, rm.gamma};
-    int f = kfn_fuse(ctx, g, &rm.m, "RMSNorm", in, rm.gamma >= 0 ? 2 : 1, NULL, 0, &dead, &n_dead);
+    int f = kfn_fuse(ctx, g, &rm.m, "RMSNorm", in, rm.gamma >= 0 ? 2 : 1, NULL, 0, &s);
     if (f < 0) {
-      rc = ctx->err && ctx->err->code ? ctx->err->code : KILN_ERR_NOMEM;
+      rc = kiln_fuse_failed(ctx);
       break;
     }
     if (kiln_node_set_float(&g->nodes[f], "epsilon", rm.epsilon) || kiln_node_set_int(&g->nodes[f], "axis", rm.axis))
       rc = kiln_fail(ctx->err, KILN_ERR_NOMEM, "out of memory");
     (*count)++;
   }
-  if (!rc) kiln_graph_remove_nodes(g, dead);
-  free(uses);
-  free(dead);
-  return rc;
+  return kiln_fuse_scan_end(&s, g, rc);
 }

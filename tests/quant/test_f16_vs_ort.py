@@ -15,7 +15,6 @@ within ONNX Runtime's own float16 tolerance (its test checker: |got - want| <= 0
 """
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from test_quant_vs_ort import Gen as QuantGen  # noqa: E402  (the convolution geometry)
+from test_quant_vs_ort import Gen as QuantGen, finish, run_kiln  # noqa: E402  (the convolution geometry)
 
 F16, F32 = TensorProto.FLOAT16, TensorProto.FLOAT
 ATOL, RTOL = 0.0025, 0.001  # ONNX Runtime's default float16 tolerance
@@ -522,20 +521,9 @@ def main():
                 continue
             stats[kind][2] += 1
         stats[kind][0] += 1
-        kout = os.path.join(d, "kiln")
-        args = [a.kiln, "run", os.path.join(d, "model.onnx"), "--quiet", "--level", a.level, "--output-dir", kout]
-        for f in sorted(os.listdir(os.path.join(d, "in"))):
-            args += ["--input", f"{f[:-4]}={os.path.join(d, 'in', f)}"]
-        r = subprocess.run(args, capture_output=True, text=True, env=env)
-        problem = None
-        if r.returncode != 0:
-            problem = "kiln failed: " + (r.stdout + r.stderr).strip()[-300:]
-        else:
-            for i, o in enumerate(outs):
-                t = onnx.TensorProto()
-                with open(os.path.join(kout, f"output_{i}.pb"), "rb") as f:
-                    t.ParseFromString(f.read())
-                got = numpy_helper.to_array(t)
+        ys, problem = run_kiln(a.kiln, d, len(outs), a.level, env)
+        if ys is not None:
+            for o, got in zip(outs, ys):
                 for rd in dict.fromkeys([ref, twin]):  # the float16 model's result, then the twin's
                     if not os.path.exists(os.path.join(rd, "ort", o + ".npy")):
                         continue
@@ -554,11 +542,7 @@ def main():
     for k in kinds:
         n, f, tw, worst, wtwin = stats[k]
         print(f"{k:14s} {n:8d} {f:6d} {tw:9d}  {worst:.3f} {wtwin:.3f}")
-    if not a.keep:
-        shutil.rmtree(root, ignore_errors=True)
-    total = sum(s[0] for s in stats.values())
-    print(f"test_f16_vs_ort: {total} cases compared, {failed} failed")
-    return 1 if failed or total == 0 else 0
+    return finish("test_f16_vs_ort", sum(s[0] for s in stats.values()), failed, root, a.keep)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ PyTorch: 0), so the generator avoids it.
 """
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,9 @@ import tempfile
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_quant_vs_ort import finish, run_kiln  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 F8 = {"E4M3FN": (17, 448.0), "E4M3FNUZ": (18, 240.0), "E5M2": (19, 57344.0), "E5M2FNUZ": (20, 57344.0)}
@@ -245,18 +247,9 @@ def main():
                 print(f"refused by ONNX Runtime {os.path.basename(d)}: {desc}: {f.read().strip()[:160]}")
             continue
         stats[kind][0] += 1
-        kout = os.path.join(d, "kiln")
-        args = [a.kiln, "run", os.path.join(d, "model.onnx"), "--quiet", "--output-dir", kout]
-        for f in sorted(os.listdir(os.path.join(d, "in"))):
-            args += ["--input", f"{f[:-4]}={os.path.join(d, 'in', f)}"]
-        r = subprocess.run(args, capture_output=True, text=True)
-        if r.returncode != 0:
-            problem = "kiln failed: " + (r.stdout + r.stderr).strip()[-300:]
-        else:
-            t = onnx.TensorProto()
-            with open(os.path.join(kout, "output_0.pb"), "rb") as f:
-                t.ParseFromString(f.read())
-            problem = compare(numpy_helper.to_array(t), np.load(os.path.join(d, "ort", "y.npy")), mode, skip)
+        got, problem = run_kiln(a.kiln, d, 1)
+        if got is not None:
+            problem = compare(got[0], np.load(os.path.join(d, "ort", "y.npy")), mode, skip)
             skipped += int(skip.sum()) if skip is not None else 0
         if problem:
             failed += 1
@@ -265,12 +258,8 @@ def main():
     for k in kinds:
         c, f, refused = stats[k]
         print(f"{k:12s} {c:4d} compared, {f:3d} failed, {refused:3d} refused by ONNX Runtime")
-    if not a.keep:
-        shutil.rmtree(root, ignore_errors=True)
-    total = sum(s[0] for s in stats.values())
-    print(f"test_lowbit_vs_ort: {total} cases compared, {failed} failed "
-          f"({skipped} inputs where ONNX Runtime departs from ONNX not compared)")
-    return 1 if failed or total == 0 else 0
+    return finish("test_lowbit_vs_ort", sum(s[0] for s in stats.values()), failed, root, a.keep,
+                  f" ({skipped} inputs where ONNX Runtime departs from ONNX not compared)")
 
 
 if __name__ == "__main__":

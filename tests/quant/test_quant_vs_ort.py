@@ -306,6 +306,35 @@ def compare(got, want, mode):
     return None
 
 
+def run_kiln(kiln, d, n_outputs, level=None, env=None):
+    """Run kiln on the case in directory d (model.onnx, in/NAME.npy): (outputs, None), or
+    (None, the reason it failed)."""
+    kout = os.path.join(d, "kiln")
+    args = [kiln, "run", os.path.join(d, "model.onnx"), "--quiet", "--output-dir", kout]
+    if level is not None:
+        args += ["--level", level]
+    for f in sorted(os.listdir(os.path.join(d, "in"))):
+        args += ["--input", f"{f[:-4]}={os.path.join(d, 'in', f)}"]
+    r = subprocess.run(args, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        return None, "kiln failed: " + (r.stdout + r.stderr).strip()[-300:]
+    outs = []
+    for i in range(n_outputs):
+        t = onnx.TensorProto()
+        with open(os.path.join(kout, f"output_{i}.pb"), "rb") as f:
+            t.ParseFromString(f.read())
+        outs.append(numpy_helper.to_array(t))
+    return outs, None
+
+
+def finish(name, total, failed, root, keep, extra=""):
+    """The last line of a property test and its exit status (1 if any case failed or none ran)."""
+    if not keep:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"{name}: {total} cases compared, {failed} failed{extra}")
+    return 1 if failed or total == 0 else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("kiln")
@@ -340,20 +369,10 @@ def main():
             stats[kind][2] += 1
             continue
         stats[kind][0] += 1
-        kout = os.path.join(d, "kiln")
-        args = [a.kiln, "run", os.path.join(d, "model.onnx"), "--quiet", "--level", a.level, "--output-dir", kout]
-        for f in sorted(os.listdir(os.path.join(d, "in"))):
-            args += ["--input", f"{f[:-4]}={os.path.join(d, 'in', f)}"]
-        r = subprocess.run(args, capture_output=True, text=True)
-        problem = None
-        if r.returncode != 0:
-            problem = "kiln failed: " + (r.stdout + r.stderr).strip()[-300:]
-        else:
-            for i, o in enumerate(outs):
-                t = onnx.TensorProto()
-                with open(os.path.join(kout, f"output_{i}.pb"), "rb") as f:
-                    t.ParseFromString(f.read())
-                problem = compare(numpy_helper.to_array(t), np.load(os.path.join(d, "ort", o + ".npy")), mode)
+        got, problem = run_kiln(a.kiln, d, len(outs), a.level)
+        if got is not None:
+            for o, y in zip(outs, got):
+                problem = compare(y, np.load(os.path.join(d, "ort", o + ".npy")), mode)
                 if problem:
                     problem = f"output {o}: {problem}"
                     break
@@ -364,11 +383,7 @@ def main():
     for k in kinds:
         c, f, refused = stats[k]
         print(f"{k:16s} {c:4d} compared, {f:3d} failed, {refused:3d} refused by ONNX Runtime")
-    if not a.keep:
-        shutil.rmtree(root, ignore_errors=True)
-    total = sum(s[0] for s in stats.values())
-    print(f"test_quant_vs_ort: {total} cases compared, {failed} failed")
-    return 1 if failed or total == 0 else 0
+    return finish("test_quant_vs_ort", sum(s[0] for s in stats.values()), failed, root, a.keep)
 
 
 if __name__ == "__main__":
