@@ -21,7 +21,8 @@ report() {
   printf '%-18s %10s %12s %8s %8s %8s %6s\n' target cpu_s execs cov ft crashes runs
   for t in "${targets[@]}"; do
     [ -f "$log/$t.runs" ] || continue
-    awk -v t="$t" '{cpu += $2 + $3; ex += $4; if ($5 > cov) cov = $5; if ($6 > ft) ft = $6; cr += ($7 != 0); n++}
+    # exit 72: interrupted (SIGINT, e.g. to restart on new binaries), not a finding
+  awk -v t="$t" '{cpu += $2 + $3; ex += $4; if ($5 > cov) cov = $5; if ($6 > ft) ft = $6; cr += ($7 != 0 && $7 != 72); n++}
       END {printf "%-18s %10.0f %12d %8d %8d %8d %6d\n", t, cpu, ex, cov, ft, cr, n}' "$log/$t.runs"
   done
 }

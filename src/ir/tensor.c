@@ -181,6 +181,12 @@ int64_t kiln_tensor_bytes(kiln_dtype dtype, int rank, const int64_t *dims) {
   return bytes;
 }
 
+int64_t kiln_tensor_footprint(kiln_dtype dtype, int rank, const int64_t *dims) {
+  if (dtype != KILN_STRING) return kiln_tensor_bytes(dtype, rank, dims);
+  int64_t n = rank >= 0 && rank <= KILN_MAX_RANK ? kiln_numel(rank, dims) : -1, bytes;
+  return n >= 0 && kiln_mul_ok(n, (int64_t)sizeof(char *), &bytes) ? bytes : -1;
+}
+
 kiln_tensor *kiln_tensor_wrap(kiln_dtype dtype, int rank, const int64_t *dims, void *data,
                               kiln_error *err) {
   int64_t bytes = kiln_tensor_bytes(dtype, rank, dims);

@@ -40,6 +40,9 @@ kiln_tensor *kiln_tensor_wrap(kiln_dtype dtype, int rank, const int64_t *dims, v
                               kiln_error *err);
 /* Byte size of a dense tensor of this type and shape, or -1 on overflow / strings. */
 int64_t kiln_tensor_bytes(kiln_dtype dtype, int rank, const int64_t *dims);
+/* The least memory a tensor of this type and shape holds, what memory limits count: its bytes,
+ * or for strings their pointers (the characters come on top); -1 on overflow. */
+int64_t kiln_tensor_footprint(kiln_dtype dtype, int rank, const int64_t *dims);
 /* Deep copy of any value. */
 kiln_tensor *kiln_tensor_clone(const kiln_tensor *t, kiln_error *err);
 /* Element count of dims, -1 on overflow or a negative dim. */

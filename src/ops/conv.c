@@ -555,7 +555,10 @@ static kiln_code conv_int_prepare(kiln_kctx *c, size_t wi) {
   if (!w || w->kind != KILN_KIND_TENSOR || !is_q8(w->dtype) || w->rank < 3 || w->dims[0] <= 0 ||
       !kiln_in_const(c, wi, w))
     return KILN_ERR_UNSUPPORTED;
-  return kiln_q8_pack_of(c, wi, w, 0, w->dims[0], w->numel / w->dims[0], NULL) ? KILN_OK : KILN_ERR_UNSUPPORTED;
+  int64_t cg = w->dims[1], ks = cg > 0 ? w->numel / w->dims[0] / cg : 0; /* the layout the run asks for */
+  return kiln_q8_pack_of(c, wi, w, 0, w->dims[0], w->numel / w->dims[0], kiln_qconv_quads(cg, ks, w->rank - 2), NULL)
+             ? KILN_OK
+             : KILN_ERR_UNSUPPORTED;
 }
 static kiln_code convinteger_prepare(kiln_kctx *c) { return conv_int_prepare(c, 1); }
 static kiln_code qlinearconv_prepare(kiln_kctx *c) { return conv_int_prepare(c, 3); }

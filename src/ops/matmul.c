@@ -358,7 +358,7 @@ static kiln_code int_matmul(kiln_kctx *c, const kiln_tensor *a, const kiln_tenso
     return rc;
   }
   kiln_q8_pack *owned = NULL;
-  const kiln_q8_pack *pb = b->rank == 2 ? kiln_q8_pack_of(c, bi, b, 1, p->k, p->n, &owned) : NULL;
+  const kiln_q8_pack *pb = b->rank == 2 ? kiln_q8_pack_of(c, bi, b, 1, p->k, p->n, 0, &owned) : NULL;
   for (int64_t t = 0; t < p->batches && !rc; t++) {
     int64_t ia, ib;
     mm_batch(p, t, &ia, &ib);
@@ -388,7 +388,7 @@ static kiln_code int_matmul_prepare(kiln_kctx *c, size_t bi) {
   const kiln_tensor *b = kiln_in(c, bi);
   if (!b || b->kind != KILN_KIND_TENSOR || !is_q8(b->dtype) || b->rank != 2 || !kiln_in_const(c, bi, b))
     return KILN_ERR_UNSUPPORTED;
-  return kiln_q8_pack_of(c, bi, b, 1, b->dims[0], b->dims[1], NULL) ? KILN_OK : KILN_ERR_UNSUPPORTED;
+  return kiln_q8_pack_of(c, bi, b, 1, b->dims[0], b->dims[1], 0, NULL) ? KILN_OK : KILN_ERR_UNSUPPORTED;
 }
 static kiln_code matmulinteger_prepare(kiln_kctx *c) { return int_matmul_prepare(c, 1); }
 static kiln_code qlinearmatmul_prepare(kiln_kctx *c) { return int_matmul_prepare(c, 3); }

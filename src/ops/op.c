@@ -58,13 +58,20 @@ static kiln_tensor *out_alloc(kiln_kctx *c, size_t i, kiln_dtype dtype, int rank
     return NULL;
   }
   kiln_tensor *t = NULL;
+  int64_t numel = rank >= 0 && rank <= KILN_MAX_RANK ? kiln_numel(rank, dims) : -1;
+  if (c->max_out_elems > 0 && (numel < 0 || numel > c->max_out_elems)) {
+    kiln_kfail(c, "output %zu has more than %lld elements", i, (long long)c->max_out_elems);
+    return NULL;
+  }
   int64_t cap = c->rt && c->rt->opts ? c->rt->opts->max_memory_bytes : 0;
-  int64_t need = cap > 0 ? kiln_tensor_bytes(dtype, rank, dims) : 0;
-  if (cap > 0 && need > cap) {
-    kiln_kfail(c, "output %zu (%s%s) needs %lld bytes, over the limit max_memory_bytes = %lld; "
+  int64_t need = cap > 0 ? kiln_tensor_footprint(dtype, rank, dims) : 0;
+  if (cap > 0 && (need > cap || (need < 0 && kiln_dtype_size(dtype)))) { /* < 0: it overflows */
+    char nb[32];
+    snprintf(nb, sizeof nb, need < 0 ? "more than 2^63" : "%lld", (long long)need);
+    kiln_kfail(c, "output %zu (%s%s) needs %s bytes, over the limit max_memory_bytes = %lld; "
                "raise it with the session option kiln_options.max_memory_bytes (kiln run --limit "
                "max_memory_bytes=N)", i, kiln_dtype_name(dtype),
-               kiln_dims_str(rank, dims, (char[256]){0}, 256), (long long)need, (long long)cap);
+               kiln_dims_str(rank, dims, (char[256]){0}, 256), nb, (long long)cap);
     return NULL;
   }
   /* Intermediates of the main graph come from the run's arena when the plan has a slot. */

@@ -68,6 +68,8 @@ typedef struct kiln_kctx {
   kiln_error *err;
   kiln_node_state *state;       /* the compiled model's state of this node; NULL where there is
                                    none (constant folding): kernels then cache nothing */
+  int64_t max_out_elems;        /* > 0: kiln_out refuses an output of more elements before
+                                   making it (constant folding's size cap) */
 } kiln_kctx;
 
 /* What a shape function sees at load time. */

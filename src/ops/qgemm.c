@@ -8,43 +8,65 @@
 
 void kiln_q8_pack_free(void *p) { free(p); }
 
+int64_t kiln_qconv_quads(int64_t cg, int64_t ksize, int spatial_dims) {
+  return spatial_dims == 2 && ksize > 1 && cg > 0 && cg % 4 == 0 ? ksize : 0;
+}
+
+/* The rows of w [rows][cg * ks] (k: channel, tap) with k in quad order (quad, tap, channel in the
+ * quad), into a new buffer; NULL without memory. */
+static uint8_t *quad_order(const uint8_t *w, int64_t rows, int64_t cols, int64_t ks) {
+  uint8_t *o = kiln_malloc((size_t)(rows * cols));
+  if (!o) return NULL;
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t c = 0; c < cols / ks; c++)
+      for (int64_t t = 0; t < ks; t++) o[i * cols + ((c / 4 * ks + t) * 4 + c % 4)] = w[i * cols + c * ks + t];
+  return o;
+}
+
 /* A new pack of w's bytes (flipped into the signed form) with its sums; NULL without memory. */
-static kiln_q8_pack *make_pack(const kiln_tensor *w, int as_b, int64_t rows, int64_t cols) {
+static kiln_q8_pack *make_pack(const kiln_tensor *w, int as_b, int64_t rows, int64_t cols, int64_t quad_ks) {
   int64_t k = as_b ? rows : cols, k4 = (k + 3) / 4;
   int64_t ld = as_b ? (cols + KILN_IGEMM_NB - 1) / KILN_IGEMM_NB * KILN_IGEMM_NB : k4 * 4;
   int64_t nsum = as_b ? ld : rows, bytes = as_b ? k4 * 4 * ld : rows * ld;
   kiln_q8_pack *p = kiln_malloc_big(sizeof *p + sizeof(int32_t) * (size_t)nsum + (size_t)bytes);
   if (!p) return NULL;
-  *p = (kiln_q8_pack){w->data, as_b, rows, cols, k4, ld, w->dtype == KILN_UINT8 ? 0x80 : 0, NULL, NULL};
+  *p = (kiln_q8_pack){w->data, as_b, rows, cols, k4, ld, w->dtype == KILN_UINT8 ? 0x80 : 0, quad_ks, NULL, NULL};
   p->sums = (int32_t *)(void *)(p + 1);
   p->data = (uint8_t *)(p->sums + nsum);
   if (as_b) {
     kiln_igemm_pack_b(rows, cols, w->data, cols, p->flip, p->data, ld);
     kiln_igemm_colsum(k4, ld, p->data, 1, p->sums);
   } else {
-    kiln_igemm_pack_a(rows, cols, w->data, cols, p->flip, 1, p->data, p->sums);
+    uint8_t *ordered = quad_ks ? quad_order(w->data, rows, cols, quad_ks) : NULL;
+    if (quad_ks && !ordered) {
+      free(p);
+      return NULL;
+    }
+    kiln_igemm_pack_a(rows, cols, ordered ? ordered : w->data, cols, p->flip, 1, p->data, p->sums);
+    free(ordered);
   }
   return p;
 }
 
-static bool pack_fits(const kiln_q8_pack *p, const kiln_tensor *w, int as_b, int64_t rows, int64_t cols) {
+static bool pack_fits(const kiln_q8_pack *p, const kiln_tensor *w, int as_b, int64_t rows, int64_t cols,
+                      int64_t quad_ks) {
   return p && p->source == w->data && p->as_b == as_b && p->rows == rows && p->cols == cols &&
-         p->flip == (w->dtype == KILN_UINT8 ? 0x80 : 0);
+         p->flip == (w->dtype == KILN_UINT8 ? 0x80 : 0) && p->quad_ksize == quad_ks;
 }
 
 const kiln_q8_pack *kiln_q8_pack_of(kiln_kctx *c, size_t wi, const kiln_tensor *w, int as_b, int64_t rows,
-                                    int64_t cols, kiln_q8_pack **owned) {
+                                    int64_t cols, int64_t quad_ks, kiln_q8_pack **owned) {
   if (owned) *owned = NULL;
   if (c->state && w->data && kiln_in_const(c, wi, w)) {
     const kiln_q8_pack *p = kiln_cache_get(c);
     if (!p) {
-      kiln_q8_pack *mine = make_pack(w, as_b, rows, cols);
+      kiln_q8_pack *mine = make_pack(w, as_b, rows, cols, quad_ks);
       p = mine ? kiln_cache_publish(c, mine, kiln_q8_pack_free) : NULL;
     }
-    if (pack_fits(p, w, as_b, rows, cols)) return p;
+    if (pack_fits(p, w, as_b, rows, cols, quad_ks)) return p;
   }
   if (!owned || !w->data) return NULL;
-  return *owned = make_pack(w, as_b, rows, cols);
+  return *owned = make_pack(w, as_b, rows, cols, quad_ks);
 }
 
 /* ---- convolutions ---- */
@@ -55,6 +77,11 @@ typedef struct conv_job {
   uint8_t xflip, xfill;  /* flip of x's bytes; the value of a padding tap (the zero point) */
   int32_t *y;
   const int32_t *r, *u;  /* [m] */
+  /* channel quads (kiln_qconv_quads): per task, x flipped and padded as [cg / 4][hp][wp][4], and
+   * (when u) the sum of its bytes over all channels [hp][wp] */
+  uint8_t *x4;
+  int32_t *s4;
+  int64_t hp, wp;
 } conv_job;
 
 static void conv_task(void *ctx, int64_t task, kiln_igemm_args *g) {
@@ -146,6 +173,101 @@ static void conv_pack(void *ctx, int64_t task, int64_t j0, int64_t j1, uint8_t *
   }
 }
 
+/* ---- 2-D convolutions in channel quads (kiln_qconv_quads) ---- */
+
+/* Quad task idx (task, quad): the four planes of x flipped, their padding rows and columns the
+ * fill, interleaved into x4 [hp][wp][4]. */
+static void quad_layout(void *ctx, size_t begin, size_t end, int t) {
+  (void)t;
+  const conv_job *j = ctx;
+  const kiln_qconv *q = j->q;
+  const int64_t *g = q->d2, IH = g[0], IW = g[1], ph = g[10], pw = g[11], cg4 = q->cg / 4;
+  const uint32_t flip = j->xflip * 0x01010101u, fill = j->xfill * 0x01010101u;
+  for (size_t idx = begin; idx < end; idx++) {
+    int64_t task = (int64_t)idx / cg4, c4 = (int64_t)idx % cg4, ni = task / q->group, gr = task % q->group;
+    const uint8_t *p0 = j->x + (ni * q->c + gr * q->cg + c4 * 4) * q->xsize, *p1 = p0 + q->xsize,
+                  *p2 = p1 + q->xsize, *p3 = p2 + q->xsize;
+    uint32_t *o = (uint32_t *)(void *)(j->x4 + (int64_t)idx * j->hp * j->wp * 4);
+    for (int64_t r = 0; r < j->hp; r++) {
+      int64_t ih = r - ph;
+      for (int64_t col = 0; col < j->wp; col++) {
+        int64_t iw = col - pw, at = ih * IW + iw;
+        bool in = ih >= 0 && ih < IH && iw >= 0 && iw < IW;
+        o[r * j->wp + col] =
+            in ? ((uint32_t)p0[at] | (uint32_t)p1[at] << 8 | (uint32_t)p2[at] << 16 | (uint32_t)p3[at] << 24) ^ flip
+               : fill;
+      }
+    }
+  }
+}
+
+/* Task's s4 [hp][wp]: x4's bytes summed over all quads and their four channels. */
+static void quad_sums(void *ctx, size_t begin, size_t end, int t) {
+  (void)t;
+  const conv_job *j = ctx;
+  const int64_t cg4 = j->q->cg / 4, plane = j->hp * j->wp;
+  for (size_t task = begin; task < end; task++) {
+    int32_t *s = j->s4 + (int64_t)task * plane;
+    memset(s, 0, sizeof(int32_t) * (size_t)plane);
+    for (int64_t c4 = 0; c4 < cg4; c4++) {
+      const uint8_t *x = j->x4 + ((int64_t)task * cg4 + c4) * plane * 4;
+      for (int64_t i = 0; i < plane; i++) s[i] += (int32_t)x[4 * i] + x[4 * i + 1] + x[4 * i + 2] + x[4 * i + 3];
+    }
+  }
+}
+
+/* im2col of columns [j0, j1) in quad order: group p is quad p / ksize at tap p % ksize, each run
+ * of output columns one copy out of x4; the column sums from s4, ksize reads each. */
+static void quad_pack(void *ctx, int64_t task, int64_t j0, int64_t j1, uint8_t *bp, int64_t ldb, int32_t *cs) {
+  const conv_job *j = ctx;
+  const kiln_qconv *q = j->q;
+  const int64_t *g = q->d2, OW = g[3], KH = g[4], KW = g[5], sh = g[6], sw = g[7], dh = g[8], dw = g[9];
+  const int64_t ks = q->ksize, k4 = ks * (q->cg / 4), wp = j->wp, w = j1 - j0;
+  const uint8_t *x4 = j->x4 + task * k4 / ks * j->hp * wp * 4;
+  for (int64_t p = 0; p < k4; p++) {
+    const int64_t c4 = p / ks, kh = p % ks / KW, kw = p % ks % KW;
+    const uint8_t *plane = x4 + (c4 * j->hp * wp + kh * dh * wp + kw * dw) * 4;
+    uint8_t *dst = bp + p * ldb * 4;
+    for (int64_t jj = j0; jj < j1;) {
+      int64_t oh = jj / OW, ow = jj % OW, len = OW - ow < j1 - jj ? OW - ow : j1 - jj;
+      const uint8_t *src = plane + (oh * sh * wp + ow * sw) * 4;
+      uint8_t *o = dst + (jj - j0) * 4;
+      if (sw == 1)
+        memcpy(o, src, (size_t)(4 * len));
+      else
+        for (int64_t t = 0; t < len; t++) memcpy(o + 4 * t, src + 4 * t * sw, 4);
+      jj += len;
+    }
+    memset(dst + 4 * w, 0, (size_t)(4 * (ldb - w)));
+  }
+  if (!cs) return;
+  memset(cs, 0, sizeof(int32_t) * (size_t)ldb);
+  const int32_t *s = j->s4 + task * j->hp * wp;
+  for (int64_t jj = j0; jj < j1; jj++) {
+    const int32_t *at = s + jj / OW * sh * wp + jj % OW * sw;
+    int32_t sum = 0;
+    for (int64_t kh = 0; kh < KH; kh++)
+      for (int64_t kw = 0; kw < KW; kw++) sum += at[kh * dh * wp + kw * dw];
+    cs[jj - j0] = sum;
+  }
+}
+
+/* x4 (and s4 when the weights have a zero point) for every task; -1 without memory. */
+static int quad_prepare(kiln_kctx *c, conv_job *j) {
+  const kiln_qconv *q = j->q;
+  const int64_t *g = q->d2, tasks = q->n * q->group, cg4 = q->cg / 4;
+  j->hp = (g[2] - 1) * g[6] + (g[4] - 1) * g[8] + 1;
+  j->wp = (g[3] - 1) * g[7] + (g[5] - 1) * g[9] + 1;
+  const int64_t plane = j->hp * j->wp;
+  j->x4 = kiln_malloc((size_t)(tasks * cg4 * plane * 4));
+  j->s4 = j->u ? kiln_malloc(sizeof(int32_t) * (size_t)(tasks * plane)) : NULL;
+  if (!j->x4 || (j->u && !j->s4)) return -1;
+  kiln_threadpool *pool = kiln_kpool(c);
+  kiln_parallel_for(pool, (size_t)(tasks * cg4), quad_layout, j, 1);
+  if (j->s4) kiln_parallel_for(pool, (size_t)tasks, quad_sums, j, 1);
+  return 0;
+}
+
 /* ---- depthwise 2-D convolutions: one input and one output channel per group ---- */
 
 typedef struct dw_job {
@@ -203,7 +325,8 @@ kiln_code kiln_qconv_run(kiln_kctx *c, size_t wi, const kiln_qconv *q, const kil
     return KILN_OK;
   }
   kiln_q8_pack *owned;
-  const kiln_q8_pack *wp = kiln_q8_pack_of(c, wi, w, 0, q->m, q->kk, &owned);
+  const int64_t quads = kiln_qconv_quads(q->cg, q->ksize, q->d2 ? 2 : 0);
+  const kiln_q8_pack *wp = kiln_q8_pack_of(c, wi, w, 0, q->m, q->kk, quads, &owned);
   int32_t *terms = kiln_malloc(sizeof(int32_t) * (size_t)q->m * 4);
   if (!wp || !terms) {
     kiln_q8_pack_free(owned);
@@ -227,11 +350,15 @@ kiln_code kiln_qconv_run(kiln_kctx *c, size_t wi, const kiln_qconv *q, const kil
     return KILN_OK;
   }
   int any = kiln_igemm_zero_terms(q->m, q->kk, zw, 0, wp->sums, 0, zx, r, u, v);
-  conv_job j = {q, x->data, wp->data, xs ? 0x80 : 0, (uint8_t)zx, y, r, any ? u : NULL};
-  int rc = kiln_igemm_many(kiln_kpool(c), kiln_igemm_isa(), q->n * q->group, q->ysize, wp->k4, q->mg, conv_task,
-                           conv_pack, &j);
+  conv_job j = {q, x->data, wp->data, xs ? 0x80 : 0, (uint8_t)zx, y, r, any ? u : NULL, NULL, NULL, 0, 0};
+  int rc = quads ? quad_prepare(c, &j) : 0;
+  if (!rc)
+    rc = kiln_igemm_many(kiln_kpool(c), kiln_igemm_isa(), q->n * q->group, q->ysize, wp->k4, q->mg, conv_task,
+                         quads ? quad_pack : conv_pack, &j);
   kiln_q8_pack_free(owned);
   free(terms);
+  free(j.x4);
+  free(j.s4);
   return rc ? kiln_kfail(c, "out of memory for the im2col buffers") : KILN_OK;
 }
 

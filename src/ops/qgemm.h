@@ -20,15 +20,17 @@ typedef struct kiln_q8_pack {
   int64_t rows, cols;  /* A: rows, k; B: k, cols */
   int64_t k4, ld;      /* groups of 4 along k; B: padded columns */
   uint8_t flip;        /* what was xor-ed into every byte (0x80 for uint8 weights) */
+  int64_t quad_ksize;  /* A: 0, or k in channel quads over taps of this many (kiln_qconv_quads) */
   int32_t *sums;
   uint8_t *data;
 } kiln_q8_pack;
 
 /* The pack of uint8 / int8 weights w (input wi of the node) in layout as_b with the given
- * dims: the node's cached one when w is constant (made and published on first use), else a new
- * one in *owned, which the caller frees with kiln_q8_pack_free. NULL when out of memory. */
+ * dims (A: k in channel quads over taps of quad_ksize when that is not 0): the node's cached one
+ * when w is constant (made and published on first use), else a new one in *owned, which the
+ * caller frees with kiln_q8_pack_free. NULL when out of memory. */
 const kiln_q8_pack *kiln_q8_pack_of(kiln_kctx *c, size_t wi, const kiln_tensor *w, int as_b, int64_t rows,
-                                    int64_t cols, kiln_q8_pack **owned);
+                                    int64_t cols, int64_t quad_ksize, kiln_q8_pack **owned);
 void kiln_q8_pack_free(void *p);
 
 /* A quantized convolution as im2col products: per batch item and group, C[mg, ysize] = W_g [mg,
@@ -41,6 +43,13 @@ typedef struct kiln_qconv {
   const int64_t *d2;  /* NULL, or for 2-D: ih, iw, oh, ow, kh, kw, stride h, w, dilation h, w, pad
                          h, w (at the beginning) */
 } kiln_qconv;
+
+/* Channel quads: a 2-D convolution with taps of ksize > 1 and a multiple of 4 channels per group
+ * runs k over (quad of 4 channels, tap, channel in the quad), so that four packed k rows are four
+ * adjacent bytes of the input laid out [quad][row][column][4]: im2col becomes one copy per run
+ * of output columns, with no interleaving. Returns ksize where that applies, else 0 (the plain
+ * k order: channel, tap). */
+int64_t kiln_qconv_quads(int64_t cg, int64_t ksize, int spatial_dims);
 
 /* y [n, m, ysize] int32 = sum (x - xz)(w - wz) for uint8 / int8 x and w; wz per output channel
  * (wzs [m]) or wz0. */

@@ -40,7 +40,7 @@ static kiln_code fold_node(kiln_pass_ctx *ctx, kiln_graph *g, size_t i, bool *de
   for (size_t k = 0; k < n->n_in; k++) in[k] = n->in[k] >= 0 ? g->values[n->in[k]].init : NULL;
   kiln_error local = {0};
   kiln_kctx c = {.node = n, .opset = n->opset, .n_in = n->n_in, .n_out = n->n_out, .in = in,
-                 .out = out, .rt = NULL, .err = &local};
+                 .out = out, .rt = NULL, .err = &local, .max_out_elems = (int64_t)cap};
   /* A kernel that fails here is not a load error: the node stays and fails (or not) at run
    * time with the real inputs' context. */
   bool ok = n->schema->run(&c) == KILN_OK;

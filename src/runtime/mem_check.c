@@ -5,12 +5,13 @@
 
 #include "base/status.h"
 
-/* Bytes of a fully static tensor type; 0 when not static (or a string), -1 on overflow. */
+/* The footprint of a fully static tensor type (strings: their pointers); 0 when not static,
+ * -1 on overflow. */
 static int64_t static_bytes(const kiln_type *t) {
-  if (t->kind != KILN_T_TENSOR || t->rank < 0 || !t->dtype || t->dtype == KILN_STRING) return 0;
+  if (t->kind != KILN_T_TENSOR || t->rank < 0 || !t->dtype) return 0;
   for (int d = 0; d < t->rank; d++)
     if (t->dims[d] < 0 || t->sym[d]) return 0;
-  return kiln_tensor_bytes(t->dtype, t->rank, t->dims);
+  return kiln_tensor_footprint(t->dtype, t->rank, t->dims);
 }
 
 static kiln_code too_big(kiln_error *err, const char *what, int64_t bytes, int64_t limit) {

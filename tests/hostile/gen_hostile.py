@@ -10,6 +10,8 @@ written straight to protobuf bytes (pb.py) so sizes no ONNX tool would build cos
   expand_plan(dims)   x float[1] Expanded to these static dims, then ReduceSum (the plan)
   expand_pair(dims)   two such Expands live at once (the plan's peak, not one value)
   expand_dynamic()    the same with the shape fed at run time (checked as the node runs)
+  expand_strings(d)   a string[1] constant Expanded to dims d, or to a shape fed at run time
+                      (strings count their pointers: 8 bytes an element at the least)
   deep_sequence(n)    an input value (.pb): a SequenceProto nested n deep, and a model taking it
   loop_forever(node)  a Loop of 2^63 - 1 iterations, its body an Identity or empty (max_run_ms)
 """
@@ -17,7 +19,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pb import (ATTR_GRAPH, BOOL, FLOAT, INT64, attr_ints, attr_string, attr_tensor, graph,  # noqa: E402
+from pb import (ATTR_GRAPH, BOOL, FLOAT, INT64, STRING, attr_ints, attr_string, attr_tensor, graph,  # noqa: E402
                 key, ld, ld_head, model, node, tensor, value_info, varint, vint)
 
 
@@ -113,6 +115,19 @@ def expand_pair(path, dims):
 def expand_dynamic(path):
     g = graph([node("Expand", ["x", "shape"], ["big"]), node("ReduceSum", ["big"], ["y"], [])],
               [value_info("x", FLOAT, [1]), value_info("shape", INT64, [2])], [value_info("y", FLOAT, None)])
+    return _write(path, [model(g)])
+
+
+def expand_strings(path, dims=None):
+    s = b"".join(vint(1, d) for d in [1]) + vint(2, STRING) + ld(6, b"a") + ld(8, "s")
+    nodes = [node("Constant", [], ["s"], [attr_tensor("value", s)])]
+    inputs, inits = [], []
+    if dims is None:
+        inputs.append(value_info("shape", INT64, [2]))
+    else:
+        inits.append(tensor("shape", INT64, [len(dims)], b"".join(d.to_bytes(8, "little") for d in dims)))
+    nodes += [node("Expand", ["s", "shape"], ["big"]), node("Shape", ["big"], ["y"])]
+    g = graph(nodes, inputs, [value_info("y", INT64, None)], inits)
     return _write(path, [model(g)])
 
 

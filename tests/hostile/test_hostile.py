@@ -107,6 +107,13 @@ refused("plan_peak_over_set_limit", gen.expand_pair(p("pair"), [2000, 2000]), "t
 dyn = gen.expand_dynamic(p("dynamic"))
 refused("run_time_tensor_over_limit", dyn, "max_memory_bytes", "--limit", "max_memory_bytes=64M",
         "--input", "shape=" + npy("shape", np.array([30000, 30000], np.int64)))
+# strings: their pointers count (a Tile of strings ran the fuzz campaign out of memory)
+refused("string_plan_over_set_limit", gen.expand_strings(p("strings_plan"), [20000, 20000]), "max_memory_bytes",
+        "--limit", "max_memory_bytes=1G")
+refused("string_run_time_tensor_over_limit", gen.expand_strings(p("strings_dynamic")), "max_memory_bytes",
+        "--limit", "max_memory_bytes=64M", "--input", "shape=" + npy("shape", np.array([30000, 30000], np.int64)))
+runs("string_run_time_tensor_under_limit", p("strings_dynamic"), [300, 300], "--limit", "max_memory_bytes=64M",
+     "--input", "shape=" + npy("shape_small", np.array([300, 300], np.int64)))
 
 # input values: a SequenceProto nested 100,000 deep (the decoder recurses per level)
 seq_pb, seq_model = gen.deep_sequence(os.path.join(TMP, "deep_seq.pb"), 100000)
