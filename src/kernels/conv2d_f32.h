@@ -35,6 +35,12 @@
  *   column of C^T; C^T is written back to NCHW through 16 x 16 register transposes that add
  *   the residual and apply the activation. With several threads only from 24 MFLOP per
  *   thread (the rows of C^T split unevenly); both formulations give the same bytes.
+ * - larger kernels (3x3 and the like) on planes up to 1024 outputs, where the level has a
+ *   gathered-A GEMM kernel (AVX-512; kiln_gemm_f32_packed_gather) and W^T is packed
+ *   beforehand: the same C^T = X^T * W^T without an im2col block, the kernel reading tap
+ *   (ci, ky, kx) of output pixel q from a zero-padded copy of the input (or the input itself
+ *   when no tap reaches the padding) at row offset arow[q] plus K offset koff[k]. Same K
+ *   order and blocks as the im2col GEMM: the same bytes.
  * - 3x3, stride 1, dilation 1, one group, enough channels and a large enough output plane:
  *   Winograd (kernels/winograd_f32.h: F(4x4, 3x3) on planes of 24x24 and up, F(2x2, 3x3) below),
  *   weights transformed per call (F(2x2)) unless the caller passes them transformed
@@ -96,7 +102,8 @@ typedef struct kiln_conv2d_f32_args {
 kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *p,
                           const kiln_conv2d_f32_args *a);
 
-/* 1 when p (1x1, one group, small output plane) is computed faster transposed, C^T = X^T * W^T
+/* 1 when p (1x1, one group, small output plane; or a larger kernel on a plane of up to 1024
+ * outputs where `isa` has the gathered GEMM) is computed faster transposed, C^T = X^T * W^T
  * vectorised along the output channels, at ISA level `isa`: then kiln_conv2d_f32 takes (as
  * .wt) W^T packed by kiln_gemm_pack_b(isa, 1, c * kh * kw, m, w, c * kh * kw, ...). */
 int kiln_conv2d_f32_uses_transposed(const kiln_conv2d_f32_params *p, int isa);

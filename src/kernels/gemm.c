@@ -230,6 +230,7 @@ typedef struct gemm_job {
   const float *B;
   size_t ldb;
   const kiln_gemm_packed_b *pb;
+  const int32_t *arow, *koff; /* A gathered (A at its base): see kiln_gemm_f32_packed_gather */
   float *C;
   size_t ldc;
   kiln_gemm_tile tile; /* alpha, beta, act, res_after, ldr; bias/res at (0,0) */
@@ -285,6 +286,12 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
         const float *ablk = j->trans_a ? j->A + pc * j->lda + ic : j->A + ic * j->lda + pc;
         size_t alda = j->lda, astep = j->trans_a ? 1 : j->lda;
         kiln_f32_ukernel ukr = j->trans_a ? ops->ukernel_at : ops->ukernel;
+        if (j->arow) { /* gathered: the kernel finds rows and K steps through t.arow, t.koff */
+          ablk = j->A;
+          astep = 0;
+          ukr = ops->ukernel_gather;
+          t.koff = j->koff + pc;
+        }
         if (j->pack_a) {
           pack_a_block(abuf, kc, mc, j->A, j->lda, j->trans_a, ic, pc);
           ablk = abuf;
@@ -304,6 +311,7 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
               t.bias = bias ? bias + col : NULL;
               t.bias_row = brow ? brow + row : NULL;
               t.res = res ? res + row * t.ldr + col : NULL;
+              t.arow = j->arow ? j->arow + row : NULL;
               ukr(mr, nr, kc, ablk + ir * astep, alda, bp, bld, j->C + row * j->ldc + col, j->ldc,
                   &t);
             }
@@ -319,6 +327,7 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
               size_t row = ic + ir;
               t.bias_row = brow ? brow + row : NULL;
               t.res = res ? res + row * t.ldr + col : NULL;
+              t.arow = j->arow ? j->arow + row : NULL;
               ukr(min_sz(MR, mc - ir), nr, kc, ablk + ir * astep, alda, bp, bld,
                   j->C + row * j->ldc + col, j->ldc, &t);
             }
@@ -437,7 +446,8 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
                           size_t N, size_t K, float alpha, const float *A, size_t lda,
                           const float *B, size_t ldb, const kiln_gemm_packed_b *pb, float beta,
                           float *C, size_t ldc, const kiln_gemm_epilogue *ep,
-                          const float *bias_row, kiln_error *err) {
+                          const float *bias_row, const int32_t *arow, const int32_t *koff,
+                          kiln_error *err) {
   const kiln_gemm_isa_ops *ops = kiln_gemm_ops_for(lvl);
   kiln_threadpool *pool = ctx ? ctx->pool : NULL;
   if (M == 0 || N == 0) return KILN_OK;
@@ -468,7 +478,7 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
     return KILN_OK;
   }
 
-  if (M == 1) { /* y = x . op(B) */
+  if (M == 1 && !arow) { /* y = x . op(B) */
     float *ws = ws_get(K + N + 16);
     if (!ws) return kiln_fail(err, KILN_ERR_NOMEM, "gemm: out of memory");
     gemv_job g;
@@ -493,7 +503,7 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
     return KILN_OK;
   }
 
-  if (N == 1) { /* C[:, 0] = op(A) . b */
+  if (N == 1 && !arow) { /* C[:, 0] = op(A) . b */
     float *ws = ws_get(K + 4 * M + 64);
     if (!ws) return kiln_fail(err, KILN_ERR_NOMEM, "gemm: out of memory");
     float *y = ws, *cb = y + M + 16, *bb = cb + M + 16, *rb = bb + M + 16, *x = rb + M + 16;
@@ -548,6 +558,8 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
   j.B = B;
   j.ldb = ldb;
   j.pb = pb;
+  j.arow = arow;
+  j.koff = koff;
   j.C = C;
   j.ldc = ldc;
   j.tile = tile;
@@ -563,8 +575,8 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
    * an L1-resident B panel (order 1); with the A strip held in L1 (order 2) the copy costs
    * more than the set conflicts of its few rows. Where the ISA has a kernel that reads A
    * transposed in place, transposed A is not packed either. */
-  j.pack_a = (trans_a && !ops->ukernel_at) ||
-             (!trans_a && j.blk.order != 2 && (lda * sizeof(float)) % 4096 == 0);
+  j.pack_a = !arow && ((trans_a && !ops->ukernel_at) ||
+                        (!trans_a && j.blk.order != 2 && (lda * sizeof(float)) % 4096 == 0));
   j.a_outer = j.blk.order == 2;
   int n_threads = kiln_threadpool_size(pool);
   plan_grid(&j, n_threads);
@@ -634,7 +646,7 @@ kiln_code kiln_gemm_f32_rows(const kiln_gemm_ctx *ctx, int trans_a, int trans_b,
   if (K && N && ldb < (trans_b ? K : N))
     return kiln_fail(err, KILN_ERR_INVALID_ARG, "gemm: ldb %zu < %zu", ldb, trans_b ? K : N);
   return gemm_run(ctx, lvl, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, NULL, beta, C, ldc,
-                  ep, bias_row, err);
+                  ep, bias_row, NULL, NULL, err);
 }
 
 kiln_code kiln_gemm_f32_packed(const kiln_gemm_ctx *ctx, int trans_a, size_t M, float alpha,
@@ -651,5 +663,29 @@ kiln_code kiln_gemm_f32_packed(const kiln_gemm_ctx *ctx, int trans_a, size_t M, 
   kiln_code rc = check_common("gemm", M, pb->N, pb->K, A, lda, trans_a, C, ldc, ep, err);
   if (rc) return rc;
   return gemm_run(ctx, pb->isa, trans_a, 0, M, pb->N, pb->K, alpha, A, lda, NULL, 0, pb, beta, C,
-                  ldc, ep, NULL, err);
+                  ldc, ep, NULL, NULL, NULL, err);
+}
+
+int kiln_gemm_has_gather(int isa) {
+  int lvl = kiln_isa_resolve(isa);
+  return lvl >= 0 && kiln_gemm_ops_for(lvl)->ukernel_gather != NULL;
+}
+
+kiln_code kiln_gemm_f32_packed_gather(const kiln_gemm_ctx *ctx, size_t M, const float *a,
+                                      const int32_t *arow, const int32_t *koff,
+                                      const kiln_gemm_packed_b *pb, float *C, size_t ldc,
+                                      const kiln_gemm_epilogue *ep, kiln_error *err) {
+  if (!pb) return kiln_fail(err, KILN_ERR_INVALID_ARG, "gemm gather: packed B is NULL");
+  if (ctx && ctx->isa != KILN_ISA_AUTO && ctx->isa != pb->isa)
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "gemm gather: B was packed for %s, not %s",
+                     kiln_isa_name(pb->isa), kiln_isa_name(ctx->isa));
+  if (!kiln_gemm_has_gather(pb->isa))
+    return kiln_fail(err, KILN_ERR_UNSUPPORTED, "gemm gather: no gathered-A kernel at %s",
+                     kiln_isa_name(pb->isa));
+  if (M && pb->K && (!a || !arow || !koff))
+    return kiln_fail(err, KILN_ERR_INVALID_ARG, "gemm gather: A or its offsets are NULL");
+  kiln_code rc = check_common("gemm gather", M, pb->N, pb->K, a, pb->K, 0, C, ldc, ep, err);
+  if (rc) return rc;
+  return gemm_run(ctx, pb->isa, 0, 0, M, pb->N, pb->K, 1.0f, a, 0, NULL, 0, pb, 0.0f, C, ldc, ep,
+                  NULL, arow, koff, err);
 }

@@ -29,6 +29,7 @@
 #define KILN_KERNELS_GEMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kernels/act.h"
 #include "kernels/cpu.h"
@@ -86,6 +87,20 @@ kiln_code kiln_gemm_f32_packed(const kiln_gemm_ctx *ctx, int trans_a, size_t M, 
                                const float *A, size_t lda, const kiln_gemm_packed_b *pb,
                                float beta, float *C, size_t ldc, const kiln_gemm_epilogue *ep,
                                kiln_error *err);
+
+/* 1 when the packed ISA level of kiln_gemm_f32_packed_gather has its gathered-A kernel. */
+int kiln_gemm_has_gather(int isa);
+
+/* C = A * B with B prepacked and A gathered: element (i, k) of A [M x pb's K] is
+ * a[arow[i] + koff[k]] (an implicit im2col: rows are output pixels, k = (channel, tap) steps
+ * into a zero-padded input), alpha 1, beta 0, with the epilogue's column bias, residual and
+ * activation. Each element sums in the order and K blocks of kiln_gemm_f32_packed on the
+ * same A written out, whatever the thread count. KILN_ERR_UNSUPPORTED where the packed level
+ * has no such kernel (kiln_gemm_has_gather). */
+kiln_code kiln_gemm_f32_packed_gather(const kiln_gemm_ctx *ctx, size_t M, const float *a,
+                                      const int32_t *arow, const int32_t *koff,
+                                      const kiln_gemm_packed_b *pb, float *C, size_t ldc,
+                                      const kiln_gemm_epilogue *ep, kiln_error *err);
 
 /* Block sizes in use for an ISA level (for benchmarks and tuning); 0 leaves one unchanged.
  * mc: rows per A block (rounded up to MR); kc: the cap on a K block; nc: the N block at that

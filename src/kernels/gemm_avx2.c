@@ -477,7 +477,7 @@ static T256 void gemv_t_avx2(size_t kc, size_t nr, const float *x, const float *
 
 const kiln_gemm_isa_ops kiln_gemm_ops_avx2 = {
     KILN_ISA_AVX2, "f32_gemm_6x16__avx2", 6,         16, 8, f32_gemm_6x16__avx2, NULL,
-    gemv_n_avx2,   gemv_t_avx2,           epilogue_row_avx2, act_avx2,
+    gemv_n_avx2,   gemv_t_avx2,           epilogue_row_avx2, act_avx2, NULL,
 };
 
 #else

@@ -202,9 +202,10 @@ static T512 void store_tile512(size_t mr, size_t nc, const float *buf, float *c,
 }
 
 /* C[MR x 16*NV] tile; the last vector is masked to nc. Instantiated for each (MR, NV) with
- * named accumulators (c<row><vec>) so they live in MR*NV zmm registers. AT: A is read
+ * named accumulators (c<row><vec>) so they live in MR*NV zmm registers. AT 1: A is read
  * transposed in place, element (i, k) at a[k * lda + i] (the MR values of a step are
- * adjacent), else at a[i * lda + k]. */
+ * adjacent); AT 2: gathered, element (i, k) at a[t->arow[i] + t->koff[k]] (an implicit
+ * im2col: rows are output pixels, k steps input taps); else at a[i * lda + k]. */
 V512 void ukr512(const int MR, const int NV, const int PF, const int AT, size_t nc, size_t kc,
                  const float *a, size_t lda, const float *b, size_t ldb, float *c, size_t ldc,
                  const kiln_gemm_tile *t) {
@@ -221,6 +222,16 @@ V512 void ukr512(const int MR, const int NV, const int PF, const int AT, size_t 
   const float *a0 = a, *a1 = MR > 1 ? a + rs : a, *a2 = MR > 2 ? a + 2 * rs : a,
               *a3 = MR > 3 ? a + 3 * rs : a, *a4 = MR > 4 ? a + 4 * rs : a,
               *a5 = MR > 5 ? a + 5 * rs : a;
+  const int32_t *ko = t->koff;
+  if (AT == 2) {
+    const int32_t *ar = t->arow;
+    a0 = a + ar[0];
+    if (MR > 1) a1 = a + ar[1];
+    if (MR > 2) a2 = a + ar[2];
+    if (MR > 3) a3 = a + ar[3];
+    if (MR > 4) a4 = a + ar[4];
+    if (MR > 5) a5 = a + ar[5];
+  }
 #define DECL(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = c##i##0, c##i##2 = c##i##0, c##i##3 = c##i##0;
   DECL(0) DECL(1) DECL(2) DECL(3) DECL(4) DECL(5)
 #undef DECL
@@ -228,14 +239,16 @@ V512 void ukr512(const int MR, const int NV, const int PF, const int AT, size_t 
   (NV - 1 == j ? _mm512_maskz_loadu_ps(ml, b + 16 * j) : NV > j ? _mm512_loadu_ps(b + 16 * j) : _mm512_setzero_ps())
 #define ROW(i)                                                  \
   if (MR > i) {                                                 \
-    __m512 av = _mm512_set1_ps(AT ? ak[i] : a##i[k]);           \
+    __m512 av = _mm512_set1_ps(AT == 2 ? a##i[o] : AT ? ak[i] : a##i[k]); \
     c##i##0 = _mm512_fmadd_ps(av, b0, c##i##0);                 \
     if (NV > 1) c##i##1 = _mm512_fmadd_ps(av, b1, c##i##1);     \
     if (NV > 2) c##i##2 = _mm512_fmadd_ps(av, b2, c##i##2);     \
     if (NV > 3) c##i##3 = _mm512_fmadd_ps(av, b3, c##i##3);     \
   }
   const float *ak = a;
-  for (size_t k = 0; k < kc; k++, ak += AT ? lda : 0) {
+  for (size_t k = 0; k < kc; k++, ak += AT == 1 ? lda : 0) {
+    const int32_t o = AT == 2 ? ko[k] : 0;
+    (void)o;
     __m512 b0 = BLOAD(0), b1 = BLOAD(1), b2 = BLOAD(2), b3 = BLOAD(3);
     if (PF) { /* B streams from L2: ask for it 8 rows ahead */
       for (int j = 0; j < NV; j++) _mm_prefetch((const char *)(b + 8 * ldb + 16 * j), _MM_HINT_T0);
@@ -306,7 +319,8 @@ V512 void ukr512(const int MR, const int NV, const int PF, const int AT, size_t 
     ukr512(MR, NV, PF, AT, nc, kc, a, lda, b, ldb, c, ldc, t);                                \
   }
 #define UKR_PF(MR, PF, AT) UKR(MR, 1, PF, AT) UKR(MR, 2, PF, AT) UKR(MR, 3, PF, AT) UKR(MR, 4, PF, AT)
-#define UKR_ROW(MR) UKR_PF(MR, 0, 0) UKR_PF(MR, 1, 0) UKR_PF(MR, 0, 1) UKR_PF(MR, 1, 1)
+#define UKR_ROW(MR) \
+  UKR_PF(MR, 0, 0) UKR_PF(MR, 1, 0) UKR_PF(MR, 0, 1) UKR_PF(MR, 1, 1) UKR_PF(MR, 0, 2) UKR_PF(MR, 1, 2)
 UKR_ROW(1) UKR_ROW(2) UKR_ROW(3) UKR_ROW(4) UKR_ROW(5) UKR_ROW(6)
 #undef UKR_ROW
 #undef UKR_PF
@@ -321,8 +335,9 @@ typedef void (*ukr_fn)(size_t, size_t, const float *, size_t, const float *, siz
   {UKR_ROW(1, PF, AT), UKR_ROW(2, PF, AT), UKR_ROW(3, PF, AT), UKR_ROW(4, PF, AT),      \
    UKR_ROW(5, PF, AT), UKR_ROW(6, PF, AT)}
 /* [AT][PF][mr - 1][vectors - 1] */
-static const ukr_fn ukr512_table[2][2][6][4] = {{UKR_TAB(0, 0), UKR_TAB(1, 0)},
-                                                 {UKR_TAB(0, 1), UKR_TAB(1, 1)}};
+static const ukr_fn ukr512_table[3][2][6][4] = {{UKR_TAB(0, 0), UKR_TAB(1, 0)},
+                                                 {UKR_TAB(0, 1), UKR_TAB(1, 1)},
+                                                 {UKR_TAB(0, 2), UKR_TAB(1, 2)}};
 #undef UKR_TAB
 #undef UKR_ROW
 
@@ -339,6 +354,13 @@ static void f32_gemm_6x64_at__avx512(size_t mr, size_t nc, size_t kc, const floa
                                      const float *b, size_t ldb, float *c, size_t ldc,
                                      const kiln_gemm_tile *t) {
   ukr512_table[1][t->pf_b != 0][mr - 1][(nc + 15) / 16 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
+}
+
+/* The same with A gathered (element (i, k) at a[t->arow[i] + t->koff[k]]). */
+static void f32_gemm_6x64_gather__avx512(size_t mr, size_t nc, size_t kc, const float *a,
+                                         size_t lda, const float *b, size_t ldb, float *c,
+                                         size_t ldc, const kiln_gemm_tile *t) {
+  ukr512_table[2][t->pf_b != 0][mr - 1][(nc + 15) / 16 - 1](nc, kc, a, lda, b, ldb, c, ldc, t);
 }
 
 /* ---- matrix-vector ------------------------------------------------------------------- */
@@ -474,6 +496,7 @@ static T512 void gemv_t_avx512(size_t kc, size_t nr, const float *x, const float
 const kiln_gemm_isa_ops kiln_gemm_ops_avx512 = {
     KILN_ISA_AVX512,       "f32_gemm_6x64__avx512", 6, 64, 16, f32_gemm_6x64__avx512,
     f32_gemm_6x64_at__avx512, gemv_n_avx512,        gemv_t_avx512, epilogue_row_avx512, act_avx512,
+    f32_gemm_6x64_gather__avx512,
 };
 
 #else

@@ -3,6 +3,7 @@
 #define KILN_KERNELS_GEMM_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kernels/act.h"
 #include "kernels/gemm.h"
@@ -32,6 +33,9 @@ typedef struct kiln_gemm_tile {
   kiln_act act;
   int pf_b; /* B does not stay in L1 between calls: the kernel prefetches it ahead */
   int pf_c; /* the kernel prefetches its C tile when it starts */
+  /* Gathered A (kiln_gemm_isa_ops.ukernel_gather): element (i, k) of the tile's A at
+   * a[arow[i] + koff[k]]; both already offset to the tile's first row and K step. */
+  const int32_t *arow, *koff;
 } kiln_gemm_tile;
 
 /* C[mr x nc] (+)= A[mr x kc] * B[kc x nc]: A row i at a + i*lda, B row k at b + k*ldb.
@@ -63,6 +67,8 @@ typedef struct kiln_gemm_isa_ops {
   kiln_f32_gemv_t gemv_t;
   kiln_f32_epilogue_row epilogue_row;
   kiln_f32_act_fn act;
+  /* A gathered: (i, k) at a[t->arow[i] + t->koff[k]] (lda unused); NULL where not provided */
+  kiln_f32_ukernel ukernel_gather;
 } kiln_gemm_isa_ops;
 
 extern const kiln_gemm_isa_ops kiln_gemm_ops_scalar;

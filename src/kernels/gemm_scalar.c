@@ -134,5 +134,5 @@ static void gemv_t_scalar(size_t kc, size_t nr, const float *x, const float *r, 
 
 const kiln_gemm_isa_ops kiln_gemm_ops_scalar = {
     KILN_ISA_SCALAR, "f32_gemm_4x16__scalar", 4,  16, 1, f32_gemm_4x16__scalar, NULL,
-    gemv_n_scalar,   gemv_t_scalar,           epilogue_row_scalar, act_scalar,
+    gemv_n_scalar,   gemv_t_scalar,           epilogue_row_scalar, act_scalar, NULL,
 };

@@ -150,6 +150,36 @@ static void check_threads_equal(kiln_threadpool *pool2, const kiln_conv2d_f32_pa
   free(x), free(w), free(b), free(r), free(y1), free(y2);
 }
 
+/* The gathered transposed path (W^T packed) against the im2col GEMM (no W^T) at level lvl, 1
+ * and 2 threads, bias + residual + relu: the same K order and blocks, so the same bytes.
+ * Returns 1 when checked. */
+static int check_same_as_im2col(kiln_threadpool *pool2, const kiln_conv2d_f32_params *p, int lvl) {
+  int64_t xn = p->n * p->c * p->h * p->w, kk = p->c * p->kh * p->kw, wn = p->m * kk;
+  int64_t yn = p->n * p->m * p->oh * p->ow;
+  float *x = malloc(sizeof(float) * (size_t)xn), *w = malloc(sizeof(float) * (size_t)wn);
+  float *b = malloc(sizeof(float) * (size_t)p->m), *r = malloc(sizeof(float) * (size_t)yn);
+  float *y1 = malloc(sizeof(float) * (size_t)yn), *y2 = malloc(sizeof(float) * (size_t)yn);
+  for (int64_t i = 0; i < xn; i++) x[i] = kt_frand();
+  for (int64_t i = 0; i < wn; i++) w[i] = kt_frand();
+  for (int64_t i = 0; i < p->m; i++) b[i] = kt_frand();
+  for (int64_t i = 0; i < yn; i++) r[i] = kt_frand();
+  kiln_conv2d_f32_epilogue ep = {b, r, {KILN_ACT_RELU, 0, 0}};
+  kiln_gemm_packed_b *wt = NULL;
+  CHECK(kiln_gemm_pack_b(lvl, 1, (size_t)kk, (size_t)p->m, w, (size_t)kk, &wt, NULL) == KILN_OK);
+  for (int t = 0; t < 2; t++) {
+    kiln_threadpool *pool = t ? pool2 : NULL;
+    CHECK(kiln_conv2d_f32(pool, lvl, p, &(kiln_conv2d_f32_args){.x = x, .w = w, .y = y1, .ep = ep}) == KILN_OK);
+    CHECK(kiln_conv2d_f32(pool, lvl, p, &(kiln_conv2d_f32_args){.x = x, .w = w, .y = y2, .ep = ep, .wt = wt}) == KILN_OK);
+    CHECK_MSG(memcmp(y1, y2, sizeof(float) * (size_t)yn) == 0,
+              "c%lld %lldx%lld m%lld k%lldx%lld s%lld: gathered and im2col differ (%d threads)",
+              (long long)p->c, (long long)p->h, (long long)p->w, (long long)p->m, (long long)p->kh,
+              (long long)p->kw, (long long)p->sh, t + 1);
+  }
+  kiln_gemm_packed_b_free(wt);
+  free(x), free(w), free(b), free(r), free(y1), free(y2);
+  return 1;
+}
+
 /* Fills the output size from pads at the end (pb, pr); false when the kernel does not fit. */
 static int finish(kiln_conv2d_f32_params *p, int64_t pb, int64_t pr) {
   int64_t ekh = (p->kh - 1) * p->dh + 1, ekw = (p->kw - 1) * p->dw + 1;
@@ -330,6 +360,44 @@ int main(void) {
                                   {1, 0, {KILN_ACT_HARD_SWISH, 0, 0}, 0}};
     check_levels(pools, &p, cs, sizeof cs / sizeof cs[0]);
   }
+  /* larger kernels on small planes: the transposed GEMM with the taps gathered from the
+   * (zero-padded) input, no im2col (AVX-512); same bytes as the im2col GEMM (strided 1x1: the
+   * transposed GEMM on the im2col block, also the same bytes) */
+  static const int64_t ga[][15] = {
+      /* n  c    h   w   m   kh kw sh sw dh dw pt pl pb pr */
+      {1, 64, 7, 7, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},      /* ResNet 3x3 at 7x7 */
+      {1, 40, 14, 14, 72, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},    /* 3x3 s2 to 7x7, channel tail */
+      {2, 33, 9, 11, 80, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0},     /* no padding: read in place, batch 2 */
+      {1, 600, 5, 5, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     /* K 5400: several K blocks */
+      {1, 16, 12, 13, 65, 3, 5, 2, 1, 2, 1, 2, 1, 0, 3},    /* dilated, asymmetric pads */
+      {1, 24, 14, 14, 96, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0},    /* 1x1 s2 in place */
+      {1, 32, 15, 15, 64, 1, 1, 2, 2, 1, 1, 1, 1, 1, 1},    /* 1x1 s2 padded */
+      {1, 20, 3, 3, 130, 2, 2, 1, 1, 1, 1, 0, 0, 1, 1},     /* 2x2 kernel, pads at the end only */
+      {1, 16, 40, 36, 64, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0},    /* s2 to 20x18 (360 rows of C^T) */
+  };
+  int ga_runs = 0;
+  for (size_t f = 0; f < sizeof ga / sizeof ga[0]; f++) {
+    const int64_t *v = ga[f];
+    kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], 1, v[5], v[6], v[7], v[8],
+                                v[9], v[10], v[11], v[12], 0, 0, -1};
+    CHECK(finish(&p, v[13], v[14]));
+    int lvl = kiln_isa_resolve(KILN_ISA_AVX512);
+    if (lvl >= 0) {
+      CHECK_MSG(kiln_conv2d_f32_uses_transposed(&p, lvl), "gathered shape %zu not taken", f);
+      ga_runs += check_same_as_im2col(pools[1], &p, lvl);
+    }
+    check_threads_equal(pools[1], &p);
+    static const epi_case cs[] = {{0, 0, {KILN_ACT_NONE, 0, 0}, 0},
+                                  {1, 1, {KILN_ACT_RELU, 0, 0}, 0},
+                                  {0, 1, {KILN_ACT_CLIP, 0.0f, 6.0f}, 0},
+                                  {1, 0, {KILN_ACT_HARD_SWISH, 0, 0}, 0}};
+    check_levels(pools, &p, cs, sizeof cs / sizeof cs[0]);
+  }
+  if (kiln_isa_resolve(KILN_ISA_AVX512) >= 0) CHECK(ga_runs == (int)(sizeof ga / sizeof ga[0]));
+  /* the AVX2 and scalar levels have no gathered kernel: larger kernels stay on im2col there */
+  kiln_conv2d_f32_params g7 = {1, 64, 7, 7, 64, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7, -1};
+  CHECK(!kiln_conv2d_f32_uses_transposed(&g7, KILN_ISA_SCALAR));
+  if (kiln_isa_resolve(KILN_ISA_AVX2) >= 0) CHECK(!kiln_conv2d_f32_uses_transposed(&g7, KILN_ISA_AVX2));
   g_use_wt = 0;
   /* large enough that 2 threads take the transposed path too (and 1 thread for the pixel) */
   kiln_conv2d_f32_params big = {1, 768, 7, 7, 1024, 1, 1, 1, 1, 1, 1, 1, 0, 0, 7, 7, -1};
