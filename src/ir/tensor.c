@@ -464,8 +464,9 @@ void kiln_set_f64(kiln_tensor *t, int64_t i, double v) {
     default:
       if (t->dtype == KILN_UINT8 || t->dtype == KILN_UINT16 || t->dtype == KILN_UINT32)
         kiln_set_u64(t, i, (uint64_t)sat_i64(v));
-      else
+      else if (kiln_dtype_is_int(t->dtype))
         kiln_set_i64(t, i, sat_i64(v));
+      /* complex and undefined: no real value to store (kiln_set_i64 would hand it back here) */
   }
 }
 

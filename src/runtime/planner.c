@@ -106,7 +106,7 @@ kiln_planner *kiln_planner_new(const kiln_graph *g, const int *time) {
   find_concats(p, g);
   if ((p->in_place_cand = kiln_calloc(g->n_nodes ? g->n_nodes : 1, sizeof *p->in_place_cand)))
     for (size_t i = 0; i < g->n_nodes; i++)
-      p->in_place_cand[i] = kiln_op_in_place_ok(&g->nodes[i]) && g->nodes[i].out[0] >= 0 &&
+      p->in_place_cand[i] = kiln_op_in_place_ok(&g->nodes[i]) && g->nodes[i].n_out > 0 && g->nodes[i].out[0] >= 0 &&
                             p->plannable[g->nodes[i].out[0]];
   return p;
 }
@@ -223,6 +223,7 @@ static void group_in_place(const kiln_planner *p, const size_t *rec, const int *
   const kiln_graph *g = p->g;
   for (size_t i = 0; p->in_place_cand && i < p->n_nodes; i++) {
     const kiln_node *n = &g->nodes[i];
+    if (n->n_out < 1 || n->out[0] < 0) continue; /* a node whose outputs are all omitted */
     int y = n->out[0];
     if (!p->in_place_cand[i] || !rec[y] || in_concat[y] >= 0 || croot[y]) continue;
     for (size_t k = 0; k < n->n_in; k++) {
