@@ -174,17 +174,14 @@ kiln_tensor *kiln_tensor_new_uninit(kiln_dtype dtype, int rank, const int64_t *d
   return tensor_new(dtype, rank, dims, false, err);
 }
 
-int64_t kiln_tensor_bytes(kiln_dtype dtype, int rank, const int64_t *dims) {
-  size_t esz = kiln_dtype_size(dtype);
+int64_t kiln_tensor_footprint(kiln_dtype dtype, int rank, const int64_t *dims) {
+  size_t esz = kiln_dtype_size(dtype); /* strings: their pointers */
   int64_t n = rank >= 0 && rank <= KILN_MAX_RANK ? kiln_numel(rank, dims) : -1, bytes;
-  if (dtype == KILN_STRING || !esz || n < 0 || !kiln_mul_ok(n, (int64_t)esz, &bytes)) return -1;
-  return bytes;
+  return esz && n >= 0 && kiln_mul_ok(n, (int64_t)esz, &bytes) ? bytes : -1;
 }
 
-int64_t kiln_tensor_footprint(kiln_dtype dtype, int rank, const int64_t *dims) {
-  if (dtype != KILN_STRING) return kiln_tensor_bytes(dtype, rank, dims);
-  int64_t n = rank >= 0 && rank <= KILN_MAX_RANK ? kiln_numel(rank, dims) : -1, bytes;
-  return n >= 0 && kiln_mul_ok(n, (int64_t)sizeof(char *), &bytes) ? bytes : -1;
+int64_t kiln_tensor_bytes(kiln_dtype dtype, int rank, const int64_t *dims) {
+  return dtype == KILN_STRING ? -1 : kiln_tensor_footprint(dtype, rank, dims);
 }
 
 kiln_tensor *kiln_tensor_wrap(kiln_dtype dtype, int rank, const int64_t *dims, void *data,

@@ -71,6 +71,12 @@ const kiln_q8_pack *kiln_q8_pack_of(kiln_kctx *c, size_t wi, const kiln_tensor *
 
 /* ---- convolutions ---- */
 
+/* The input rows (axis 0) or columns (axis 1) a 2-D convolution's taps reach, counted from the
+ * first begin-padding one: the extent of its padded input (d2 as in kiln_qconv). */
+static int64_t padded_extent(const int64_t *d2, int axis) {
+  return (d2[2 + axis] - 1) * d2[6 + axis] + (d2[4 + axis] - 1) * d2[8 + axis] + 1;
+}
+
 typedef struct conv_job {
   const kiln_qconv *q;
   const uint8_t *x, *w;  /* x [n, c, xsize] bytes; w the packed A */
@@ -256,8 +262,8 @@ static void quad_pack(void *ctx, int64_t task, int64_t j0, int64_t j1, uint8_t *
 static int quad_prepare(kiln_kctx *c, conv_job *j) {
   const kiln_qconv *q = j->q;
   const int64_t *g = q->d2, tasks = q->n * q->group, cg4 = q->cg / 4;
-  j->hp = (g[2] - 1) * g[6] + (g[4] - 1) * g[8] + 1;
-  j->wp = (g[3] - 1) * g[7] + (g[5] - 1) * g[9] + 1;
+  j->hp = padded_extent(g, 0);
+  j->wp = padded_extent(g, 1);
   const int64_t plane = j->hp * j->wp;
   j->x4 = kiln_malloc((size_t)(tasks * cg4 * plane * 4));
   j->s4 = j->u ? kiln_malloc(sizeof(int32_t) * (size_t)(tasks * plane)) : NULL;
@@ -323,7 +329,7 @@ static void dw_plane_f32(const dw_job *j, int64_t task, float *pad, float *acc) 
   const kiln_qconv *q = j->q;
   const int64_t *g = q->d2, ch = task % q->m;
   const int64_t IH = g[0], IW = g[1], OH = g[2], OW = g[3], KH = g[4], KW = g[5], sh = g[6], sw = g[7];
-  const int64_t dh = g[8], dw = g[9], hp = (OH - 1) * sh + (KH - 1) * dh + 1, wp = (OW - 1) * sw + (KW - 1) * dw + 1;
+  const int64_t dh = g[8], dw = g[9], hp = padded_extent(g, 0), wp = padded_extent(g, 1);
   const uint8_t *xp = j->x + task * q->xsize, *wq = j->w + ch * j->k4 * 4;
   for (int64_t r = 0; r < hp; r++) {
     const int64_t ih = r - g[10];
@@ -355,7 +361,7 @@ static void dw_run(void *ctx, size_t begin, size_t end, int t) {
   (void)t;
   const dw_job *j = ctx;
   const int64_t *g = j->q->d2;
-  const int64_t hp = (g[2] - 1) * g[6] + (g[4] - 1) * g[8] + 1, wp = (g[3] - 1) * g[7] + (g[5] - 1) * g[9] + 1;
+  const int64_t hp = padded_extent(g, 0), wp = padded_extent(g, 1);
   float *buf = g[4] * g[5] <= DW_F32_MAX_TAPS ? kiln_malloc(sizeof(float) * (size_t)(hp * wp + j->q->ysize)) : NULL;
   for (size_t i = begin; i < end; i++) {
     if (buf)

@@ -223,9 +223,9 @@ static void group_in_place(const kiln_planner *p, const size_t *rec, const int *
   const kiln_graph *g = p->g;
   for (size_t i = 0; p->in_place_cand && i < p->n_nodes; i++) {
     const kiln_node *n = &g->nodes[i];
-    if (n->n_out < 1 || n->out[0] < 0) continue; /* a node whose outputs are all omitted */
+    if (!p->in_place_cand[i]) continue; /* candidates have an output (kiln_planner_new) */
     int y = n->out[0];
-    if (!p->in_place_cand[i] || !rec[y] || in_concat[y] >= 0 || croot[y]) continue;
+    if (!rec[y] || in_concat[y] >= 0 || croot[y]) continue;
     for (size_t k = 0; k < n->n_in; k++) {
       int x = n->in[k];
       if (x < 0 || !p->plannable[x] || g->uses[x] != 1 || rec[x] != rec[y] || in_concat[x] >= 0 || croot[x])
