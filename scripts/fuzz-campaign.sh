@@ -9,6 +9,9 @@
 # a unit still going after 120 s is a real hang, not a starved process).
 # Usage: scripts/fuzz-campaign.sh UNTIL [BUILD_DIR] [CORPUS] [LOG]
 #   UNTIL: a time `date -d` understands ("02:40 UTC"); BUILD_DIR as for scripts/check-fuzz.sh.
+# KILN_FUZZ_CPU_S="fuzz_model=3000 fuzz_inputs=2500" (or one number for every target) also stops
+# a target once its CPU seconds logged in LOG reach that budget, so that the machine goes to the
+# targets still short of theirs; each libFuzzer process then runs at most 900 s (wall) and the CPU s still short.
 # Then scripts/fuzz-campaign.sh --report [LOG] prints the table (CPU s, executions, cov, ft,
 # crashes) of everything logged so far.
 set -euo pipefail
@@ -31,7 +34,7 @@ if [ "${1:-}" = --report ]; then
   report "${2:-/var/cache/kiln/fuzz-campaign}"
   exit 0
 fi
-[ "${1:-}" = --help ] || [ $# -lt 1 ] && { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[ "${1:-}" = --help ] || [ $# -lt 1 ] && { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 
 until=$(date -d "$1" +%s)
 build=${2:-build-fuzz}
@@ -47,16 +50,33 @@ done
 [ -d "$build/corpus/infer_request" ] || scripts/fuzz-corpus.sh "$build/corpus"
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-# One target: libFuzzer again and again until UNTIL; one line per process in LOG/TARGET.runs:
+# The CPU budget of target $1 from KILN_FUZZ_CPU_S (empty: none), and the CPU seconds logged so far.
+budget_of() {
+  local w
+  for w in ${KILN_FUZZ_CPU_S:-}; do
+    case $w in "$1="*) echo "${w#*=}"; return ;; *=*) ;; *) echo "$w"; return ;; esac
+  done
+}
+cpu_logged() { [ -f "$log/$1.runs" ] && awk '{s += $2 + $3} END {printf "%d", s}' "$log/$1.runs" || echo 0; }
+
+# One target: libFuzzer again and again until UNTIL (or its CPU budget); one line per process in LOG/TARGET.runs:
 # start user_s sys_s executions cov ft exit_status
 campaign() {
-  local t=$1 seeds=$build/corpus/${1#fuzz_} dir=$corpus/$1 crashes=$log/$1-crashes
+  local t=$1 seeds=$build/corpus/${1#fuzz_} dir=$corpus/$1 crashes=$log/$1-crashes budget
+  budget=$(budget_of "$t")
   mkdir -p "$dir" "$crashes"
   while :; do
     local now left seed=$RANDOM$RANDOM rc=0
     now=$(date +%s)
     left=$((until - now))
     [ $left -ge 30 ] || break
+    if [ -n "$budget" ]; then
+      local short=$((budget - $(cpu_logged "$t")))
+      [ $short -gt 0 ] || { echo "fuzz-campaign: $t reached its budget of $budget CPU s"; break; }
+      [ $short -ge 60 ] || short=60 # CPU s never exceed wall s: a run of SHORT wall s cannot overshoot
+      [ $left -le 900 ] || left=900
+      [ $left -le $short ] || left=$short
+    fi
     /usr/bin/time -f '%U %S' -o "$log/$t.time" nice -n 19 "$bin/$t" -seed="$seed" -max_total_time=$left \
       -timeout=120 -rss_limit_mb=3072 -print_final_stats=1 -artifact_prefix="$crashes/" "$dir" "$seeds" \
       >"$log/$t.last" 2>&1 || rc=$?
