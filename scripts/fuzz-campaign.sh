@@ -11,7 +11,8 @@
 #   UNTIL: a time `date -d` understands ("02:40 UTC"); BUILD_DIR as for scripts/check-fuzz.sh.
 # KILN_FUZZ_CPU_S="fuzz_model=3000 fuzz_inputs=2500" (or one number for every target) also stops
 # a target once its CPU seconds logged in LOG reach that budget, so that the machine goes to the
-# targets still short of theirs; each libFuzzer process then runs at most 900 s (wall) and the CPU s still short.
+# targets still short of theirs; each libFuzzer process then runs at most 900 s (wall), and no
+# longer than the CPU seconds still short.
 # Then scripts/fuzz-campaign.sh --report [LOG] prints the table (CPU s, executions, cov, ft,
 # crashes) of everything logged so far.
 set -euo pipefail
@@ -34,7 +35,7 @@ if [ "${1:-}" = --report ]; then
   report "${2:-/var/cache/kiln/fuzz-campaign}"
   exit 0
 fi
-[ "${1:-}" = --help ] || [ $# -lt 1 ] && { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[ "${1:-}" = --help ] || [ $# -lt 1 ] && { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 
 until=$(date -d "$1" +%s)
 build=${2:-build-fuzz}
