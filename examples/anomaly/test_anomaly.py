@@ -95,10 +95,21 @@ def test_pipeline():
     return path, out
 
 
+def same_events(a, b):
+    """The same events, field for field, scores within 1e-4 relative: on a CPU with AMX the
+    float GEMMs run in bf16x3 (within about 1e-5 of float32), whose rounding depends on how many
+    windows a batch holds."""
+    ea, eb = events_of(a), events_of(b)
+    return len(ea) == len(eb) and all(
+        {k: v for k, v in x.items() if k != "score"} == {k: v for k, v in y.items() if k != "score"}
+        and abs(x["score"] - y["score"]) <= 1e-4 * max(abs(x["score"]), abs(y["score"]))
+        for x, y in zip(ea, eb))
+
+
 def test_stdin(path, expected_out):
     data = open(path).read()
     rc, out, err = run([MODEL, "--input", "-", "--batch", "7"], stdin=data)
-    check(rc == 0 and out == expected_out, "stdin with --batch 7 gives the same events as the file")
+    check(rc == 0 and same_events(out, expected_out), "stdin with --batch 7 gives the same events as the file")
 
 
 def test_malformed():
