@@ -26,7 +26,7 @@ def main():
         path = os.path.join(root, "slow.onnx")
         slow_model(path)
         body = json.dumps({"inputs": [json_input("X", np.ones((8, 768), np.float32))]}).encode()
-        # about 2.4 GFLOP a run, one run at a time: 8 of them outlast the drain
+        # about 2.4 GFLOP a run, one run at a time; late_n below queues 3 s of them
         slow_body, slow_headers = binary_request([("X", np.ones((256, 768), np.float32))])
         # float32 GEMMs (KILN_AMX=0): with AMX a request takes ~5 ms and 3 s of queued work would
         # pass the queue (256); the drain, not the speed, is under test here
