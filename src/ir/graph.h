@@ -85,6 +85,9 @@ typedef struct kiln_value_info {
   int producer;            /* node index, -1 for graph inputs, initializers and outer values */
   bool is_input;
   bool is_outer;           /* defined in an enclosing graph, resolved by name at run time */
+  bool claimed;            /* produced, and its type states a rank or dims that only the model's
+                              declaration gives (inference did not prove them, here or upstream):
+                              the run does not check them, so passes must not rely on them */
   kiln_tensor *init;       /* initializer or folded constant (owned), else NULL */
 } kiln_value_info;
 

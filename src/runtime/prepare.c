@@ -62,10 +62,25 @@ static kiln_code resolve_node(kiln_node *n, const kiln_ir_model *m, const kiln_p
   return KILN_OK;
 }
 
-/* Merge an inferred type into what the model declared; a contradiction is an error. */
-static kiln_code merge_type(kiln_value_info *v, kiln_type *inf, const kiln_node *n, kiln_error *err) {
+/* Whether declared tensor type d states a rank or dim that inferred inf does not prove. */
+static bool states_more(const kiln_type *d, const kiln_type *inf) {
+  if (d->kind != KILN_T_TENSOR || d->rank < 0) return false;
+  if (inf->kind != KILN_T_TENSOR || inf->rank < 0) return true;
+  for (int i = 0; i < d->rank; i++) {
+    if (d->dims[i] >= 0 && inf->dims[i] < 0) return true;
+    if (d->sym[i] && *d->sym[i] && (!inf->sym[i] || strcmp(d->sym[i], inf->sym[i]))) return true;
+  }
+  return false;
+}
+
+/* Merge an inferred type into what the model declared; a contradiction is an error. What only
+ * the declaration states marks the value claimed (see kiln_value_info), as does an inference
+ * made from a claimed input (tainted). */
+static kiln_code merge_type(kiln_value_info *v, kiln_type *inf, bool tainted, const kiln_node *n,
+                            kiln_error *err) {
   char lbl[300], a[200], b[200];
   kiln_type *d = &v->type;
+  v->claimed = tainted || states_more(d, inf);
   if (inf->kind == KILN_T_UNKNOWN) return KILN_OK;
   if (d->kind == KILN_T_UNKNOWN) {
     kiln_type_copy(d, inf);
@@ -92,7 +107,13 @@ clash:
 }
 
 static kiln_code infer_node(kiln_graph *g, kiln_node *n, kiln_error *err) {
-  if (!n->schema->infer) return KILN_OK;
+  bool tainted = false;
+  for (size_t i = 0; i < n->n_in; i++) tainted |= n->in[i] >= 0 && g->values[n->in[i]].claimed;
+  if (!n->schema->infer) {
+    for (size_t i = 0; i < n->n_out; i++)
+      if (n->out[i] >= 0) g->values[n->out[i]].claimed = g->values[n->out[i]].type.kind != KILN_T_UNKNOWN;
+    return KILN_OK;
+  }
   enum { CAP = 64 };
   const kiln_type *in[CAP];
   const kiln_tensor *cin[CAP];
@@ -123,7 +144,7 @@ static kiln_code infer_node(kiln_graph *g, kiln_node *n, kiln_error *err) {
                  .in = in, .cin = cin, .out = outp, .err = err};
   kiln_code rc = n->schema->infer(&c);
   for (size_t i = 0; i < n->n_out; i++) {
-    if (!rc && n->out[i] >= 0) rc = merge_type(&g->values[n->out[i]], &outs[i], n, err);
+    if (!rc && n->out[i] >= 0) rc = merge_type(&g->values[n->out[i]], &outs[i], tainted, n, err);
     kiln_type_clear(&outs[i]);
   }
   return rc;
