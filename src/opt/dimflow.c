@@ -249,6 +249,37 @@ static bool elem_value(const kiln_dimflow *df, kiln_dimelem e, int64_t *v) {
 
 /* ---- dims of node outputs ---- */
 
+/* The -1 dim `at` of a Reshape of x to dims d (rank r): x's element count over the other dims',
+ * where the symbolic dims cancel (each of d's matched by an equal one of x's) and what is left of
+ * x is a static count or one symbolic dim over 1. Unknown (and zero-size) dims give unknown. */
+static int64_t inferred_dim(const kiln_dimflow *df, const dval *x, const int64_t *d, int r, int at) {
+  int64_t left[MAXR], pin = 1, pout = 1;
+  int nl = 0;
+  if (x->rank < 0) return KILN_DIM_UNKNOWN;
+  for (int i = 0; i < x->rank; i++) {
+    int64_t t = canon(df, x->d[i]);
+    if (t == KILN_DIM_UNKNOWN || t == 0 || (t > 0 && pin > INT64_MAX / t)) return KILN_DIM_UNKNOWN;
+    if (t > 0) pin *= t;
+    else left[nl++] = t;
+  }
+  for (int i = 0; i < r; i++) {
+    if (i == at) continue;
+    int64_t t = canon(df, d[i]);
+    if (t == KILN_DIM_UNKNOWN || t == 0 || (t > 0 && pout > INT64_MAX / t)) return KILN_DIM_UNKNOWN;
+    if (t > 0) {
+      pout *= t;
+      continue;
+    }
+    int k = 0;
+    while (k < nl && left[k] != t) k++;
+    if (k == nl) return KILN_DIM_UNKNOWN;
+    left[k] = left[--nl];
+  }
+  if (pin % pout) return KILN_DIM_UNKNOWN;
+  if (nl == 0) return pin / pout;
+  return nl == 1 && pin == pout ? left[0] : KILN_DIM_UNKNOWN;
+}
+
 /* Candidate dims of output 0 (and, for Split, the others); rank -1 when nothing is known. */
 static kiln_flow flow_of(const kiln_node *n) { return n->schema ? n->schema->flow : KILN_FLOW_NONE; }
 
@@ -333,12 +364,15 @@ static void node_dims(kiln_dimflow *df, const kiln_node *n, int *rank, int64_t *
     const dval *s = in_val(df, n, 1);
     bool allowzero = n->opset >= 14 && kiln_attr_int(n, "allowzero", 0);
     if (!s || s->vn < 0 || s->scalar) return;
+    int infer = -1;
     for (int i = 0; i < s->vn; i++) {
       int64_t t = elem_tok(df, s->v[i]);
       if (t == 0 && !allowzero) t = x->rank > i ? x->d[i] : KILN_DIM_UNKNOWN;
+      if (s->v[i].kind == KILN_ELEM_CONST && s->v[i].val == -1) infer = i;
       d[i] = t;
     }
     *rank = s->vn;
+    if (infer >= 0) d[infer] = inferred_dim(df, x, d, s->vn, infer);
   } else if (fl == KILN_FLOW_UNSQUEEZE || fl == KILN_FLOW_SQUEEZE) {
     int64_t ax[MAXR];
     size_t na;
