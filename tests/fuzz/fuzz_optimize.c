@@ -55,7 +55,10 @@ static kiln_session *load(const uint8_t *data, size_t size, int level) {
   o.threads = 1;
   o.opt_level = level;
   o.verify_fusions = level > 0;
-  o.max_memory_bytes = (int64_t)1 << 30;
+  /* Two sessions live at once (s0 with its outputs while s2 runs), beside libFuzzer's corpus and
+   * ASan's quarantine, all under -rss_limit_mb=3072: at 1 GiB each the target itself could pass
+   * that limit with kiln within its own (512 MiB each keeps the worst case near 1 GiB). */
+  o.max_memory_bytes = (int64_t)1 << 29;
   o.max_run_ms = 2000; /* a Loop of 2^60 cheap iterations is a valid model, not a bug: stop it */
   kiln_session *s = NULL;
   kiln_error err;
