@@ -258,6 +258,16 @@ ops, text = optimized_ops(p, *L2)
 check(ops == {"Reshape": 1, "Relu": 1}, f"reshape-like chain collapsed: {ops} {text}")
 validate_dims(p, 2, [{"batch": 1}, {"batch": 5}], "reshape_chain")
 
+# Must not: rely on a shape only the model declares. Squeeze without axes drops the size-1 dims
+# the run finds (batch 1 too), so this output is [3,6] at batch 1 whatever the wrong declaration
+# [2,3,3] says; the reshape-chain fusion once made it a Reshape to [2,3,3].
+m = model([helper.make_node("Unsqueeze", ["x", "ax"], ["a"]), helper.make_node("Squeeze", ["a"], ["y"])],
+          [vi("x", ["batch", 3, 6])], [vi("y", [2, 3, 3])], [i64("ax", [3])])
+p = save(m, "squeeze_declared_only")
+for level in ("0", "2"):
+    rc, text = kiln("run", p, "--level", level, "--dim", "batch=1")
+    check(rc == 0 and "y: float[3,6]" in text, f"Squeeze of all size-1 dims at level {level} gives [3,6]: {text}")
+
 # Must not: a Transpose that moves real dims is no reshape.
 m = relu_out([helper.make_node("Reshape", ["x", "s1"], ["a"]),
               helper.make_node("Transpose", ["a"], ["b"], perm=[1, 0]),
