@@ -62,14 +62,14 @@ static kiln_code resolve_node(kiln_node *n, const kiln_ir_model *m, const kiln_p
   return KILN_OK;
 }
 
-/* Whether declared tensor type d states a rank or dim that inferred inf does not prove. */
+/* Whether declared tensor type d states a rank or static dim that inferred inf does not prove.
+ * Symbolic names are not counted: shape inference tools name every unknown dim (unk__N), and
+ * counting them would mark most of such a model claimed. */
 static bool states_more(const kiln_type *d, const kiln_type *inf) {
   if (d->kind != KILN_T_TENSOR || d->rank < 0) return false;
   if (inf->kind != KILN_T_TENSOR || inf->rank < 0) return true;
-  for (int i = 0; i < d->rank; i++) {
+  for (int i = 0; i < d->rank; i++)
     if (d->dims[i] >= 0 && inf->dims[i] < 0) return true;
-    if (d->sym[i] && *d->sym[i] && (!inf->sym[i] || strcmp(d->sym[i], inf->sym[i]))) return true;
-  }
   return false;
 }
 
