@@ -615,7 +615,8 @@ static void settle(kiln_dimflow *df, int v, int crank, const int64_t *cand) {
     return;
   }
   if (t->kind != KILN_T_TENSOR) return;
-  if (vi->producer >= 0 && vi->claimed) t = &(kiln_type){.kind = KILN_T_TENSOR, .rank = -1};
+  static const kiln_type unproven = {.kind = KILN_T_TENSOR, .rank = -1};
+  if (vi->producer >= 0 && vi->claimed) t = &unproven;
   bool use = crank >= 0 && (t->rank < 0 || t->rank == crank);
   int r = t->rank >= 0 ? t->rank : crank;
   if (r < 0 || r > MAXR) return;
