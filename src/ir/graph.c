@@ -93,6 +93,12 @@ void kiln_ir_model_free(kiln_ir_model *m) {
 
 int kiln_graph_find(const kiln_graph *g, const char *name) { return kiln_strmap_get(g->names, name); }
 
+const kiln_type *kiln_value_type(const kiln_graph *g, int v) {
+  static const kiln_type unproven = {.kind = KILN_T_TENSOR, .rank = -1};
+  const kiln_value_info *vi = &g->values[v];
+  return vi->producer >= 0 && vi->claimed && vi->type.kind == KILN_T_TENSOR ? &unproven : &vi->type;
+}
+
 int kiln_graph_value(kiln_graph *g, const char *name) {
   int id = kiln_strmap_get(g->names, name);
   if (id >= 0) return id;

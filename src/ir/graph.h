@@ -132,6 +132,10 @@ void kiln_ir_model_free(kiln_ir_model *m);
 int kiln_graph_value(kiln_graph *g, const char *name);
 /* Value id for `name` or -1. */
 int kiln_graph_find(const kiln_graph *g, const char *name);
+/* The type of value v that an optimizer pass may rely on: its type or, when it is claimed (a
+ * rank or dims only the declaration gives, which the run does not check), a tensor of unknown
+ * rank and dtype. */
+const kiln_type *kiln_value_type(const kiln_graph *g, int v);
 /* Append a node (fields zeroed); returns its index or -1. */
 int kiln_graph_add_node(kiln_graph *g);
 

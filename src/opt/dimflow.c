@@ -597,7 +597,7 @@ static int64_t name_class(kiln_dimflow *df, const char *name) {
 /* Settle value v's dims: the candidate from its op merged with what its type states. */
 static void settle(kiln_dimflow *df, int v, int crank, const int64_t *cand) {
   const kiln_value_info *vi = &df->g->values[v];
-  const kiln_type *t = &vi->type;
+  const kiln_type *t = kiln_value_type(df->g, v);
   dval *o = &df->vals[v];
   /* integer constants: their elements */
   const kiln_tensor *c = vi->init;
@@ -615,8 +615,6 @@ static void settle(kiln_dimflow *df, int v, int crank, const int64_t *cand) {
     return;
   }
   if (t->kind != KILN_T_TENSOR) return;
-  static const kiln_type unproven = {.kind = KILN_T_TENSOR, .rank = -1};
-  if (vi->producer >= 0 && vi->claimed) t = &unproven;
   bool use = crank >= 0 && (t->rank < 0 || t->rank == crank);
   int r = t->rank >= 0 ? t->rank : crank;
   if (r < 0 || r > MAXR) return;

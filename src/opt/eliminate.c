@@ -36,7 +36,7 @@ static bool dropout_is_identity(const kiln_graph *g, const kiln_node *n) {
 /* Whether node n returns its first input unchanged. */
 static bool passes_through(const kiln_graph *g, const kiln_node *n) {
   if (*n->domain || n->n_in < 1 || n->in[0] < 0 || n->n_out < 1 || n->out[0] < 0) return false;
-  const kiln_type *in = &g->values[n->in[0]].type, *out = &g->values[n->out[0]].type;
+  const kiln_type *in = kiln_value_type(g, n->in[0]), *out = kiln_value_type(g, n->out[0]);
   const char *op = n->op_type;
   if (!strcmp(op, "Identity")) return in->kind == KILN_T_TENSOR;
   if (!strcmp(op, "Dropout")) return dropout_is_identity(g, n);

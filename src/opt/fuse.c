@@ -142,7 +142,7 @@ static int sub_value(kiln_graph *sub, const kiln_graph *g, int v) {
   int id = kiln_graph_find(sub, g->values[v].name);
   if (id >= 0) return id;
   id = kiln_graph_value(sub, g->values[v].name);
-  if (id >= 0) kiln_type_copy(&sub->values[id].type, &g->values[v].type);
+  if (id >= 0) kiln_type_copy(&sub->values[id].type, kiln_value_type(g, v));
   return id;
 }
 

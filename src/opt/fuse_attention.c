@@ -69,7 +69,7 @@ static bool push(amatch *a, size_t node) {
   return true;
 }
 
-static const kiln_type *vtype(const kiln_graph *g, int v) { return v >= 0 ? &g->values[v].type : NULL; }
+static const kiln_type *vtype(const kiln_graph *g, int v) { return v >= 0 ? kiln_value_type(g, v) : NULL; }
 
 static bool is_float(const kiln_graph *g, int v) {
   const kiln_type *t = vtype(g, v);

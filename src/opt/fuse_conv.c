@@ -136,14 +136,14 @@ static bool act_ok(const kiln_graph *g, const kiln_node *n) {
 
 static bool float_conv(const kiln_graph *g, const kiln_node *n) {
   if (!conv_const_weights(g, n)) return false;
-  const kiln_type *t = &g->values[n->in[0]].type;
+  const kiln_type *t = kiln_value_type(g, n->in[0]);
   return t->kind == KILN_T_TENSOR && t->dtype == KILN_FLOAT;
 }
 
 /* The Add's other input must be a tensor of the conv output's shape. */
 static bool residual_add(const kiln_graph *g, const kiln_node *n) {
   if (n->n_in != 2) return false;
-  const kiln_type *a = &g->values[n->in[0]].type, *b = &g->values[n->in[1]].type;
+  const kiln_type *a = kiln_value_type(g, n->in[0]), *b = kiln_value_type(g, n->in[1]);
   if (a->kind != KILN_T_TENSOR || b->kind != KILN_T_TENSOR || a->rank < 0 || a->rank != b->rank ||
       a->dtype != KILN_FLOAT || b->dtype != KILN_FLOAT)
     return false;

@@ -37,7 +37,7 @@ typedef struct ectx {
 } ectx;
 
 static bool is_float(const kiln_graph *g, int v) {
-  const kiln_type *t = &g->values[v].type;
+  const kiln_type *t = kiln_value_type(g, v);
   return t->kind == KILN_T_TENSOR && t->dtype == KILN_FLOAT;
 }
 

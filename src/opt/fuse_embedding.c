@@ -23,7 +23,7 @@ enum { E_IDS, E_WORD, E_POS, E_POS_IDS, E_POS_ENDS, E_GAMMA, E_BETA, E_N };
 
 static bool int_typed(const kiln_graph *g, int v) {
   if (v < 0) return false;
-  const kiln_type *t = &g->values[v].type;
+  const kiln_type *t = kiln_value_type(g, v);
   return t->kind == KILN_T_TENSOR && (t->dtype == KILN_INT64 || t->dtype == KILN_INT32) && t->rank >= 0;
 }
 

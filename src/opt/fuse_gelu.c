@@ -102,7 +102,7 @@ static int bias_side(const kiln_graph *g, const kiln_node *add) {
   for (int i = 0; i < 2; i++) {
     int other = add->in[1 - i];
     if (!kfn_is_float(g, other) || kiln_const_input(g, add, 1 - (size_t)i)) continue;
-    if (kfn_const_over_last(kiln_const_input(g, add, (size_t)i), &g->values[other].type, 1)) return i;
+    if (kfn_const_over_last(kiln_const_input(g, add, (size_t)i), kiln_value_type(g, other), 1)) return i;
   }
   return -1;
 }
@@ -111,7 +111,7 @@ static int bias_side(const kiln_graph *g, const kiln_node *add) {
 static bool const_matmul(const kiln_graph *g, const kiln_node *n) {
   const kiln_tensor *b = kiln_const_input(g, n, 1);
   return n->n_in == 2 && b && b->dtype == KILN_FLOAT && b->rank == 2 && kfn_is_float(g, n->in[0]) &&
-         g->values[n->in[0]].type.rank >= 1;
+         kiln_value_type(g, n->in[0])->rank >= 1;
 }
 
 typedef struct gelu_fusion {
@@ -145,7 +145,7 @@ static bool extend(const kiln_graph *g, const size_t *uses, const bool *taken, g
   int mm = kfn_producer(g, y, "MatMul", taken);
   const kiln_tensor *w = mm >= 0 ? kiln_const_input(g, &g->nodes[mm], 1) : NULL;
   if (mm >= 0 && uses[y] == 1 && const_matmul(g, &g->nodes[mm]) && bias && w->dims[1] == bias->dims[bias->rank - 1] &&
-      g->values[y].type.rank >= bias->rank && kfn_match_add(&f->m, (size_t)mm)) {
+      kiln_value_type(g, y)->rank >= bias->rank && kfn_match_add(&f->m, (size_t)mm)) {
     f->op = "FusedMatMul";
     f->in[0] = g->nodes[mm].in[0];
     f->in[1] = g->nodes[mm].in[1];
@@ -162,7 +162,7 @@ static bool match_chain(const kiln_graph *g, size_t i, const size_t *uses, const
     if (!kfn_pattern_match(g, &spines[p].p, i, uses, taken, &f->m)) continue;
     int x = spine_input(g, &f->m, spines[p].form);
     int out = g->nodes[i].out[0]; /* same rank as x: no constant of higher rank broadcast it */
-    if (x < 0 || !kfn_is_float(g, x) || !kfn_is_float(g, out) || g->values[out].type.rank != g->values[x].type.rank ||
+    if (x < 0 || !kfn_is_float(g, x) || !kfn_is_float(g, out) || kiln_value_type(g, out)->rank != kiln_value_type(g, x)->rank ||
         !tail_ok(g, &f->m, spines[p].one, x, taken) || !kfn_closed(g, &f->m, uses, NULL, 0))
       continue;
     f->x = x;

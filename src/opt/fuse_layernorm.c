@@ -53,7 +53,7 @@ static bool match_decomposed(const kiln_graph *g, size_t anchor, const size_t *u
     int rm1 = kfn_producer(g, g->nodes[sb].in[1], "ReduceMean", taken);
     if (rm1 < 0 || g->nodes[rm1].in[0] != x || !kfn_keepdims(g, &g->nodes[rm1]) || !kfn_is_float(g, x))
       return false;
-    const kiln_type *xt = &g->values[x].type;
+    const kiln_type *xt = kiln_value_type(g, x);
     int r = xt->rank, k = kfn_suffix_axes(g, &g->nodes[rm1], r);
     if (k < 1 || kfn_suffix_axes(g, rm2, r) != k) return false;
     lm->x = x;
@@ -73,7 +73,7 @@ static bool match_decomposed(const kiln_graph *g, size_t anchor, const size_t *u
     kfn_match_add(&lm->m, (size_t)rm1);
     /* a constant (eps, 2) of higher rank than x would have raised the output's rank */
     int y = g->nodes[anchor].out[0];
-    return kfn_is_float(g, y) && g->values[y].type.rank == r && kfn_closed(g, &lm->m, uses, NULL, 0);
+    return kfn_is_float(g, y) && kiln_value_type(g, y)->rank == r && kfn_closed(g, &lm->m, uses, NULL, 0);
   }
   return false;
 }
@@ -83,7 +83,7 @@ static bool match_standard(const kiln_graph *g, size_t anchor, const size_t *use
   if (!kiln_op_is(n, "LayerNormalization") || n->n_in < 2 || !kfn_is_float(g, n->in[0]) ||
       kiln_attr_int(n, "stash_type", 1) != 1)
     return false;
-  const kiln_type *xt = &g->values[n->in[0]].type;
+  const kiln_type *xt = kiln_value_type(g, n->in[0]);
   int64_t axis = kiln_attr_int(n, "axis", -1);
   if (axis < 0) axis += xt->rank;
   if (axis < 0 || axis >= xt->rank) return false;
@@ -112,7 +112,7 @@ bool kiln_match_layernorm(const kiln_graph *g, size_t anchor, const size_t *uses
  * as its static type tells (the kernel checks at run time and falls back on anything else). */
 static bool skip_operand(const kiln_graph *g, int v, const kiln_type *xt, int k) {
   if (!kfn_is_float(g, v)) return false;
-  const kiln_type *t = &g->values[v].type;
+  const kiln_type *t = kiln_value_type(g, v);
   bool full = true, one = true;
   for (int d = 1; d <= k; d++) {
     int64_t td = t->rank >= d ? t->dims[t->rank - d] : 1, xd = xt->dims[xt->rank - d];
@@ -137,7 +137,7 @@ kiln_code kiln_pass_fuse_layernorm(kiln_pass_ctx *ctx, kiln_graph *g, size_t *co
     kiln_ln_match lm;
     if (s.dead[i] || !kiln_match_layernorm(g, i, uses, s.dead, &lm)) continue;
     int k = -lm.axis, sum = -1;
-    const kiln_type *xt = &g->values[lm.x].type;
+    const kiln_type *xt = kiln_value_type(g, lm.x);
     int add = kfn_producer(g, lm.x, "Add", s.dead);
     int in[4] = {lm.x, lm.gamma, lm.beta, -1};
     const char *op = "LayerNorm";

@@ -12,7 +12,7 @@
 
 static bool float_matmul(const kiln_graph *g, const kiln_node *n) {
   const kiln_tensor *b = kiln_const_input(g, n, 1);
-  const kiln_type *a = &g->values[n->in[0]].type;
+  const kiln_type *a = kiln_value_type(g, n->in[0]);
   return b && b->dtype == KILN_FLOAT && b->rank == 2 && a->kind == KILN_T_TENSOR &&
          a->dtype == KILN_FLOAT && a->rank >= 1;
 }
@@ -32,7 +32,7 @@ static bool bias_add(const kiln_graph *g, const kiln_node *n) {
     const kiln_tensor *w = kiln_const_input(g, mm, 1);
     if (w && w->rank == 2 && t->dims[t->rank - 1] == w->dims[1]) {
       /* the bias must not raise the rank of the product */
-      const kiln_type *ty = &g->values[other].type;
+      const kiln_type *ty = kiln_value_type(g, other);
       if (ty->rank >= t->rank) return true;
     }
   }
@@ -40,7 +40,7 @@ static bool bias_add(const kiln_graph *g, const kiln_node *n) {
 }
 
 static bool gemm_plain(const kiln_graph *g, const kiln_node *n) {
-  return n->n_in >= 2 && kiln_attr_int(n, "transA", 0) == 0 && g->values[n->in[0]].type.dtype == KILN_FLOAT;
+  return n->n_in >= 2 && kiln_attr_int(n, "transA", 0) == 0 && kiln_value_type(g, n->in[0])->dtype == KILN_FLOAT;
 }
 
 /* Gemm(A, const B, [const C of N values, beta 1]) with A not transposed: what FusedGemm's fast

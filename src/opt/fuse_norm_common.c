@@ -51,7 +51,7 @@ int kfn_scalar_side(const kiln_graph *g, const kiln_node *n, double want, double
 
 bool kfn_is_float(const kiln_graph *g, int v) {
   if (v < 0) return false;
-  const kiln_type *t = &g->values[v].type;
+  const kiln_type *t = kiln_value_type(g, v);
   return t->kind == KILN_T_TENSOR && t->dtype == KILN_FLOAT && t->rank >= 0;
 }
 

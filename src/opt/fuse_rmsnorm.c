@@ -51,7 +51,7 @@ static bool match_rms(const kiln_graph *g, size_t anchor, const size_t *uses, co
     if (recip) apply = &g->nodes[sp.nodes[5]];
     int other = recip ? kfn_other(apply, g->nodes[sp.nodes[4]].out[0]) : apply->in[0];
     if (other != x || !kfn_is_float(g, x) || kfn_producer(g, x, "Sub", taken) >= 0) continue;
-    const kiln_type *xt = &g->values[x].type;
+    const kiln_type *xt = kiln_value_type(g, x);
     int k = kfn_suffix_axes(g, mean, xt->rank);
     if (k < 1) continue;
     size_t last = recip ? 6 : 5;
@@ -63,7 +63,7 @@ static bool match_rms(const kiln_graph *g, size_t anchor, const size_t *uses, co
       rm->gamma = c;
     }
     int y = g->nodes[anchor].out[0];
-    if (!kfn_is_float(g, y) || g->values[y].type.rank != xt->rank || !kfn_closed(g, &sp, uses, NULL, 0)) continue;
+    if (!kfn_is_float(g, y) || kiln_value_type(g, y)->rank != xt->rank || !kfn_closed(g, &sp, uses, NULL, 0)) continue;
     rm->m = sp;
     rm->x = x;
     rm->axis = -k;

@@ -82,7 +82,7 @@ static void bypass(tctx *t, size_t i, int from, int to) {
 }
 
 static int rank_of(const tctx *t, int v) {
-  int r = t->g->values[v].type.rank;
+  int r = kiln_value_type(t->g, v)->rank;
   return r >= 0 ? r : kiln_dimflow_rank(t->df, v);
 }
 

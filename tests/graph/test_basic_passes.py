@@ -1,5 +1,7 @@
 """fold_shapes, cse and fuse_transpose: graphs where they must apply, where they must not, and
 validation of every rewritten graph against the original on several input shapes."""
+import os
+
 from kilntest import *
 
 I64 = TensorProto.INT64
@@ -267,6 +269,18 @@ p = save(m, "squeeze_declared_only")
 for level in ("0", "2"):
     rc, text = kiln("run", p, "--level", level, "--dim", "batch=1")
     check(rc == 0 and "y: float[3,6]" in text, f"Squeeze of all size-1 dims at level {level} gives [3,6]: {text}")
+
+# Must not: drop an Expand because a value_info declares its output with its input's shape:
+# the shape comes from an input of unknown length, and [4,2,3] is what the run gives.
+m = model([helper.make_node("Expand", ["x", "s"], ["e"]), helper.make_node("Relu", ["e"], ["y"])],
+          [vi("x", [2, 3]), vi("s", ["n"], TensorProto.INT64)], [vi("y", None)])
+m.graph.value_info.append(vi("e", [2, 3]))
+p = save(m, "expand_declared_only")
+s_path = os.path.join(TMP, "expand_shape.npy")
+np.save(s_path, np.array([4, 2, 3], np.int64))
+for level in ("0", "2"):
+    rc, text = kiln("run", p, "--level", level, "--input", f"s={s_path}")
+    check(rc == 0 and "y: float[4,2,3]" in text, f"Expand kept at level {level}: {text}")
 
 # Must not: a Transpose that moves real dims is no reshape.
 m = relu_out([helper.make_node("Reshape", ["x", "s1"], ["a"]),
