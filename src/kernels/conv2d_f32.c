@@ -11,6 +11,7 @@
 #include "kernels/gemm_amx.h"
 #include "kernels/gemm_internal.h"
 #include "kernels/conv_internal.h"
+#include "kernels/scratch.h"
 #include "kernels/winograd_f32.h"
 
 #ifdef KILN_HAVE_X86_KERNELS
@@ -309,7 +310,8 @@ static kiln_code conv_transposed(kiln_threadpool *pool, const kiln_conv2d_f32_pa
   int64_t ohw = p->oh * p->ow, kk = p->c * p->kh * p->kw;
   bool direct = p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
                 p->pl == 0 && p->oh == p->h && p->ow == p->w;
-  float *t = kiln_malloc(sizeof(float) * (size_t)(ohw * p->m + (direct ? 0 : kk * ohw)));
+  size_t floats = (size_t)(ohw * p->m + (direct ? 0 : kk * ohw));
+  float *t = kiln_scratch_get(KILN_SCRATCH_CONV, sizeof(float) * floats);
   if (!t) return KILN_ERR_NOMEM;
   float *col = t + ohw * p->m;
   kiln_gemm_epilogue gep = {0};
@@ -330,7 +332,6 @@ static kiln_code conv_transposed(kiln_threadpool *pool, const kiln_conv2d_f32_pa
     tr_ctx e = {t, y + yoff, ep->residual ? ep->residual + yoff : NULL, ohw, p->m, &ep->act, isa};
     kiln_parallel_for(ohw * p->m >= 64 * 1024 ? pool : NULL, (size_t)(p->m + 15) / 16, tr_task, &e, 0);
   }
-  free(t);
   return rc;
 }
 
@@ -376,7 +377,7 @@ static kiln_code conv_implicit(kiln_threadpool *pool, const kiln_conv2d_f32_para
   int64_t plane = g.hp * g.wp, xp_floats = g.copy ? p->c * plane : 0;
   size_t bytes = sizeof(float) * (size_t)(ohw * p->m + xp_floats) +
                  sizeof(int32_t) * (size_t)(ohw + kk);
-  float *t = kiln_malloc(bytes);
+  float *t = kiln_scratch_get(KILN_SCRATCH_CONV, bytes);
   if (!t) return KILN_ERR_NOMEM;
   float *xp = t + ohw * p->m;
   int32_t *arow = (int32_t *)(xp + xp_floats), *koff = arow + ohw;
@@ -405,7 +406,6 @@ static kiln_code conv_implicit(kiln_threadpool *pool, const kiln_conv2d_f32_para
     tr_ctx e = {t, y + yoff, ep->residual ? ep->residual + yoff : NULL, ohw, p->m, &ep->act, isa};
     kiln_parallel_for(ohw * p->m >= 64 * 1024 ? pool : NULL, (size_t)(p->m + 15) / 16, tr_task, &e, 0);
   }
-  free(t);
   return rc;
 }
 
@@ -529,7 +529,7 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
   float *col = NULL;
   kiln_code rcs[MAX_THREADS] = {0};
   if (!direct) {
-    col = kiln_malloc(sizeof(float) * col_floats * (size_t)nbuf);
+    col = kiln_scratch_get(KILN_SCRATCH_CONV, sizeof(float) * col_floats * (size_t)nbuf);
     if (!col) return KILN_ERR_NOMEM;
   }
   tile_job j = {p, x, w, wa, ep, y, kk, cg, mg, ntiles, tcols, direct, isa, col, col_floats, rcs};
@@ -540,6 +540,5 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
   } else {
     for (int64_t t = 0; t < tasks && !rc; t++) rc = run_tile(&j, t, col, pool);
   }
-  free(col);
   return rc;
 }

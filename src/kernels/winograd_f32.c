@@ -7,6 +7,7 @@
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_internal.h"
+#include "kernels/scratch.h"
 #include "kernels/winograd_tf.h"
 
 #ifdef KILN_HAVE_X86_KERNELS
@@ -621,7 +622,8 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
   size_t vf = (size_t)(np * p->c * nt), of = (size_t)(np * p->m * nt);
   int64_t scr_per = (e * bt + 2) * rw; /* the input rows of a block; >= 4 output rows */
   size_t per_thread = vf + of + (size_t)(outer ? 1 : nthr) * (size_t)scr_per;
-  float *mem = kiln_malloc(sizeof(float) * per_thread * (size_t)(outer ? nthr : 1));
+  size_t floats = per_thread * (size_t)(outer ? nthr : 1);
+  float *mem = kiln_scratch_get(KILN_SCRATCH_CONV, sizeof(float) * floats);
   if (!mem) return KILN_ERR_NOMEM;
   wino_blk b;
   memset(&b, 0, sizeof b);
@@ -656,7 +658,6 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
      * 4+4 as handing them out one at a time would give). */
     kiln_parallel_for(pool, (size_t)(p->n * nb), wino_outer_task, &w, even ? 0 : 1);
     for (int i = 0; i < nthr && !rc; i++) rc = w.rc[i];
-    free(mem);
     return rc;
   }
   for (int64_t nn = 0; nn < p->n && !rc; nn++) {
@@ -676,6 +677,5 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
       if (!rc) kiln_parallel_for(pool, (size_t)p->m, wino_out_task, &b, 0);
     }
   }
-  free(mem);
   return rc;
 }

@@ -8,12 +8,19 @@
  * packed, kiln_conv2d_f32_args.wt) on fixed and random shapes; 1 and 2 threads give the same bytes
  * for the even tile split and the transposed path. The direct kernel for few input channels
  * (stems) on fixed shapes with every epilogue, and through the random shapes. (Conv and FusedConv nodes reach this kernel
- * through src/ops/conv.c; the conformance and real-model tests cover that hook.) */
+ * through src/ops/conv.c; the conformance and real-model tests cover that hook.) Repeated calls
+ * whose buffers (im2col block, C^T, Winograd V and O) are large reuse them: a call after the
+ * first faults no page in (they were malloc'ed per call, and glibc's mmap of each made a
+ * single 16 -> 64 3x3 at 55x55 17x slower). */
 #include <math.h>
+#ifdef __linux__
+#include <malloc.h> /* mallopt */
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "kernels/act.h"
 #include "kernels/conv2d_f32.h"
@@ -178,6 +185,50 @@ static int check_same_as_im2col(kiln_threadpool *pool2, const kiln_conv2d_f32_pa
   kiln_gemm_packed_b_free(wt);
   free(x), free(w), free(b), free(r), free(y1), free(y2);
   return 1;
+}
+
+/* Minor page faults of this process so far. */
+static long minor_faults(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
+/* Calls 2..12 of one convolution (1 or 2 threads) fault in (next to) no page: the kernel's
+ * scratch is kept between calls. */
+static void check_scratch_reused(kiln_threadpool *pool, const kiln_conv2d_f32_params *p, size_t buf_bytes) {
+  size_t nx = (size_t)(p->n * p->c * p->h * p->w), nw = (size_t)(p->m * p->c / p->group * p->kh * p->kw);
+  size_t ny = (size_t)(p->n * p->m * p->oh * p->ow);
+  float *x = malloc(sizeof(float) * nx), *w = malloc(sizeof(float) * nw), *y = malloc(sizeof(float) * ny);
+  for (size_t i = 0; i < nx; i++) x[i] = kt_frand();
+  for (size_t i = 0; i < nw; i++) w[i] = kt_frand();
+  /* Winograd weights transformed beforehand, as a session does at load */
+  float *u = NULL;
+  if (kiln_conv2d_f32_uses_winograd(p, 1)) {
+    int e = kiln_wino_f32_tile(p);
+    u = malloc(sizeof(float) * (size_t)kiln_wino_f32_weights_size_tile(e, p->m, p->c));
+    kiln_wino_f32_weights_tile(e, w, p->m, p->c, u);
+  }
+  kiln_conv2d_f32_args a = {.x = x, .w = w, .y = y, .wu = u};
+  CHECK(kiln_conv2d_f32(pool, KILN_ISA_AUTO, p, &a) == KILN_OK);
+  long faults[11]; /* per call; the median leaves out a worker's first touch of its own scratch */
+  for (int i = 0; i < 11; i++) {
+    long f0 = minor_faults();
+    CHECK(kiln_conv2d_f32(pool, KILN_ISA_AUTO, p, &a) == KILN_OK);
+    faults[i] = minor_faults() - f0;
+    for (int j = i; j > 0 && faults[j] < faults[j - 1]; j--) {
+      long t = faults[j];
+      faults[j] = faults[j - 1];
+      faults[j - 1] = t;
+    }
+  }
+  printf("scratch: %ldx%ld %ld -> %ld, %d thread(s): median %ld page faults per call (buffers ~%zu pages)\n",
+         p->h, p->w, p->c, p->m, kiln_threadpool_size(pool), faults[5], buf_bytes / 4096);
+  CHECK(faults[5] <= 2);
+  free(u);
+  free(x);
+  free(w);
+  free(y);
 }
 
 /* Fills the output size from pads at the end (pb, pr); false when the kernel does not fit. */
@@ -453,6 +504,19 @@ int main(void) {
   g_use_wu = 0;
   g_use_wt = 0;
   printf("transposed path: %d checks in all\n", g_wt_runs);
+  /* Winograd F(4x4) on 55x55 (V and O ~650 KB) and im2col + GEMM of a 5x5 (a 512 KB block),
+   * with glibc's malloc set to hand blocks from 64 KiB back to the system on free (a fixed
+   * mmap threshold), as its dynamic threshold did on every run of a model whose largest
+   * buffer is such a block */
+#ifdef M_MMAP_THRESHOLD
+  mallopt(M_MMAP_THRESHOLD, 64 * 1024);
+#endif
+  kiln_conv2d_f32_params wino55 = {1, 16, 55, 55, 64, 1, 3, 3, 1, 1, 1, 1, 1, 1, 55, 55, 1};
+  kiln_conv2d_f32_params col = {1, 32, 40, 40, 32, 1, 5, 5, 1, 1, 1, 1, 2, 2, 40, 40, -1};
+  for (int t = 0; t < 2; t++) {
+    check_scratch_reused(pools[t], &wino55, 36 * 80 * 14 * 4 * sizeof(float));
+    check_scratch_reused(pools[t], &col, 512 * 1024);
+  }
   /* bad parameters */
   kiln_conv2d_f32_params bad = {1, 3, 4, 4, 4, 2, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4, 0};
   float dummy[64] = {0};
