@@ -104,9 +104,10 @@ typedef void (*kiln_cost_fn)(const kiln_kctx *c, double *flops, double *bytes);
 
 /* Facts about an op that the runtime and the optimizer act on (kiln_op_schema.flags). */
 enum {
-  /* Output 0 may be written over input 0 or 1 (same type and shape; the planner then gives
-   * both one slot): element i of the output depends only on element i of that input (and on
-   * broadcast operands), and the kernel reads it before writing there. */
+  /* Output 0 may be written over input 0 or 1 (same type and byte size; the planner then
+   * gives both one slot): element i of the output depends only on element i of that input
+   * (and on broadcast operands), and the kernel reads it before writing there. The view ops
+   * (Reshape, Flatten, Squeeze, Unsqueeze: the same elements in new dims) then copy nothing. */
   KILN_OPF_IN_PLACE = 1u << 0,
   /* Outputs may differ between runs with the same inputs: never constant-folded, never
    * merged with a twin by common-subexpression elimination. */

@@ -17,7 +17,8 @@
 
 /* ---- helpers shared by the kernels (the shape-function helpers are in ops/op.h) ---- */
 
-/* A copy of `in` with a new shape of the same element count. */
+/* `in` with a new shape of the same element count: a copy, or nothing to copy where the
+ * memory plan put the output over the input (KILN_OPF_IN_PLACE: same bytes, new dims). */
 static kiln_code reshaped_copy(kiln_kctx *c, size_t oi, const kiln_tensor *in, int rank,
                                const int64_t *dims) {
   kiln_tensor *o = kiln_out_uninit(c, oi, in->dtype, rank, dims); /* copied over below */
@@ -25,7 +26,7 @@ static kiln_code reshaped_copy(kiln_kctx *c, size_t oi, const kiln_tensor *in, i
   if (o->numel != in->numel)
     return kiln_kfail(c, "cannot reshape %lld elements to %lld", (long long)in->numel,
                       (long long)o->numel);
-  kiln_copy_elems(o, 0, in, 0, in->numel);
+  if (o->data != in->data) kiln_copy_elems(o, 0, in, 0, in->numel);
   return KILN_OK;
 }
 
@@ -632,17 +633,21 @@ static kiln_code run_split(kiln_kctx *c) {
 
 const kiln_op_schema kiln_ops_shape[] = {
     {.domain = "", .name = "Reshape", .since = 5, .inputs = {2, 2}, .outputs = {1, 1},
-     .infer = infer_reshape, .run = run_reshape, .flow = KILN_FLOW_RESHAPE, .cost = kiln_cost_view},
+     .infer = infer_reshape, .run = run_reshape, .flow = KILN_FLOW_RESHAPE, .cost = kiln_cost_view,
+     .flags = KILN_OPF_IN_PLACE},
     {.domain = "", .name = "Shape", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
      .infer = infer_shape, .run = run_shape, .flow = KILN_FLOW_SHAPE},
     {.domain = "", .name = "Size", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
      .infer = infer_size, .run = run_size, .flow = KILN_FLOW_SIZE},
     {.domain = "", .name = "Flatten", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
-     .infer = infer_flatten, .run = run_flatten, .flow = KILN_FLOW_FLATTEN, .cost = kiln_cost_view},
+     .infer = infer_flatten, .run = run_flatten, .flow = KILN_FLOW_FLATTEN, .cost = kiln_cost_view,
+     .flags = KILN_OPF_IN_PLACE},
     {.domain = "", .name = "Squeeze", .since = 1, .inputs = {1, 2}, .outputs = {1, 1},
-     .infer = infer_squeeze, .run = run_squeeze, .flow = KILN_FLOW_SQUEEZE, .cost = kiln_cost_view},
+     .infer = infer_squeeze, .run = run_squeeze, .flow = KILN_FLOW_SQUEEZE, .cost = kiln_cost_view,
+     .flags = KILN_OPF_IN_PLACE},
     {.domain = "", .name = "Unsqueeze", .since = 1, .inputs = {1, 2}, .outputs = {1, 1},
-     .infer = infer_unsqueeze, .run = run_unsqueeze, .flow = KILN_FLOW_UNSQUEEZE, .cost = kiln_cost_view},
+     .infer = infer_unsqueeze, .run = run_unsqueeze, .flow = KILN_FLOW_UNSQUEEZE, .cost = kiln_cost_view,
+     .flags = KILN_OPF_IN_PLACE},
     {.domain = "", .name = "Identity", .since = 1, .inputs = {1, 1}, .outputs = {1, 1},
      .infer = kiln_infer_unary, .run = run_identity, .flow = KILN_FLOW_COPY, .cost = kiln_cost_view},
     {.domain = "", .name = "Concat", .since = 1, .inputs = {1, KILN_VARIADIC}, .outputs = {1, 1},
