@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 kiln_code kiln_vfail(kiln_error *err, kiln_code code, const char *fmt, va_list ap) {
   if (err) {
@@ -61,9 +62,41 @@ int kiln_add_ok(int64_t a, int64_t b, int64_t *out) {
 void *kiln_malloc(size_t n) { return malloc(n ? n : 1); }
 void *kiln_calloc(size_t n, size_t sz) { return calloc(n ? n : 1, sz ? sz : 1); }
 
+#ifdef MADV_HUGEPAGE
+enum { HUGE_BYTES = 2 << 20 };
+
+/* KILN_THP=0 turns huge pages off (read once). */
+static bool huge_pages_on(void) {
+  static _Atomic int on = -1;
+  int v = on;
+  if (v < 0) {
+    const char *e = getenv("KILN_THP");
+    on = v = !(e && !strcmp(e, "0"));
+  }
+  return v;
+}
+#endif
+
 void *kiln_malloc_big(size_t n) {
   void *p = NULL;
   return posix_memalign(&p, 64, n ? (n + 63) / 64 * 64 : 64) ? NULL : p;
+}
+
+void *kiln_malloc_weights(size_t n) {
+#ifdef MADV_HUGEPAGE
+  size_t len = n ? (n + 63) / 64 * 64 : 64;
+  if (len >= HUGE_BYTES / 2 && huge_pages_on()) {
+    /* 2 MiB-aligned, its whole 2 MiB pieces transparent huge pages; the tail too where
+     * rounding it up adds at most a quarter (else it stays in small pages) */
+    void *p = NULL;
+    size_t up = (len + HUGE_BYTES - 1) / HUGE_BYTES * HUGE_BYTES;
+    if (up - len <= len / 4) len = up;
+    if (posix_memalign(&p, HUGE_BYTES, len)) return NULL;
+    if (len >= HUGE_BYTES) madvise(p, len / HUGE_BYTES * HUGE_BYTES, MADV_HUGEPAGE);
+    return p;
+  }
+#endif
+  return kiln_malloc_big(n);
 }
 
 char *kiln_strdup(const char *s) {

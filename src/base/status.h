@@ -29,11 +29,12 @@ int kiln_add_ok(int64_t a, int64_t b, int64_t *out);
 void *kiln_malloc(size_t n);
 void *kiln_calloc(size_t n, size_t sz);
 char *kiln_strdup(const char *s);
-/* 64-byte aligned memory for large, long-lived buffers (packed weights, the memory arena);
- * free() releases it. One place for their allocation policy. Transparent huge pages were
- * measured here (resnet50, load + first run): 20 ms faster in the median, but 3 runs in 8
- * took 100-200 ms longer (first touch of fresh 2 MiB pages), so they are not used. */
+/* 64-byte aligned memory for large, long-lived buffers (the memory arena, tensors); free()
+ * releases it. One place for their allocation policy. */
 void *kiln_malloc_big(size_t n);
+/* As kiln_malloc_big, for weights packed at load: from 1 MiB, 2 MiB-aligned transparent huge
+ * pages (madvise; KILN_THP=0 turns them off), one page fault per 2 MiB instead of 512. */
+void *kiln_malloc_weights(size_t n);
 
 /* Log a message (log.c): to opts->log_fn when set, else stderr, if `level` (kiln_log_level)
  * is at opts->log_level or more severe. opts may be NULL: stderr at warning level. */

@@ -189,7 +189,7 @@ kiln_code kiln_gemm_pack_b(int isa, int trans_b, size_t K, size_t N, const float
     return kiln_fail(err, KILN_ERR_NOMEM, "gemm pack_b: %zu x %zu too large", K, N);
   }
   pb->floats = (size_t)floats;
-  pb->data = kiln_malloc_big(pb->floats * sizeof(float) + 1);
+  pb->data = kiln_malloc_weights(pb->floats * sizeof(float) + 1);
   if (!pb->data) {
     size_t bytes = pb->floats * sizeof(float);
     free(pb);

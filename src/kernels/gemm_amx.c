@@ -88,8 +88,8 @@ kiln_amx_w *kiln_amx_pack_w(const float *w, size_t m, size_t k, size_t ldw) {
   p->mp = (m + 31) / 32 * 32;
   p->kb = (k + 31) / 32;
   size_t elems = p->mp / 16 * p->kb * TILE_ELEMS;
-  p->hi = kiln_malloc_big(elems * sizeof(uint16_t));
-  p->lo = kiln_malloc_big(elems * sizeof(uint16_t));
+  p->hi = kiln_malloc_weights(elems * sizeof(uint16_t));
+  p->lo = kiln_malloc_weights(elems * sizeof(uint16_t));
   if (!p->hi || !p->lo) {
     kiln_amx_w_free(p);
     return NULL;

@@ -76,8 +76,8 @@ kiln_amx_b *kiln_amx_pack_b(const float *b, size_t k, size_t n, size_t ldb, int 
   p->kb = (k + 31) / 32;
   p->np = (n + 31) / 32;
   size_t elems = p->np * 2 * p->kb * TILE_ELEMS;
-  p->hi = kiln_malloc_big(elems * sizeof(uint16_t));
-  p->lo = kiln_malloc_big(elems * sizeof(uint16_t));
+  p->hi = kiln_malloc_weights(elems * sizeof(uint16_t));
+  p->lo = kiln_malloc_weights(elems * sizeof(uint16_t));
   if (!p->hi || !p->lo) {
     kiln_amx_b_free(p);
     return NULL;

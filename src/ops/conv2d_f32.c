@@ -27,7 +27,7 @@ static const float *node_wino_weights(kiln_kctx *c, const kiln_tensor *w, const 
   if (!ww) {
     int e = kiln_wino_f32_tile(p); /* the weights say which; a later shape may run them too */
     wino_weights *mine =
-        kiln_malloc_big(sizeof *mine + sizeof(float) * (size_t)kiln_wino_f32_weights_size_tile(e, p->m, p->c));
+        kiln_malloc_weights(sizeof *mine + sizeof(float) * (size_t)kiln_wino_f32_weights_size_tile(e, p->m, p->c));
     if (!mine) return NULL;
     mine->source = w->data;
     kiln_wino_f32_weights_tile(e, w->data, p->m, p->c, mine->u);

@@ -28,7 +28,7 @@ static kiln_q8_pack *make_pack(const kiln_tensor *w, int as_b, int64_t rows, int
   int64_t k = as_b ? rows : cols, k4 = (k + 3) / 4;
   int64_t ld = as_b ? (cols + KILN_IGEMM_NB - 1) / KILN_IGEMM_NB * KILN_IGEMM_NB : k4 * 4;
   int64_t nsum = as_b ? ld : rows, bytes = as_b ? k4 * 4 * ld : rows * ld;
-  kiln_q8_pack *p = kiln_malloc_big(sizeof *p + sizeof(int32_t) * (size_t)nsum + (size_t)bytes);
+  kiln_q8_pack *p = kiln_malloc_weights(sizeof *p + sizeof(int32_t) * (size_t)nsum + (size_t)bytes);
   if (!p) return NULL;
   *p = (kiln_q8_pack){w->data, as_b, rows, cols, k4, ld, w->dtype == KILN_UINT8 ? 0x80 : 0, quad_ks, NULL, NULL};
   p->sums = (int32_t *)(void *)(p + 1);
