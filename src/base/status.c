@@ -84,15 +84,14 @@ void *kiln_malloc_big(size_t n) {
 
 void *kiln_malloc_weights(size_t n) {
 #ifdef MADV_HUGEPAGE
-  size_t len = n ? (n + 63) / 64 * 64 : 64;
-  if (len >= HUGE_BYTES / 2 && huge_pages_on()) {
-    /* 2 MiB-aligned, its whole 2 MiB pieces transparent huge pages; the tail too where
-     * rounding it up adds at most a quarter (else it stays in small pages) */
+  /* 2 MiB-aligned, its whole 2 MiB pieces transparent huge pages; the tail too where
+   * rounding it up adds at most a quarter (else it stays in small pages) */
+  size_t len = n ? (n + 63) / 64 * 64 : 64, up = (len + HUGE_BYTES - 1) / HUGE_BYTES * HUGE_BYTES;
+  if (up - len <= len / 4) len = up;
+  if (len >= HUGE_BYTES && huge_pages_on()) {
     void *p = NULL;
-    size_t up = (len + HUGE_BYTES - 1) / HUGE_BYTES * HUGE_BYTES;
-    if (up - len <= len / 4) len = up;
     if (posix_memalign(&p, HUGE_BYTES, len)) return NULL;
-    if (len >= HUGE_BYTES) madvise(p, len / HUGE_BYTES * HUGE_BYTES, MADV_HUGEPAGE);
+    madvise(p, len / HUGE_BYTES * HUGE_BYTES, MADV_HUGEPAGE);
     return p;
   }
 #endif
