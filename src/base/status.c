@@ -1,5 +1,6 @@
 #include "base/status.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -62,33 +63,35 @@ int kiln_add_ok(int64_t a, int64_t b, int64_t *out) {
 void *kiln_malloc(size_t n) { return malloc(n ? n : 1); }
 void *kiln_calloc(size_t n, size_t sz) { return calloc(n ? n : 1, sz ? sz : 1); }
 
-#ifdef MADV_HUGEPAGE
-enum { HUGE_BYTES = 2 << 20 };
-
-/* KILN_THP=0 turns huge pages off (read once). */
-static bool huge_pages_on(void) {
-  static _Atomic int on = -1;
-  int v = on;
-  if (v < 0) {
-    const char *e = getenv("KILN_THP");
-    on = v = !(e && !strcmp(e, "0"));
-  }
-  return v;
-}
-#endif
+/* n rounded up to whole 64-byte lines (64 for 0) */
+static size_t round64(size_t n) { return n ? (n + 63) / 64 * 64 : 64; }
 
 void *kiln_malloc_big(size_t n) {
   void *p = NULL;
-  return posix_memalign(&p, 64, n ? (n + 63) / 64 * 64 : 64) ? NULL : p;
+  return posix_memalign(&p, 64, round64(n)) ? NULL : p;
 }
+
+#ifdef MADV_HUGEPAGE
+enum { HUGE_BYTES = 2 << 20 };
+
+static bool g_huge_on;
+static pthread_once_t g_huge_once = PTHREAD_ONCE_INIT;
+
+/* KILN_THP=0 turns huge pages off (read once, as KILN_AMX and KILN_ISA are). */
+static void huge_probe(void) {
+  const char *e = getenv("KILN_THP");
+  g_huge_on = !(e && !strcmp(e, "0"));
+}
+#endif
 
 void *kiln_malloc_weights(size_t n) {
 #ifdef MADV_HUGEPAGE
   /* 2 MiB-aligned, its whole 2 MiB pieces transparent huge pages; the tail too where
    * rounding it up adds at most a quarter (else it stays in small pages) */
-  size_t len = n ? (n + 63) / 64 * 64 : 64, up = (len + HUGE_BYTES - 1) / HUGE_BYTES * HUGE_BYTES;
+  size_t len = round64(n), up = (len + HUGE_BYTES - 1) / HUGE_BYTES * HUGE_BYTES;
   if (up - len <= len / 4) len = up;
-  if (len >= HUGE_BYTES && huge_pages_on()) {
+  pthread_once(&g_huge_once, huge_probe);
+  if (len >= HUGE_BYTES && g_huge_on) {
     void *p = NULL;
     if (posix_memalign(&p, HUGE_BYTES, len)) return NULL;
     madvise(p, len / HUGE_BYTES * HUGE_BYTES, MADV_HUGEPAGE);

@@ -541,7 +541,8 @@ void kiln_copy_elem(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_
 }
 
 void kiln_copy_elems(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_t si, int64_t n) {
-  if (n <= 0) return;
+  /* nothing to copy onto itself: an output the memory plan put over its input (view ops) */
+  if (n <= 0 || (dst->data == src->data && di == si)) return;
   if (dst->dtype == KILN_STRING) {
     for (int64_t k = 0; k < n; k++) kiln_copy_elem(dst, di + k, src, si + k);
     return;

@@ -76,7 +76,7 @@ static inline void kiln_store_f64(kiln_tensor *t, int64_t i, double v) {
 /* Copy one element between tensors of the same dtype (strings duplicated). */
 void kiln_copy_elem(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_t si);
 /* Copy n consecutive elements (n <= 0: none) between tensors of the same dtype (strings
- * duplicated). */
+ * duplicated); nothing when the range is the source's own (same data, same index). */
 void kiln_copy_elems(kiln_tensor *dst, int64_t di, const kiln_tensor *src, int64_t si, int64_t n);
 
 bool kiln_dtype_is_float(kiln_dtype t); /* float, double, float16, bfloat16 */
