@@ -18,6 +18,12 @@
 #include <immintrin.h>
 #endif
 
+/* 1x1, stride 1, no padding: the GEMM reads the input itself, no im2col block. */
+static bool conv_plain_1x1(const kiln_conv2d_f32_params *p) {
+  return p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 && p->pl == 0 &&
+         p->oh == p->h && p->ow == p->w;
+}
+
 /* ---- im2col + GEMM ------------------------------------------------------------------------ */
 
 typedef struct col_ctx {
@@ -308,8 +314,7 @@ static kiln_code conv_transposed(kiln_threadpool *pool, const kiln_conv2d_f32_pa
                                  const kiln_conv2d_f32_epilogue *ep, float *y) {
   int isa = kiln_gemm_packed_b_isa(wt);
   int64_t ohw = p->oh * p->ow, kk = p->c * p->kh * p->kw;
-  bool direct = p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
-                p->pl == 0 && p->oh == p->h && p->ow == p->w;
+  bool direct = conv_plain_1x1(p);
   size_t floats = (size_t)(ohw * p->m + (direct ? 0 : kk * ohw));
   float *t = kiln_scratch_get(KILN_SCRATCH_CONV, sizeof(float) * floats);
   if (!t) return KILN_ERR_NOMEM;
@@ -483,14 +488,12 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
   if (!wa && wt && kiln_conv2d_f32_uses_transposed(p, isa) && kiln_gemm_packed_b_isa(wt) == isa &&
       kiln_gemm_packed_b_k(wt) == (size_t)kk && kiln_gemm_packed_b_n(wt) == (size_t)p->m &&
       (kiln_threadpool_size(pool) == 1 || flops_per_thread >= TR_MIN_FLOPS_PER_THREAD)) {
-    bool plain = p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
-                 p->pl == 0 && p->oh == p->h && p->ow == p->w;
+    bool plain = conv_plain_1x1(p);
     /* larger kernels: the taps gathered in place where the level can */
     if (!plain && implicit_ok(p, isa)) return conv_implicit(pool, p, x, wt, ep, y);
     return conv_transposed(pool, p, x, wt, ep, y);
   }
-  bool direct = p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
-                p->pl == 0 && p->oh == p->h && p->ow == p->w;
+  bool direct = conv_plain_1x1(p);
   /* Tiles of output columns (whole vectors, so every im2col row starts 64-byte aligned when
    * the buffer is) whose im2col block is about COL_TILE floats: it stays in L2 between its
    * writing and the GEMM's reading, next to the weight block the tile streams. The direct
