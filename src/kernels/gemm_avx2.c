@@ -206,6 +206,13 @@ V256 void ukr256(const int MR, const int NV, const int PF, const int FULL, size_
   const int fast = kiln_tile_fast_mode(t);
   if (fast != 1) /* C will be read: start bringing it in (a plain store needs no read) */
     for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(c + (size_t)i * ldc), _MM_HINT_T0);
+  /* the residual tile, read once by the epilogue of the last K block: a layer or more old, it
+   * comes from L3 or memory, and its misses would stall the stores at the end */
+  if (t->res && (t->flags & KILN_GT_LAST))
+    for (int i = 0; i < MR; i++) {
+      _mm_prefetch((const char *)(t->res + (size_t)i * t->ldr), _MM_HINT_T0);
+      _mm_prefetch((const char *)(t->res + (size_t)i * t->ldr + nc - 1), _MM_HINT_T0);
+    }
   /* rows past mr alias row 0 (never read) so no pointer leaves the matrix */
   const float *a0 = a, *a1 = MR > 1 ? a + lda : a, *a2 = MR > 2 ? a + 2 * lda : a,
               *a3 = MR > 3 ? a + 3 * lda : a, *a4 = MR > 4 ? a + 4 * lda : a,

@@ -217,6 +217,12 @@ V512 void ukr512(const int MR, const int NV, const int PF, const int AT, size_t 
   if (t->pf_c)
     for (int i = 0; i < MR; i++)
       for (int j = 0; j < NV; j++) _mm_prefetch((const char *)(c + (size_t)i * ldc + 16 * j), _MM_HINT_T0);
+  /* the residual tile, read once by the epilogue of the last K block: a layer or more old, it
+   * comes from L3 or memory, and its misses would stall the stores at the end */
+  if (t->res && (t->flags & KILN_GT_LAST))
+    for (int i = 0; i < MR; i++)
+      for (int j = 0; j < NV; j++)
+        _mm_prefetch((const char *)(t->res + (size_t)i * t->ldr + 16 * j), _MM_HINT_T0);
   /* rows past mr alias row 0 (never read) so no pointer leaves the matrix */
   const size_t rs = AT ? 0 : lda; /* (unused when AT) */
   const float *a0 = a, *a1 = MR > 1 ? a + rs : a, *a2 = MR > 2 ? a + 2 * rs : a,
