@@ -32,8 +32,10 @@ char *kiln_strdup(const char *s);
 /* 64-byte aligned memory for large, long-lived buffers (the memory arena, tensors); free()
  * releases it. One place for their allocation policy. */
 void *kiln_malloc_big(size_t n);
-/* As kiln_malloc_big, for weights packed at load: from 1 MiB, 2 MiB-aligned transparent huge
- * pages (madvise; KILN_THP=0 turns them off), one page fault per 2 MiB instead of 512. */
+/* As kiln_malloc_big, for weights packed at load: blocks with a whole 2 MiB piece (after
+ * rounding the tail up to one where that adds at most a quarter, so from about 1.6 MiB) are
+ * 2 MiB-aligned transparent huge pages (madvise; KILN_THP=0 turns them off), one page fault
+ * per 2 MiB instead of 512. */
 void *kiln_malloc_weights(size_t n);
 
 /* Log a message (log.c): to opts->log_fn when set, else stderr, if `level` (kiln_log_level)

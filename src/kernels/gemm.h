@@ -15,8 +15,9 @@
  * f32_gemm_4x16__scalar) run over blocks sized for L1/L2: K is cut into equal blocks of up to
  * KC rows, a 6-row strip of A stays in L1 while it meets every B panel of an L2-sized block
  * (AVX-512; AVX2 keeps the B panel in L1 instead), and B panels that stream from L2 are
- * prefetched, as is each tile's residual when its last K block starts. B is packed into zero-padded panels of NR columns unless it can be read in place
- * (not transposed, rows not 4 KiB apart); A is read in place unless 4 KiB-aliased (order 1),
+ * prefetched, as is each tile's residual when its last K block starts. B is packed into
+ * zero-padded panels of NR columns unless it can be read in place (not transposed, rows not
+ * 4 KiB apart); A is read in place unless 4 KiB-aliased (order 1),
  * transposed A in place too where the ISA has a kernel for it (f32_gemm_6x64_at__avx512),
  * else packed. Constant B (weights) is packed once with kiln_gemm_pack_b. The epilogue is
  * applied to each C tile at its last K block: from registers (AVX-512: column and row bias,

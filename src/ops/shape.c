@@ -26,7 +26,7 @@ static kiln_code reshaped_copy(kiln_kctx *c, size_t oi, const kiln_tensor *in, i
   if (o->numel != in->numel)
     return kiln_kfail(c, "cannot reshape %lld elements to %lld", (long long)in->numel,
                       (long long)o->numel);
-  kiln_copy_elems(o, 0, in, 0, in->numel); /* nothing when the plan put o over in */
+  kiln_copy_elems(o, 0, in, 0, in->numel);
   return KILN_OK;
 }
 
