@@ -11,7 +11,8 @@
  * whose activations were written a few layers before.
  *
  * Shapes with few input channels (kiln_conv2d_f32_uses_direct) take the direct kernel in
- * both rows. Prints the best and the median sample per call in ms and GFLOP/s of the best. Built by
+ * both rows. 3x3 stride-1 shapes get a third row, Winograd with weights transformed once (the
+ * weight copies of --cold do not reach it). Prints the best and the median sample per call in ms and GFLOP/s of the best. Built by
  * build.sh next to gemm_bench. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include "kernels/conv_internal.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
+#include "kernels/winograd_f32.h"
 #include "base/threadpool.h"
 
 static double clock_s(clockid_t id) {
@@ -100,31 +102,44 @@ int main(int argc, char **argv) {
            m, p.oh, p.ow, k, s, kiln_conv2d_f32_uses_transposed(&p, isa) ? "chosen" : "not chosen",
            kiln_conv2d_f32_uses_direct(&p, isa) ? "  (few input channels: direct kernel, both rows)"
                                                 : "");
+    /* 3x3 stride 1: a third row, Winograd with its weights transformed once (as a model's) */
+    int nv = kiln_wino_f32_supported(&p) ? 3 : 2, tile = kiln_wino_f32_tile(&p);
+    float *wu = NULL;
+    if (nv == 3) {
+      wu = malloc(sizeof(float) * (size_t)kiln_wino_f32_weights_size_tile(tile, m, c));
+      kiln_wino_f32_weights_tile(tile, wt, m, c, wu);
+    }
+    static const char *const names[3] = {"usual", "transposed", "winograd"};
     for (int use_res = 0; use_res < 2; use_res++) {
       kiln_conv2d_f32_epilogue ep = {bias, use_res ? res : NULL, {KILN_ACT_RELU, 0, 0}};
-      double *t[2];
-      for (int v = 0; v < 2; v++) t[v] = malloc(sizeof(double) * (size_t)reps);
+      double *t[3];
+      for (int v = 0; v < nv; v++) t[v] = malloc(sizeof(double) * (size_t)reps);
       for (int r = 0; r < reps; r++)
-        for (int v = 0; v < 2; v++) {
-          kiln_conv2d_f32(pool, isa, &p, &(kiln_conv2d_f32_args){.x = x, .w = wt, .y = y, .ep = ep,
-                                                                  .wt = v ? pc[0] : NULL}); /* warm */
+        for (int v = 0; v < nv; v++) {
+          kiln_conv2d_f32_params pv = p;
+          pv.winograd = v == 2 ? 1 : -1;
+          kiln_conv2d_f32(pool, isa, &pv, &(kiln_conv2d_f32_args){.x = x, .w = wt, .y = y, .ep = ep,
+                                                                   .wt = v == 1 ? pc[0] : NULL,
+                                                                   .wu = v == 2 ? wu : NULL}); /* warm */
           double t0 = clock_s(clk);
           for (int i = 0; i < calls; i++, next = (next + 1) % copies, nio = (nio + 1) % io) {
             kiln_conv2d_f32_epilogue e = ep;
             if (e.residual) e.residual = rc[nio];
-            kiln_conv2d_f32(pool, isa, &p, &(kiln_conv2d_f32_args){.x = xc[nio], .w = wc[next], .y = yc[nio],
-                                                                    .ep = e, .wt = v ? pc[next] : NULL});
+            kiln_conv2d_f32(pool, isa, &pv, &(kiln_conv2d_f32_args){.x = xc[nio], .w = wc[next], .y = yc[nio],
+                                                                     .ep = e, .wt = v == 1 ? pc[next] : NULL,
+                                                                     .wu = v == 2 ? wu : NULL});
           }
           t[v][r] = (clock_s(clk) - t0) / calls;
         }
-      for (int v = 0; v < 2; v++) {
+      for (int v = 0; v < nv; v++) {
         qsort(t[v], (size_t)reps, sizeof(double), cmp_d);
-        printf("  %-10s %-9s best %8.4f ms  median %8.4f ms  %6.1f GFLOP/s\n",
-               v ? "transposed" : "usual", use_res ? "+residual" : "", t[v][0] * 1e3,
-               t[v][reps / 2] * 1e3, flops / t[v][0] * 1e-9);
+        printf("  %-10s %-9s best %8.4f ms  median %8.4f ms  %6.1f GFLOP/s\n", names[v],
+               use_res ? "+residual" : "", t[v][0] * 1e3, t[v][reps / 2] * 1e3,
+               flops / t[v][0] * 1e-9);
         free(t[v]);
       }
     }
+    free(wu);
     for (int i = 0; i < copies; i++) {
       kiln_gemm_packed_b_free(pc[i]);
       free(wc[i]);
