@@ -347,12 +347,14 @@ static void gemm_task(void *ctx, size_t b, size_t e, int tid) {
   }
 }
 
+/* Strips of MR rows per thread from which a gathered A is cut by rows only (plan_grid). */
+enum { GATHER_ROW_CUT_STRIPS = 8 };
+
 /* Tasks: a grid of tn x tm blocks of C, up to `want` of them. N is cut in panels of NR
  * columns, M in strips of MR rows. Of the grids, the one whose slowest thread (tasks taken in
  * rounds of n_threads, each costing its largest block's strips x column vectors) is quickest,
  * or nearly so. Uneven cuts such as 196 columns as
  * 64 + 64 + 64 + 4 leave one thread idle for a third of the GEMM; this picks 2 x 128 rows. */
-enum { GATHER_ROW_CUT_STRIPS = 8 };
 static void plan_grid(gemm_job *j, int n_threads) {
   const size_t MR = j->ops->mr, unit = j->ops->nr, G = j->ops->gran;
   size_t m_strips = div_up(j->M, MR), n_units = div_up(j->N, unit);
@@ -365,9 +367,9 @@ static void plan_grid(gemm_job *j, int n_threads) {
   }
   /* Gathered A (a convolution's taps read in place) is cut by rows only where there are
    * strips enough: threads that split the columns each gather every row, at the same time.
-   * ResNet-50's 3x3 stride-2 layer 128 -> 128 at 56x56 -> 28x28 took 1.8 ms at 2 threads in
-   * a 2 x 2 grid, 1.0 ms cut by rows, 1.2 ms at 1 thread (AMD EPYC Zen 5, avx512); at 7x7
-   * (9 strips) the column cut stays the faster. */
+   * ResNet-50's 3x3 stride-2 layer 128 -> 128 at 56x56 -> 28x28 took a median 1.6-1.8 ms at
+   * 2 threads in a 2 x 2 grid, 0.83-1.06 ms cut by rows, 1.2 ms at 1 thread (conv_bench, AMD
+   * EPYC Zen 5, avx512); at 7x7 (9 strips) the column cut stays the faster. */
   size_t max_tn = j->arow && m_strips >= GATHER_ROW_CUT_STRIPS * (size_t)n_threads ? 1 : n_units;
   /* two passes: the least cost, then of the grids within 5% of it the most tasks (the
    * dynamic schedule evens out a thread delayed by others), on a tie the larger tn */
