@@ -357,6 +357,13 @@ T512 static void wino4_out_avx512(const float *o, int64_t ps, int64_t tw, const 
 
 /* ---- blocks ---------------------------------------------------------------------------- */
 
+/* Floats of V + O per block (both stay in L2 between the transforms and the GEMMs). */
+enum { WINO_BLOCK_FLOATS = 192 * 1024 };
+/* Pools up to this size may take whole blocks per thread. */
+enum { WINO_MAX_THREADS = 64 };
+/* GEMM planes at most: F(4x4, 3x3) has 6 x 6. */
+enum { WINO_PLANES = 36 };
+
 typedef struct wino_blk {
   const kiln_conv2d_f32_params *p;
   const kiln_conv2d_f32_epilogue *ep;
@@ -367,7 +374,7 @@ typedef struct wino_blk {
   float *v, *o;       /* [np][c][nt], [np][m][nt] */
   float *scr;         /* per thread: scr_per floats (rows of rw floats) */
   int64_t rw, scr_per;
-  kiln_code rc[36];
+  kiln_code rc[WINO_PLANES + WINO_MAX_THREADS]; /* per GEMM plane, then per thread */
   int isa;
 } wino_blk;
 
@@ -480,6 +487,34 @@ static void wino_gemm_task(void *ctx, size_t begin, size_t end, int ti) {
                              b->o + (int64_t)k * p->m * b->nt, (size_t)b->nt, NULL, NULL);
 }
 
+static void wino_out_task(void *ctx, size_t begin, size_t end, int ti);
+
+/* Output channels per task of wino_slice_task. */
+enum { WINO_SLICE = 16 };
+
+/* Output channels [WINO_SLICE * begin, WINO_SLICE * end): their rows of the np GEMMs, then
+ * their output transforms, on one thread. The thread reads back the O rows it has just
+ * written, from its own cache, and a block needs one barrier less than GEMMs split by plane
+ * and transforms by channel. Each element of O is the same sum as in a whole-M GEMM (the K
+ * blocks depend on K alone), so the result does not depend on the split. Errors go to
+ * rc[WINO_PLANES + ti]. */
+static void wino_slice_task(void *ctx, size_t begin, size_t end, int ti) {
+  wino_blk *b = ctx;
+  const kiln_conv2d_f32_params *p = b->p;
+  kiln_gemm_ctx g = {NULL, b->isa};
+  size_t m0 = begin * WINO_SLICE, m1 = end * WINO_SLICE < (size_t)p->m ? end * WINO_SLICE : (size_t)p->m;
+  kiln_code rc = KILN_OK;
+  for (int64_t k = 0; k < b->np && !rc; k++)
+    rc = kiln_gemm_f32(&g, 0, 0, m1 - m0, (size_t)b->nt, (size_t)p->c, 1.0f,
+                       b->u + (k * p->m + (int64_t)m0) * p->c, (size_t)p->c,
+                       b->v + k * p->c * b->nt, (size_t)b->nt, 0.0f,
+                       b->o + (k * p->m + (int64_t)m0) * b->nt, (size_t)b->nt, NULL, NULL);
+  if (rc)
+    b->rc[WINO_PLANES + ti] = rc;
+  else
+    wino_out_task(ctx, m0, m1, ti);
+}
+
 static void wino_out_task(void *ctx, size_t begin, size_t end, int ti) {
   const wino_blk *b = ctx;
   const kiln_conv2d_f32_params *p = b->p;
@@ -539,11 +574,6 @@ static void wino_out_task(void *ctx, size_t begin, size_t end, int ti) {
       kiln_f32_act(b->isa, yp + oy0 * p->ow, (size_t)((oy1 - oy0) * p->ow), &ep->act);
   }
 }
-
-/* Floats of V + O per block (both stay in L2 between the transforms and the GEMMs). */
-enum { WINO_BLOCK_FLOATS = 192 * 1024 };
-/* Pools up to this size may take whole blocks per thread. */
-enum { WINO_MAX_THREADS = 64 };
 
 /* One block, every loop on the calling thread (scratch: b->scr for thread 0). */
 static kiln_code wino_block_serial(wino_blk *b) {
@@ -672,6 +702,11 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
         continue;
       }
       kiln_parallel_for(pool, (size_t)p->c, wino_in_task, &b, 0);
+      if (nthr <= WINO_MAX_THREADS) { /* rc has a slot per thread */
+        kiln_parallel_for(pool, (size_t)((p->m + WINO_SLICE - 1) / WINO_SLICE), wino_slice_task, &b, 0);
+        for (int k = 0; k < WINO_PLANES + WINO_MAX_THREADS && !rc; k++) rc = b.rc[k];
+        continue;
+      }
       kiln_parallel_for(pool, (size_t)np, wino_gemm_task, &b, 1);
       for (int k = 0; k < np && !rc; k++) rc = b.rc[k];
       if (!rc) kiln_parallel_for(pool, (size_t)p->m, wino_out_task, &b, 0);
