@@ -11,8 +11,8 @@
  * whose activations were written a few layers before.
  *
  * Shapes with few input channels (kiln_conv2d_f32_uses_direct) take the direct kernel in
- * both rows. 3x3 stride-1 shapes get a third row, Winograd with weights transformed once (the
- * weight copies of --cold do not reach it). Prints the best and the median sample per call in ms and GFLOP/s of the best. Built by
+ * both rows. 3x3 stride-1 shapes get a third row, Winograd with weights transformed once, as a
+ * model's (with --cold, each weight copy transformed). Prints the best and the median sample per call in ms and GFLOP/s of the best. Built by
  * build.sh next to gemm_bench. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,10 +104,10 @@ int main(int argc, char **argv) {
                                                 : "");
     /* 3x3 stride 1: a third row, Winograd with its weights transformed once (as a model's) */
     int nv = kiln_wino_f32_supported(&p) ? 3 : 2, tile = kiln_wino_f32_tile(&p);
-    float *wu = NULL;
-    if (nv == 3) {
-      wu = malloc(sizeof(float) * (size_t)kiln_wino_f32_weights_size_tile(tile, m, c));
-      kiln_wino_f32_weights_tile(tile, wt, m, c, wu);
+    float **wu = calloc((size_t)copies, sizeof(float *));
+    for (int i = 0; nv == 3 && i < copies; i++) {
+      wu[i] = malloc(sizeof(float) * (size_t)kiln_wino_f32_weights_size_tile(tile, m, c));
+      kiln_wino_f32_weights_tile(tile, wc[i], m, c, wu[i]);
     }
     static const char *const names[3] = {"usual", "transposed", "winograd"};
     for (int use_res = 0; use_res < 2; use_res++) {
@@ -120,14 +120,14 @@ int main(int argc, char **argv) {
           pv.winograd = v == 2 ? 1 : -1;
           kiln_conv2d_f32(pool, isa, &pv, &(kiln_conv2d_f32_args){.x = x, .w = wt, .y = y, .ep = ep,
                                                                    .wt = v == 1 ? pc[0] : NULL,
-                                                                   .wu = v == 2 ? wu : NULL}); /* warm */
+                                                                   .wu = v == 2 ? wu[0] : NULL}); /* warm */
           double t0 = clock_s(clk);
           for (int i = 0; i < calls; i++, next = (next + 1) % copies, nio = (nio + 1) % io) {
             kiln_conv2d_f32_epilogue e = ep;
             if (e.residual) e.residual = rc[nio];
             kiln_conv2d_f32(pool, isa, &pv, &(kiln_conv2d_f32_args){.x = xc[nio], .w = wc[next], .y = yc[nio],
                                                                      .ep = e, .wt = v == 1 ? pc[next] : NULL,
-                                                                     .wu = v == 2 ? wu : NULL});
+                                                                     .wu = v == 2 ? wu[next] : NULL});
           }
           t[v][r] = (clock_s(clk) - t0) / calls;
         }
@@ -139,6 +139,7 @@ int main(int argc, char **argv) {
         free(t[v]);
       }
     }
+    for (int i = 0; i < copies; i++) free(wu[i]);
     free(wu);
     for (int i = 0; i < copies; i++) {
       kiln_gemm_packed_b_free(pc[i]);
