@@ -280,6 +280,8 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
           size_t nr = min_sz(NR, ncb - jr);
           pack_b_panel(bbuf + jr * kc, round_up(nr, G), kc, nr, j->B, j->ldb, j->trans_b, pc, jc + jr);
         }
+      /* A read in place by rows (not transposed, gathered or packed): prefetch the next strip */
+      const bool pf_a = !j->trans_a && !j->arow && !j->pack_a;
       for (size_t ic = m0; ic < m1; ic += MC) {
         size_t mc = min_sz(MC, m1 - ic);
         /* A in place: row ir of the block at ablk + ir * astep, K step alda apart */
@@ -312,6 +314,9 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
               t.bias_row = brow ? brow + row : NULL;
               t.res = res ? res + row * t.ldr + col : NULL;
               t.arow = j->arow ? j->arow + row : NULL;
+              /* the next strip, with the first panel (the later ones find it in cache) */
+              t.pf_a = pf_a && jr == 0 && s + 1 < n_strips ? ablk + (ir + mr) * astep : NULL;
+              t.pf_a_rows = (int)(base + (s + 1 < extra));
               ukr(mr, nr, kc, ablk + ir * astep, alda, bp, bld, j->C + row * j->ldc + col, j->ldc,
                   &t);
             }
@@ -328,6 +333,9 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
               t.bias_row = brow ? brow + row : NULL;
               t.res = res ? res + row * t.ldr + col : NULL;
               t.arow = j->arow ? j->arow + row : NULL;
+              /* the next strip, during the first panel's sweep (the block then sits in L2) */
+              t.pf_a = pf_a && jr == 0 && ir + MR < mc ? ablk + (ir + MR) * astep : NULL;
+              t.pf_a_rows = t.pf_a ? (int)min_sz(MR, mc - ir - MR) : 0;
               ukr(min_sz(MR, mc - ir), nr, kc, ablk + ir * astep, alda, bp, bld,
                   j->C + row * j->ldc + col, j->ldc, &t);
             }

@@ -251,16 +251,21 @@ V512 void ukr512(const int MR, const int NV, const int PF, const int AT, size_t 
     if (NV > 2) c##i##2 = _mm512_fmadd_ps(av, b2, c##i##2);     \
     if (NV > 3) c##i##3 = _mm512_fmadd_ps(av, b3, c##i##3);     \
   }
-  const float *ak = a;
-  for (size_t k = 0; k < kc; k++, ak += AT == 1 ? lda : 0) {
-    const int32_t o = AT == 2 ? ko[k] : 0;
-    (void)o;
-    __m512 b0 = BLOAD(0), b1 = BLOAD(1), b2 = BLOAD(2), b3 = BLOAD(3);
-    if (PF) { /* B streams from L2: ask for it 8 rows ahead */
-      for (int j = 0; j < NV; j++) _mm_prefetch((const char *)(b + 8 * ldb + 16 * j), _MM_HINT_T0);
+  const float *ak = a, *pfa = AT == 0 ? t->pf_a : NULL;
+  const int pfa_rows = t->pf_a_rows;
+  for (size_t k0 = 0; k0 < kc; k0 += 16) { /* K in runs of 16: a cache line of each A row */
+    kiln_tile_pf_next_a(pfa, pfa_rows, lda, k0);
+    const size_t k1 = kc - k0 < 16 ? kc : k0 + 16;
+    for (size_t k = k0; k < k1; k++, ak += AT == 1 ? lda : 0) {
+      const int32_t o = AT == 2 ? ko[k] : 0;
+      (void)o;
+      __m512 b0 = BLOAD(0), b1 = BLOAD(1), b2 = BLOAD(2), b3 = BLOAD(3);
+      if (PF) { /* B streams from L2: ask for it 8 rows ahead */
+        for (int j = 0; j < NV; j++) _mm_prefetch((const char *)(b + 8 * ldb + 16 * j), _MM_HINT_T0);
+      }
+      b += ldb;
+      ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
     }
-    b += ldb;
-    ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
   }
 #undef ROW
 #undef BLOAD

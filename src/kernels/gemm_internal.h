@@ -33,10 +33,23 @@ typedef struct kiln_gemm_tile {
   kiln_act act;
   int pf_b; /* B does not stay in L1 between calls: the kernel prefetches it ahead */
   int pf_c; /* the kernel prefetches its C tile when it starts */
+  /* A read in place, row-major: the next strip's rows at this K block (pf_a_rows of them,
+   * lda apart), which the kernel brings into L2 as it walks its own K steps; NULL: none */
+  const float *pf_a;
+  int pf_a_rows;
   /* Gathered A (kiln_gemm_isa_ops.ukernel_gather): element (i, k) of the tile's A at
    * a[arow[i] + koff[k]]; both already offset to the tile's first row and K step. */
   const int32_t *arow, *koff;
 } kiln_gemm_tile;
+
+/* Into L2: the next A strip (pfa: t->pf_a, hoisted) at K step k, one cache line of each of
+ * its rows; a micro-kernel calls it every 16 K steps. The short rows of a matrix that comes
+ * from memory (Winograd's weight planes: 64-256 floats a row) end before the hardware
+ * prefetcher has caught up with them. */
+KILN_INLINE void kiln_tile_pf_next_a(const float *pfa, int rows, size_t lda, size_t k) {
+  if (pfa)
+    for (int i = 0; i < rows; i++) __builtin_prefetch(pfa + (size_t)i * lda + k, 0, 2);
+}
 
 /* C[mr x nc] (+)= A[mr x kc] * B[kc x nc]: A row i at a + i*lda, B row k at b + k*ldb.
  * mr <= MR, nc <= NR. B may be a packed panel (ldb = its width, zero padded to the vector
