@@ -492,17 +492,23 @@ static void wino_out_task(void *ctx, size_t begin, size_t end, int ti);
 /* Output channels per task of wino_slice_task. */
 enum { WINO_SLICE = 16 };
 
-/* Output channels [WINO_SLICE * begin, WINO_SLICE * end): their rows of the np GEMMs, then
+/* Slices of m output channels: WINO_SLICE each, the last one longer rather than one channel
+ * alone (a GEMM of one row takes the matrix-vector path, which sums in another order). */
+static size_t wino_slices(int64_t m) {
+  return m > WINO_SLICE && m % WINO_SLICE == 1 ? (size_t)(m / WINO_SLICE) : (size_t)((m + WINO_SLICE - 1) / WINO_SLICE);
+}
+
+/* Slices [begin, end) of wino_slices(m): their output channels' rows of the np GEMMs, then
  * their output transforms, on one thread. The thread reads back the O rows it has just
  * written, from its own cache, and a block needs one barrier less than GEMMs split by plane
  * and transforms by channel. Each element of O is the same sum as in a whole-M GEMM (the K
- * blocks depend on K alone), so the result does not depend on the split. Errors go to
- * rc[WINO_PLANES + ti]. */
+ * blocks depend on K alone; no slice is a single row), so the result does not depend on the
+ * split. Errors go to rc[WINO_PLANES + ti]. */
 static void wino_slice_task(void *ctx, size_t begin, size_t end, int ti) {
   wino_blk *b = ctx;
   const kiln_conv2d_f32_params *p = b->p;
   kiln_gemm_ctx g = {NULL, b->isa};
-  size_t m0 = begin * WINO_SLICE, m1 = end * WINO_SLICE < (size_t)p->m ? end * WINO_SLICE : (size_t)p->m;
+  size_t m0 = begin * WINO_SLICE, m1 = end == wino_slices(p->m) ? (size_t)p->m : end * WINO_SLICE;
   kiln_code rc = KILN_OK;
   for (int64_t k = 0; k < b->np && !rc; k++)
     rc = kiln_gemm_f32(&g, 0, 0, m1 - m0, (size_t)b->nt, (size_t)p->c, 1.0f,
@@ -703,7 +709,7 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
       }
       kiln_parallel_for(pool, (size_t)p->c, wino_in_task, &b, 0);
       if (nthr <= WINO_MAX_THREADS) { /* rc has a slot per thread */
-        kiln_parallel_for(pool, (size_t)((p->m + WINO_SLICE - 1) / WINO_SLICE), wino_slice_task, &b, 0);
+        kiln_parallel_for(pool, wino_slices(p->m), wino_slice_task, &b, 0);
         for (int k = 0; k < WINO_PLANES + WINO_MAX_THREADS && !rc; k++) rc = b.rc[k];
         continue;
       }

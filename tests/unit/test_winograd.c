@@ -133,6 +133,8 @@ int main(void) {
       {1, 2, 6, 6, 3, 1, 1, 1, 1},      /* few channels */
       {1, 64, 28, 28, 64, 1, 1, 1, 1},  /* ResNet-like */
       {1, 256, 14, 14, 96, 1, 1, 1, 1}, /* many channels (error grows with the sum length) */
+      {1, 300, 10, 10, 17, 1, 1, 1, 1}, /* 2 threads: 16 output channels and one more */
+      {1, 24, 10, 10, 33, 1, 1, 1, 1},  /* 2 threads: 32 and one more, short K */
   };
   kiln_act none = {KILN_ACT_NONE, 0, 0}, relu = {KILN_ACT_RELU, 0, 0};
   kiln_act hs = {KILN_ACT_HARD_SWISH, 0, 0};
