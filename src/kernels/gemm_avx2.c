@@ -220,27 +220,21 @@ V256 void ukr256(const int MR, const int NV, const int PF, const int FULL, size_
 #define DECL(i) __m256 c##i##0 = _mm256_setzero_ps(), c##i##1 = c##i##0;
   DECL(0) DECL(1) DECL(2) DECL(3) DECL(4) DECL(5)
 #undef DECL
-  const float *pfa = t->pf_a;
-  const int pfa_rows = t->pf_a_rows;
-  for (size_t k0 = 0; k0 < kc; k0 += 16) { /* K in runs of 16: a cache line of each A row */
-    kiln_tile_pf_next_a(pfa, pfa_rows, lda, k0);
-    const size_t k1 = kc - k0 < 16 ? kc : k0 + 16;
 #pragma GCC unroll 4
-    for (size_t k = k0; k < k1; k++) {
-      __m256 b0 = NV == 1 && !FULL ? _mm256_maskload_ps(b, ml) : _mm256_loadu_ps(b);
-      __m256 b1 = NV < 2 ? _mm256_setzero_ps()
-                         : FULL ? _mm256_loadu_ps(b + 8) : _mm256_maskload_ps(b + 8, ml);
-      if (PF) _mm_prefetch((const char *)(b + 8 * ldb), _MM_HINT_T0); /* B streams from L2 */
-      b += ldb;
+  for (size_t k = 0; k < kc; k++) {
+    __m256 b0 = NV == 1 && !FULL ? _mm256_maskload_ps(b, ml) : _mm256_loadu_ps(b);
+    __m256 b1 = NV < 2 ? _mm256_setzero_ps()
+                       : FULL ? _mm256_loadu_ps(b + 8) : _mm256_maskload_ps(b + 8, ml);
+    if (PF) _mm_prefetch((const char *)(b + 8 * ldb), _MM_HINT_T0); /* B streams from L2 */
+    b += ldb;
 #define ROW(i)                                              \
   if (MR > i) {                                             \
     __m256 av = _mm256_broadcast_ss(a##i + k);              \
     c##i##0 = _mm256_fmadd_ps(av, b0, c##i##0);             \
     if (NV > 1) c##i##1 = _mm256_fmadd_ps(av, b1, c##i##1); \
   }
-      ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
+    ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
 #undef ROW
-    }
   }
   if (fast) { /* C = acc or C += acc, straight from registers */
 #define PUT(i, j)                                                                        \

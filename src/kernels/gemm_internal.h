@@ -34,7 +34,9 @@ typedef struct kiln_gemm_tile {
   int pf_b; /* B does not stay in L1 between calls: the kernel prefetches it ahead */
   int pf_c; /* the kernel prefetches its C tile when it starts */
   /* A read in place, row-major: the next strip's rows at this K block (pf_a_rows of them,
-   * lda apart), which the kernel brings into L2 as it walks its own K steps; NULL: none */
+   * lda apart), which the AVX-512 kernel brings into L2 as it walks its own K steps; NULL:
+   * none. (The AVX2 kernel, at half the FMA rate, hid the misses of cold A anyway: the same
+   * prefetch there measured 0.98-1.04x on whole models at KILN_ISA=avx2, AMD EPYC Zen 5.) */
   const float *pf_a;
   int pf_a_rows;
   /* Gathered A (kiln_gemm_isa_ops.ukernel_gather): element (i, k) of the tile's A at
@@ -43,7 +45,7 @@ typedef struct kiln_gemm_tile {
 } kiln_gemm_tile;
 
 /* Into L2: the next A strip (pfa: t->pf_a, hoisted) at K step k, one cache line of each of
- * its rows; a micro-kernel calls it every 16 K steps. The short rows of a matrix that comes
+ * its rows; the AVX-512 micro-kernel calls it every 16 K steps. The short rows of a matrix that comes
  * from memory (Winograd's weight planes: 64-256 floats a row) end before the hardware
  * prefetcher has caught up with them. */
 KILN_INLINE void kiln_tile_pf_next_a(const float *pfa, int rows, size_t lda, size_t k) {
