@@ -12,8 +12,8 @@
  *
  * Shapes with few input channels (kiln_conv2d_f32_uses_direct) take the direct kernel in
  * both rows. 3x3 stride-1 shapes get a third row, Winograd with weights transformed once, as a
- * model's (with --cold, each weight copy transformed). Prints the best and the median sample per call in ms and GFLOP/s of the best. Built by
- * build.sh next to gemm_bench. */
+ * model's (with --cold, each weight copy transformed). Prints the best and the median sample
+ * per call in ms and GFLOP/s of the best. Built by build.sh next to gemm_bench. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -251,10 +251,13 @@ V512 void ukr512(const int MR, const int NV, const int PF, const int AT, size_t 
     if (NV > 2) c##i##2 = _mm512_fmadd_ps(av, b2, c##i##2);     \
     if (NV > 3) c##i##3 = _mm512_fmadd_ps(av, b3, c##i##3);     \
   }
+  /* the next A strip (t->pf_a) into L2, one cache line of each of its rows per 16 K steps:
+   * the short rows of a matrix that comes from memory (Winograd's weight planes, 64-256
+   * floats a row) end before the hardware prefetcher has caught up with them */
   const float *ak = a, *pfa = AT == 0 ? t->pf_a : NULL;
-  const int pfa_rows = t->pf_a_rows;
+  const int pfa_rows = pfa ? t->pf_a_rows : 0;
   for (size_t k0 = 0; k0 < kc; k0 += 16) { /* K in runs of 16: a cache line of each A row */
-    kiln_tile_pf_next_a(pfa, pfa_rows, lda, k0);
+    for (int i = 0; i < pfa_rows; i++) _mm_prefetch((const char *)(pfa + (size_t)i * lda + k0), _MM_HINT_T1);
     const size_t k1 = kc - k0 < 16 ? kc : k0 + 16;
     for (size_t k = k0; k < k1; k++, ak += AT == 1 ? lda : 0) {
       const int32_t o = AT == 2 ? ko[k] : 0;

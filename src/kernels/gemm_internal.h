@@ -44,15 +44,6 @@ typedef struct kiln_gemm_tile {
   const int32_t *arow, *koff;
 } kiln_gemm_tile;
 
-/* Into L2: the next A strip (pfa: t->pf_a, hoisted) at K step k, one cache line of each of
- * its rows; the AVX-512 micro-kernel calls it every 16 K steps. The short rows of a matrix that comes
- * from memory (Winograd's weight planes: 64-256 floats a row) end before the hardware
- * prefetcher has caught up with them. */
-KILN_INLINE void kiln_tile_pf_next_a(const float *pfa, int rows, size_t lda, size_t k) {
-  if (pfa)
-    for (int i = 0; i < rows; i++) __builtin_prefetch(pfa + (size_t)i * lda + k, 0, 2);
-}
-
 /* C[mr x nc] (+)= A[mr x kc] * B[kc x nc]: A row i at a + i*lda, B row k at b + k*ldb.
  * mr <= MR, nc <= NR. B may be a packed panel (ldb = its width, zero padded to the vector
  * width, so B rows may be read past nc up to the padded width) or the caller's matrix

@@ -1,6 +1,7 @@
 /* Winograd F(2x2, 3x3) and F(4x4, 3x3) float32 convolution. See winograd_f32.h. */
 #include "kernels/winograd_f32.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -361,9 +362,6 @@ T512 static void wino4_out_avx512(const float *o, int64_t ps, int64_t tw, const 
 enum { WINO_BLOCK_FLOATS = 192 * 1024 };
 /* Pools up to this size may take whole blocks per thread. */
 enum { WINO_MAX_THREADS = 64 };
-/* GEMM planes at most: F(4x4, 3x3) has 6 x 6. */
-enum { WINO_PLANES = 36 };
-
 typedef struct wino_blk {
   const kiln_conv2d_f32_params *p;
   const kiln_conv2d_f32_epilogue *ep;
@@ -374,7 +372,7 @@ typedef struct wino_blk {
   float *v, *o;       /* [np][c][nt], [np][m][nt] */
   float *scr;         /* per thread: scr_per floats (rows of rw floats) */
   int64_t rw, scr_per;
-  kiln_code rc[WINO_PLANES + WINO_MAX_THREADS]; /* per GEMM plane, then per thread */
+  atomic_int *err;    /* the first error of the block's GEMMs (KILN_OK: none) */
   int isa;
 } wino_blk;
 
@@ -475,18 +473,6 @@ static void wino_in_task(void *ctx, size_t begin, size_t end, int ti) {
   }
 }
 
-static void wino_gemm_task(void *ctx, size_t begin, size_t end, int ti) {
-  (void)ti;
-  wino_blk *b = ctx;
-  const kiln_conv2d_f32_params *p = b->p;
-  kiln_gemm_ctx g = {NULL, b->isa};
-  for (size_t k = begin; k < end; k++)
-    b->rc[k] = kiln_gemm_f32(&g, 0, 0, (size_t)p->m, (size_t)b->nt, (size_t)p->c, 1.0f,
-                             b->u + (int64_t)k * p->m * p->c, (size_t)p->c,
-                             b->v + (int64_t)k * p->c * b->nt, (size_t)b->nt, 0.0f,
-                             b->o + (int64_t)k * p->m * b->nt, (size_t)b->nt, NULL, NULL);
-}
-
 static void wino_out_task(void *ctx, size_t begin, size_t end, int ti);
 
 /* Output channels per task of wino_slice_task. */
@@ -499,11 +485,11 @@ static size_t wino_slices(int64_t m) {
 }
 
 /* Slices [begin, end) of wino_slices(m): their output channels' rows of the np GEMMs, then
- * their output transforms, on one thread. The thread reads back the O rows it has just
- * written, from its own cache, and a block needs one barrier less than GEMMs split by plane
- * and transforms by channel. Each element of O is the same sum as in a whole-M GEMM (the K
- * blocks depend on K alone; no slice is a single row), so the result does not depend on the
- * split. Errors go to rc[WINO_PLANES + ti]. */
+ * their output transforms, on one thread (all slices: the whole block). On several threads
+ * each reads back the O rows it has just written, from its own cache, and a block needs one
+ * barrier after the input transform. Each element of O is the same sum as in a whole-M GEMM
+ * (the K blocks depend on K alone; no slice is a single row), so the result does not depend
+ * on the split. An error goes to *b->err. */
 static void wino_slice_task(void *ctx, size_t begin, size_t end, int ti) {
   wino_blk *b = ctx;
   const kiln_conv2d_f32_params *p = b->p;
@@ -515,10 +501,12 @@ static void wino_slice_task(void *ctx, size_t begin, size_t end, int ti) {
                        b->u + (k * p->m + (int64_t)m0) * p->c, (size_t)p->c,
                        b->v + k * p->c * b->nt, (size_t)b->nt, 0.0f,
                        b->o + (k * p->m + (int64_t)m0) * b->nt, (size_t)b->nt, NULL, NULL);
-  if (rc)
-    b->rc[WINO_PLANES + ti] = rc;
-  else
+  if (rc) {
+    int none = KILN_OK;
+    atomic_compare_exchange_strong(b->err, &none, (int)rc);
+  } else {
     wino_out_task(ctx, m0, m1, ti);
+  }
 }
 
 static void wino_out_task(void *ctx, size_t begin, size_t end, int ti) {
@@ -584,11 +572,8 @@ static void wino_out_task(void *ctx, size_t begin, size_t end, int ti) {
 /* One block, every loop on the calling thread (scratch: b->scr for thread 0). */
 static kiln_code wino_block_serial(wino_blk *b) {
   wino_in_task(b, 0, (size_t)b->p->c, 0);
-  wino_gemm_task(b, 0, (size_t)b->np, 0);
-  for (int k = 0; k < b->np; k++)
-    if (b->rc[k]) return b->rc[k];
-  wino_out_task(b, 0, (size_t)b->p->m, 0);
-  return KILN_OK;
+  wino_slice_task(b, 0, wino_slices(b->p->m), 0);
+  return (kiln_code)atomic_load(b->err);
 }
 
 typedef struct wino_outer {
@@ -605,6 +590,9 @@ static void wino_outer_task(void *ctx, size_t begin, size_t end, int ti) {
   wino_blk b = *w->tmpl;
   const kiln_conv2d_f32_params *p = b.p;
   float *mem = w->mem + (size_t)ti * w->per_thread;
+  atomic_int err; /* this thread's blocks */
+  atomic_init(&err, KILN_OK);
+  b.err = &err;
   for (size_t t = begin; t < end && !w->rc[ti]; t++) {
     b.nn = (int64_t)t / w->nb;
     b.x = w->tmpl->x + b.nn * p->c * p->h * p->w;
@@ -678,6 +666,9 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
   b.rw = rw;
   b.scr_per = scr_per;
   b.isa = isa;
+  atomic_int err; /* the blocks run in turn below (the outer path: one per thread) */
+  atomic_init(&err, KILN_OK);
+  b.err = &err;
   kiln_code rc = KILN_OK;
   if (outer) {
     wino_outer w;
@@ -708,14 +699,8 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
         continue;
       }
       kiln_parallel_for(pool, (size_t)p->c, wino_in_task, &b, 0);
-      if (nthr <= WINO_MAX_THREADS) { /* rc has a slot per thread */
-        kiln_parallel_for(pool, wino_slices(p->m), wino_slice_task, &b, 0);
-        for (int k = 0; k < WINO_PLANES + WINO_MAX_THREADS && !rc; k++) rc = b.rc[k];
-        continue;
-      }
-      kiln_parallel_for(pool, (size_t)np, wino_gemm_task, &b, 1);
-      for (int k = 0; k < np && !rc; k++) rc = b.rc[k];
-      if (!rc) kiln_parallel_for(pool, (size_t)p->m, wino_out_task, &b, 0);
+      kiln_parallel_for(pool, wino_slices(p->m), wino_slice_task, &b, 0);
+      rc = (kiln_code)atomic_load(&err);
     }
   }
   return rc;
