@@ -3,7 +3,7 @@
 
     /usr/bin/python3 bench/compare_ort.py [--kiln build/kiln] [--only NAME,...] [--threads 1,2]
                                           [--rounds 5] [--warmup 10] [--repeat 100] [--budget 1]
-                                          [--json results.json]
+                                          [--pin auto] [--json results.json]
 
 Installs ONNX Runtime from npm into bench/peer/node_modules when it is missing, makes the models
 when bench/models has none. Then, for every model and thread count, alternates rounds of
@@ -17,6 +17,9 @@ mean of the ratios, then kiln at --level 0 against --level 2 (same alternation) 
 micro-models (--fusion all: on every model). --report RAW.json prints the tables of an earlier
 run's --json again without measuring. Every table names the ISA level kiln ran at and AMX
 on or off (`kiln --version`; set KILN_ISA=avx2 or KILN_AMX=0 to measure a lower level).
+Both runtimes run on the same CPUs: a T-thread row on the first T this process may use unless
+that is all of them (--pin; bench/pinning.py says why: logical CPUs of a shared VM can differ
+in speed by a third).
 
 Repeat counts: --repeat is the most timed runs; slow models get fewer, so one process spends
 about --budget seconds timing (at least 5 runs); warmup is at most a tenth of that, at least 2.
@@ -32,6 +35,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import pinning
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -69,11 +74,12 @@ def input_args(models_dir, name, manifest):
     return args
 
 
-def run_json(cmd, out):
-    """Run a bench command that writes JSON to `out`; returns (dict or None, error text)."""
+def run_json(cmd, out, cpus=None):
+    """Run a bench command that writes JSON to `out`, pinned to `cpus` (None: not pinned);
+    returns (dict or None, error text)."""
     if os.path.exists(out):
         os.remove(out)
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=pinning.preexec(cpus))
     if r.returncode != 0 or not os.path.exists(out):
         return None, (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.returncode}"]
     with open(out) as f:
@@ -92,14 +98,14 @@ class Runner:
         cmd = [binary or self.a.kiln, "bench", self.model_path(name), *input_args(self.a.models, name, self.manifest),
                "--threads", str(threads), "--level", str(level), "--warmup", str(warmup),
                "--repeat", str(repeat), "--quiet", "--json", out]
-        return run_json(cmd, out)
+        return run_json(cmd, out, pinning.cpus_for(self.a.pin, threads))
 
     def ort(self, name, threads, warmup, repeat):
         out = os.path.join(self.tmp, "ort.json")
         cmd = ["node", os.path.join(PEER, "ort_bench.js"), self.model_path(name),
                os.path.join(self.a.models, name, "inputs"), "--threads", str(threads),
                "--warmup", str(warmup), "--repeat", str(repeat), "--json", out]
-        return run_json(cmd, out)
+        return run_json(cmd, out, pinning.cpus_for(self.a.pin, threads))
 
     def counts(self, name):
         """(warmup, repeat) for a model, from one probe run of kiln (the slower runtime today)."""
@@ -224,6 +230,9 @@ def render(raw, out=sys.stdout):
       f"{raw.get('load_end', float('nan')):.2f} at the end; {raw['rounds']} rounds A B A B per row. "
       "Latency, p90, load time and RSS: medians over the rounds; best: the ratio of the fastest "
       "rounds' medians." + (f" kiln's CPU line: {raw['kiln_isa']['cpu_line']}." if raw.get("kiln_isa") else "")
+      + (" Both runtimes " + "; ".join(f"at {t} thread{'s' if t != '1' else ''}: {v}"
+                                      for t, v in raw["pinning"].items()) + "."
+         if raw.get("pinning") else "")
       + "\n")
     p("| model | threads | warmup+repeat | kiln ms | ORT ms | kiln/ORT | best kiln/ORT | kiln p90 | ORT p90 "
       "| kiln load ms | ORT load ms | kiln peak RSS MiB | ORT peak RSS MiB (net of Node) |")
@@ -333,6 +342,10 @@ def main():
     ap.add_argument("--baseline", metavar="KILN",
                     help="another kiln binary (e.g. built at an earlier commit), run in the same rounds "
                          "as --kiln (A B C A B C with ONNX Runtime) and compared with it in a table of its own")
+    ap.add_argument("--pin", default="auto",
+                    help="CPUs both runtimes run on: 'auto' (default: a T-thread row on the first T "
+                         "CPUs, unless that is all of them), 'none', or a list such as 0,1 "
+                         "(bench/pinning.py: logical CPUs of a shared VM can differ in speed)")
     ap.add_argument("--json", help="write all raw results here")
     ap.add_argument("--report", metavar="RAW_JSON", help="only print the tables of an earlier --json")
     a = ap.parse_args()
@@ -342,6 +355,10 @@ def main():
     if a.rounds < 1 or a.repeat < 1 or a.warmup < 0:
         ap.error("--rounds and --repeat must be >= 1, --warmup >= 0")
     threads = [int(t) for t in a.threads.split(",")]
+    try:
+        a.pin = pinning.parse(a.pin)
+    except ValueError as e:
+        ap.error(str(e))
     if not os.access(a.kiln, os.X_OK):
         ap.error(f"no kiln binary at {a.kiln} (build first, or pass --kiln)")
     if a.baseline and not os.access(a.baseline, os.X_OK):
@@ -357,7 +374,8 @@ def main():
         names = [n for n in names if n in want]
     raw = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
            "kiln_commit": git_commit(), "kiln_isa": kiln_isa(a.kiln), "load_start": os.getloadavg()[0], "rounds": a.rounds,
-           "threads": threads, "command": sys.argv, "peer": [], "fusion": []}
+           "threads": threads, "command": sys.argv, "peer": [], "fusion": [],
+           "pinning": {str(t): pinning.label(pinning.cpus_for(a.pin, t)) for t in threads}}
     if a.baseline:
         raw["baseline"] = a.baseline
     measure(a, manifest, names, threads, raw)
