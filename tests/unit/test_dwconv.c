@@ -2,8 +2,8 @@
  * reference with double accumulation: the 3x3 row-block kernel (strides 1 and 2 in each
  * direction, every padding 0..2 at each side, channel multipliers 1..3, planes from 1x1 to
  * wider than several 16-column strips and taller than several 8- or 7-row blocks, batch 2), the
- * flat kernel of small stride-1 planes (up to 64 outputs, as many output as input columns),
- * general direct kernel next to it (5x5, dilation, stride 3), MobileNetV2's layer shapes;
+ * kernel of small planes (up to 8 output columns, two rows a vector: 7x7, 8x8, 5x12 at stride
+ * 2 and the like), the general direct kernel (5x5, dilation, stride 3), MobileNetV2's layer shapes;
  * bias, residual and activations (relu and clip inline, others after); 1 and 2 threads, whose
  * outputs must be byte-equal; every ISA level this CPU has. */
 #include <math.h>
@@ -110,7 +110,8 @@ int main(void) {
   for (int i = 0; i < 3; i++) {
     if (kiln_isa_resolve(isas[i]) < 0) continue;
     /* 3x3: every stride pair and padding 0..2 at each side, odd sizes, several blocks */
-    static const int64_t hw[][2] = {{1, 1}, {2, 3}, {7, 7}, {9, 17}, {19, 33}, {17, 50}, {8, 8}, {5, 12}, {4, 16}, {21, 23}, {14, 14}};
+    static const int64_t hw[][2] = {{1, 1}, {2, 3}, {7, 7}, {9, 17}, {19, 33}, {17, 50}, {8, 8}, {5, 12}, {4, 16}, {21, 23}, {14, 14},
+                                    {19, 7}, {30, 5}}; /* the last two: small planes of many row pairs */
     for (size_t s = 0; s < sizeof hw / sizeof hw[0]; s++)
       for (int64_t sh = 1; sh <= 2; sh++)
         for (int64_t sw = 1; sw <= 2; sw++)
