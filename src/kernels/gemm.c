@@ -30,6 +30,8 @@ static kiln_gemm_blocking g_blocking[KILN_ISA_LEVELS] = {
     {264, 768, 256, 2}, /* avx512 6x64 */
 };
 static pthread_once_t g_blocking_once = PTHREAD_ONCE_INIT;
+/* Packed weights from which a GEMM with few rows of A streams them (gemm_run): twice L2. */
+static size_t g_stream_b_min_bytes = 2u << 20;
 
 static size_t clamp_sz(size_t x, size_t lo, size_t hi) { return x < lo ? lo : x > hi ? hi : x; }
 
@@ -43,6 +45,7 @@ static void derive_blocking(void) {
   size_t l1 = kiln_cpu_cache_bytes(1), l2 = kiln_cpu_cache_bytes(2);
   l1 = clamp_sz(l1 ? l1 : 32768, 16384, 65536);
   l2 = clamp_sz(l2 ? l2 : 1u << 20, 256u << 10, 4u << 20);
+  g_stream_b_min_bytes = 2 * l2;
   const size_t MR = 6, NR = 16, row = NR * sizeof(float);
   kiln_gemm_blocking *b = &g_blocking[KILN_ISA_AVX2];
   b->kc = clamp_sz(l1 * 3 / 4 / row / 16 * 16, 128, 768);
@@ -610,8 +613,13 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
    * ms (conv_bench --cold, 1 thread, AMD EPYC Zen 5, avx512); hot 3-8% slower; in the model
    * (kiln profile, thread time, 1 thread) its layer4 13.0-13.5 -> 12.1-12.7 ms, all nodes
    * 47.9-49.6 -> 47.0-48.1 ms. At AVX2 (order 1 already) the prefetch measured 1.02-1.04x on
-   * ResNet-50: at half the FMA rate the hardware prefetchers keep up; it is not asked for there. */
-  j.stream_b = pb && j.blk.order == 2 && div_up(M, ops->mr) <= STREAM_B_MAX_STRIPS;
+   * ResNet-50: at half the FMA rate the hardware prefetchers keep up; it is not asked for there.
+   * Only weights of twice L2 or more: smaller ones, in a network whose weights L3 holds from one
+   * run to the next, lost what hot ones lose (MobileNetV2's 7x7 layers, 0.6-1.6 MB each:
+   * 160 -> 960 three times 0.275-0.280 ms streamed against 0.291-0.299 held, 320 -> 1280
+   * 0.280-0.302 against 0.309-0.315; ResNet-50's are 4-9 MB). */
+  j.stream_b = pb && j.blk.order == 2 && div_up(M, ops->mr) <= STREAM_B_MAX_STRIPS &&
+               kiln_gemm_packed_b_bytes(pb) >= g_stream_b_min_bytes;
   j.a_outer = j.blk.order == 2 && !j.stream_b;
   /* Transposed A is packed. So is A whose rows are 4 KiB apart when strips are streamed past
    * an L1-resident B panel (order 1, streamed weights included); with the A strip held in L1
