@@ -256,8 +256,13 @@ V512 void ukr512(const int MR, const int NV, const int PF, const int AT, size_t 
    * floats a row) end before the hardware prefetcher has caught up with them */
   const float *ak = a, *pfa = AT == 0 ? t->pf_a : NULL;
   const int pfa_rows = pfa ? t->pf_a_rows : 0;
+  const char *pfl = t->pf_l2;
+  size_t pfl_done = 0;
   for (size_t k0 = 0; k0 < kc; k0 += 16) { /* K in runs of 16: a cache line of each A row */
     for (int i = 0; i < pfa_rows; i++) _mm_prefetch((const char *)(pfa + (size_t)i * lda + k0), _MM_HINT_T1);
+    if (pfl) /* this run's share of t->pf_l2 */
+      for (size_t e = t->pf_l2_lines * (k0 + 16 < kc ? k0 + 16 : kc) / kc; pfl_done < e; pfl_done++)
+        _mm_prefetch(pfl + pfl_done * 64, _MM_HINT_T1);
     const size_t k1 = kc - k0 < 16 ? kc : k0 + 16;
     for (size_t k = k0; k < k1; k++, ak += AT == 1 ? lda : 0) {
       const int32_t o = AT == 2 ? ko[k] : 0;

@@ -39,6 +39,10 @@ typedef struct kiln_gemm_tile {
    * prefetch there measured 0.98-1.04x on whole models at KILN_ISA=avx2, AMD EPYC Zen 5.) */
   const float *pf_a;
   int pf_a_rows;
+  /* Cache lines [0, pf_l2_lines) from pf_l2 that the AVX-512 kernel brings into L2, spread
+   * evenly over its K steps (the next panel of weights streamed from memory); NULL: none. */
+  const char *pf_l2;
+  size_t pf_l2_lines;
   /* Gathered A (kiln_gemm_isa_ops.ukernel_gather): element (i, k) of the tile's A at
    * a[arow[i] + koff[k]]; both already offset to the tile's first row and K step. */
   const int32_t *arow, *koff;
