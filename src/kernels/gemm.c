@@ -620,8 +620,8 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
    * ResNet-50: at half the FMA rate the hardware prefetchers keep up; it is not asked for there.
    * Only weights of twice L2 or more: smaller ones, in a network whose weights L3 holds from one
    * run to the next, lost what hot ones lose (MobileNetV2's 7x7 layers, 0.6-1.6 MB each:
-   * 160 -> 960 three times 0.275-0.280 ms streamed against 0.291-0.299 held, 320 -> 1280
-   * 0.280-0.302 against 0.309-0.315; ResNet-50's are 4-9 MB). */
+   * 160 -> 960 three times 0.291-0.299 ms streamed against 0.273-0.280 held, 320 -> 1280
+   * 0.309-0.315 against 0.280-0.302; ResNet-50's are 4-9 MB). */
   j.stream_b = pb && j.blk.order == 2 && div_up(M, ops->mr) <= STREAM_B_MAX_STRIPS &&
                kiln_gemm_packed_b_bytes(pb) >= g_stream_b_min_bytes;
   j.a_outer = j.blk.order == 2 && !j.stream_b;
