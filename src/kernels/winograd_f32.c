@@ -360,8 +360,6 @@ T512 static void wino4_out_avx512(const float *o, int64_t ps, int64_t tw, const 
 
 /* Floats of V + O per block (both stay in L2 between the transforms and the GEMMs). */
 enum { WINO_BLOCK_FLOATS = 192 * 1024 };
-/* Pools up to this size may take whole blocks per thread. */
-enum { WINO_MAX_THREADS = 64 };
 typedef struct wino_blk {
   const kiln_conv2d_f32_params *p;
   const kiln_conv2d_f32_epilogue *ep;
@@ -372,7 +370,7 @@ typedef struct wino_blk {
   float *v, *o;       /* [np][c][nt], [np][m][nt] */
   float *scr;         /* per thread: scr_per floats (rows of rw floats) */
   int64_t rw, scr_per;
-  atomic_int *err;    /* the first error of the block's GEMMs (KILN_OK: none) */
+  atomic_int *err;    /* the first error of the convolution's GEMMs, any thread (KILN_OK: none) */
   int isa;
 } wino_blk;
 
@@ -582,7 +580,6 @@ typedef struct wino_outer {
   int even;             /* blocks split the tile rows evenly (else bt rows each, the last less) */
   size_t per_thread;    /* floats of V + O + scratch per thread */
   float *mem;
-  kiln_code rc[WINO_MAX_THREADS];
 } wino_outer;
 
 static void wino_outer_task(void *ctx, size_t begin, size_t end, int ti) {
@@ -590,10 +587,8 @@ static void wino_outer_task(void *ctx, size_t begin, size_t end, int ti) {
   wino_blk b = *w->tmpl;
   const kiln_conv2d_f32_params *p = b.p;
   float *mem = w->mem + (size_t)ti * w->per_thread;
-  atomic_int err; /* this thread's blocks */
-  atomic_init(&err, KILN_OK);
-  b.err = &err;
-  for (size_t t = begin; t < end && !w->rc[ti]; t++) {
+  /* b.err is shared: a thread stops at its next block once any block failed */
+  for (size_t t = begin; t < end && atomic_load_explicit(b.err, memory_order_relaxed) == KILN_OK; t++) {
     b.nn = (int64_t)t / w->nb;
     b.x = w->tmpl->x + b.nn * p->c * p->h * p->w;
     int64_t i = (int64_t)t % w->nb;
@@ -608,7 +603,7 @@ static void wino_outer_task(void *ctx, size_t begin, size_t end, int ti) {
     b.v = mem;
     b.o = mem + b.np * p->c * b.nt;
     b.scr = b.o + b.np * p->m * b.nt;
-    w->rc[ti] = wino_block_serial(&b);
+    wino_block_serial(&b);
   }
 }
 
@@ -629,14 +624,14 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
   int nthr = kiln_threadpool_size(pool);
   /* Enough blocks: each thread takes whole blocks (one barrier in all); else the blocks run
    * in turn with the transforms and GEMMs on the pool. */
-  int outer = nthr > 1 && nthr <= WINO_MAX_THREADS && p->n * nb >= 3 * (int64_t)nthr;
+  int outer = nthr > 1 && p->n * nb >= 3 * (int64_t)nthr;
   /* Per image at least one block per thread: round the block count up to a multiple of the
    * threads and split the tile rows evenly over them (blocks no larger, each thread the same
    * share), so each thread takes whole blocks with one barrier in all instead of three per
    * block. Blocks keep at least 16 columns (GEMMs, not matrix-vector products, so a column's
    * result does not depend on the split). */
   int even = 0;
-  if (nthr > 1 && nthr <= WINO_MAX_THREADS && nb >= nthr && (th - (nb - 1) * bt) * tw >= 2) {
+  if (nthr > 1 && nb >= nthr && (th - (nb - 1) * bt) * tw >= 2) {
     int64_t nb2 = (nb + nthr - 1) / nthr * nthr;
     if (nb2 <= th && th / nb2 * tw >= 16) {
       nb = nb2;
@@ -666,7 +661,7 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
   b.rw = rw;
   b.scr_per = scr_per;
   b.isa = isa;
-  atomic_int err; /* the blocks run in turn below (the outer path: one per thread) */
+  atomic_int err; /* the first error of any block, on any thread */
   atomic_init(&err, KILN_OK);
   b.err = &err;
   kiln_code rc = KILN_OK;
@@ -684,8 +679,7 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
      * for each thread where the rows do not split evenly into blocks: 3+4 | 3+4, not 3+3 |
      * 4+4 as handing them out one at a time would give). */
     kiln_parallel_for(pool, (size_t)(p->n * nb), wino_outer_task, &w, even ? 0 : 1);
-    for (int i = 0; i < nthr && !rc; i++) rc = w.rc[i];
-    return rc;
+    return (kiln_code)atomic_load(&err);
   }
   for (int64_t nn = 0; nn < p->n && !rc; nn++) {
     b.nn = nn;
