@@ -111,6 +111,12 @@ class Server:
         os.unlink(self.err.name)
 
 
+def metric(s, prefix):
+    """The sum of every /metrics sample whose line starts with prefix (all models and versions)."""
+    b = s.request("GET", "/metrics")[2].decode()
+    return sum(float(l.split()[-1]) for l in b.splitlines() if l.startswith(prefix))
+
+
 V2_DTYPE = {np.float32: "FP32", np.float64: "FP64", np.float16: "FP16", np.int8: "INT8",
             np.int16: "INT16", np.int32: "INT32", np.int64: "INT64", np.uint8: "UINT8",
             np.uint16: "UINT16", np.uint32: "UINT32", np.uint64: "UINT64", np.bool_: "BOOL"}

@@ -15,12 +15,7 @@ from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.dirname(__file__))
 from serve_util import (Server, affine_model, binary_request, check, finish, in_threads,  # noqa: E402
-                        json_input, save_model, slow_model)
-
-
-def metric(s, prefix):
-    b = s.request("GET", "/metrics")[2].decode()
-    return sum(float(l.split()[-1]) for l in b.splitlines() if l.startswith(prefix))
+                        json_input, metric, save_model, slow_model)
 
 
 def client(s, i):

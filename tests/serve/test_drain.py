@@ -17,34 +17,37 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from serve_util import Server, binary_request, check, finish, json_input, slow_model  # noqa: E402
+from serve_util import Server, binary_request, check, finish, json_input, metric, slow_model  # noqa: E402
 
 
 def main():
     root = tempfile.mkdtemp(prefix="kiln-serve-drain-")
     try:
         path = os.path.join(root, "slow.onnx")
-        slow_model(path)
+        slow_model(path, reps=24)  # 3x the other tests' model: 4 s of work stays within 200 requests
         body = json.dumps({"inputs": [json_input("X", np.ones((8, 768), np.float32))]}).encode()
-        # about 2.4 GFLOP a run, one run at a time; late_n below queues 3 s of them
+        # about 7 GFLOP a run, one run at a time; late_n below queues 4 s of them
         slow_body, slow_headers = binary_request([("X", np.ones((256, 768), np.float32))])
-        # float32 GEMMs (KILN_AMX=0): with AMX a request takes ~5 ms and 3 s of queued work would
+        # float32 GEMMs (KILN_AMX=0): with AMX a request takes ~15 ms and 4 s of queued work would
         # pass the queue (256); the drain, not the speed, is under test here
         s = Server([path, "--drain-s", "1.5", "--exit-timeout-s", "100", "--threads", "1", "--log-format", "off"],
                    env={"KILN_AMX": "0"})
         try:
             check(s.get_json("/v2/health/ready")[0] == 200, "ready before SIGTERM")
             check(s.request("POST", "/v2/models/slow/infer", slow_body, slow_headers)[0] == 200, "a slow request")
-            # warm requests time a run; the fastest of three sizes the queue, since one slow sample
-            # on a loaded machine (56 ms against 24 ms for the runs that followed, in CI) queued
-            # too little work to outlast the listener
-            runs, warm = [], []
-            for _ in range(3):
-                t1 = time.time()
-                warm.append(s.request("POST", "/v2/models/slow/infer", slow_body, slow_headers)[0])
-                runs.append(time.time() - t1)
+            # the queue below is sized from the server's own compute time (kiln_compute_duration),
+            # not from the client's round trip: under CI's load the client's encoding and sending
+            # made three warm requests take 77 ms each while queued runs took 25 ms, and 40 queued
+            # requests finished 0.2 s before the listener closed
+            runs0, busy0 = metric(s, "kiln_compute_duration_seconds_count"), metric(s, "kiln_compute_duration_seconds_sum")
+            warm = [s.request("POST", "/v2/models/slow/infer", slow_body, slow_headers)[0] for _ in range(3)]
             check(warm == [200] * 3, "three more slow requests (%s)" % warm)
-            late_n = max(4, min(200, int(3.0 / max(min(runs), 0.01)) + 1))  # 3 s of queued work
+            runs = metric(s, "kiln_compute_duration_seconds_count") - runs0
+            run_s = (metric(s, "kiln_compute_duration_seconds_sum") - busy0) / max(runs, 1)
+            # 4 s of queued work: the listener closes 1.2 s after the queue fills, so the check
+            # below holds unless runs get 3x faster between the warm runs and the queued ones
+            late_n = max(4, min(200, int(4.0 / max(run_s, 0.005)) + 1))
+            print("     a run takes %.1f ms on the server; %d requests queued" % (run_s * 1e3, late_n))
             t0 = time.time()
             s.signal(signal.SIGTERM)
             time.sleep(0.2)
