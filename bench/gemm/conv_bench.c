@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
       return 2;
     }
     kiln_conv2d_f32_params p = {1, c, h, w, m, 1, k, k, s, s, 1, 1, pd, pd,
-                                (h + 2 * pd - k) / s + 1, (w + 2 * pd - k) / s + 1, -1};
+                                (h + 2 * pd - k) / s + 1, (w + 2 * pd - k) / s + 1, -1, 0};
     size_t kk = (size_t)(c * k * k), ysz = (size_t)(m * p.oh * p.ow);
     int copies = cold ? (int)((256u << 20) / (kk * (size_t)m * 4)) + 1 : 1;
     if (copies > 4096) copies = 4096;

@@ -9,7 +9,10 @@
  *   rows at a time, accumulate every tap in registers, read straight from the input with
  *   masked loads (lanes and rows outside the input read 0); kernels wider than 16 columns
  *   copy the plane into a per-thread zero-padded buffer first. Otherwise portable C over
- *   clamped column ranges. Bias, residual and relu/clip are applied in registers.
+ *   clamped column ranges. Bias, residual and relu/clip are applied in registers. At AVX-512,
+ *   on input planes of at most 256 pixels with a channel multiplier of 1, blocks of 16
+ *   channels instead (conv_dw_cb.c): lanes are channels, the block copied through register
+ *   transposes into a zero-padded buffer of 16-float cells; the same bytes.
  * - few input channels (at most 4, one group, x stride 1 or 2, output rows of 16 and more:
  *   the first layer of CNNs) at AVX-512 and AVX2: a direct kernel (conv_direct_f32.c; the
  *   AVX2 tiles, 4 channels x up to 3 vectors of 8 columns, in conv_direct_avx2.c). The input is
@@ -67,6 +70,8 @@ typedef struct kiln_conv2d_f32_params {
   int winograd;               /* Winograd: 0 where it is faster (the default), 1
                                  wherever it applies (3x3, stride 1, dilation 1, one group; for
                                  tests and benchmarks), -1 never */
+  int dw_blocked;             /* depthwise in blocks of 16 channels: 0 where it applies (the
+                                 default), -1 never (the row kernels; tests, benchmarks) */
 } kiln_conv2d_f32_params;
 
 typedef struct kiln_conv2d_f32_epilogue {

@@ -487,5 +487,7 @@ void kiln_conv2d_dw_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_pa
   dw_ctx d = {p, x, w, ep->bias, ep->residual, y, &ep->act, isa};
   /* a few microseconds of work: one thread (waking another costs about as much) */
   int64_t macs = p->n * p->m * p->oh * p->ow * p->kh * p->kw;
+  if (kiln_dw_cb_f32_fits(p, isa) && kiln_dw_cb_f32(macs >= DW_PAR_MIN ? pool : NULL, p, x, w, ep, y) == KILN_OK)
+    return;
   kiln_parallel_for(macs >= DW_PAR_MIN ? pool : NULL, (size_t)(p->n * p->m), dw_task, &d, 0);
 }

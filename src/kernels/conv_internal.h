@@ -70,6 +70,30 @@ V512 __m512 act_inline512(__m512 v, const kiln_act *a) {
   return v;
 }
 
+/* r[i] (16 rows of 16) becomes its transpose: r[i][j] = old r[j][i]. */
+V512 void transpose16_avx512(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int h = 0; h < 16; h += 8)
+    for (int i = 0; i < 4; i++) {
+      t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + 4 + i], 0x88);
+      t[h + 4 + i] = _mm512_shuffle_f32x4(r[h + i], r[h + 4 + i], 0xDD);
+    }
+  for (int i = 0; i < 8; i++) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+  }
+}
+
 /* y[i] = act(y[i] + b (+ r[i])) in one pass, act inline (act_inline). */
 T512 static inline void bias_res_act_avx512(float *y, int64_t n, float b, const float *r, const kiln_act *a) {
   __m512 vb = _mm512_set1_ps(b);
@@ -182,6 +206,14 @@ void kiln_dw_plane_avx2(const kiln_conv2d_f32_params *p, const float *pad, int64
 void kiln_dw3_plane_avx2(const kiln_conv2d_f32_params *p, const float *xp, const float *wk,
                          float bv, const float *rp, const kiln_act *act, float *yp,
                          const float *zero);
+
+/* 1 when kiln_dw_cb_f32 computes depthwise p (channel multiplier 1, at most 49 taps, a padded
+ * plane of 16-channel cells within its per-thread budget) at ISA level isa (AVX-512). */
+int kiln_dw_cb_f32_fits(const kiln_conv2d_f32_params *p, int isa);
+/* Depthwise p in blocks of 16 channels (conv_dw_cb.c), the same bytes as the row kernels;
+ * KILN_ERR_NOMEM when its scratch cannot be had (nothing written then). */
+kiln_code kiln_dw_cb_f32(kiln_threadpool *pool, const kiln_conv2d_f32_params *p, const float *x,
+                         const float *w, const kiln_conv2d_f32_epilogue *ep, float *y);
 
 /* Depthwise convolution (one input channel per group, any channel multiplier), any padding,
  * stride and dilation; planes split over the pool. */

@@ -429,7 +429,7 @@ kiln_code kiln_conv2d_f32_params_of(kiln_kctx *c, const kiln_tensor *x, const ki
   if (b && b->numel != g.m) return KILN_ERR_UNSUPPORTED;
   *p = (kiln_conv2d_f32_params){g.n, g.c, g.x[0], g.x[1], g.m, g.group, g.k[0], g.k[1],
                                 g.stride[0], g.stride[1], g.dil[0], g.dil[1], g.pb[0], g.pb[1],
-                                g.y[0], g.y[1], 0};
+                                g.y[0], g.y[1], 0, 0};
   return KILN_OK;
 }
 

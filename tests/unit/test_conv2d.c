@@ -316,7 +316,7 @@ int main(void) {
   for (size_t f = 0; f < sizeof fixed / sizeof fixed[0]; f++) {
     const int64_t *v = fixed[f];
     kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[8],
-                                v[9], v[9], v[10], v[10], 0, 0, 0};
+                                v[9], v[9], v[10], v[10], 0, 0, 0, 0};
     finish(&p, v[11], v[11]);
     check_threads_equal(pools[1], &p);
     static const epi_case cs[] = {{0, 0, {KILN_ACT_NONE, 0, 0}, 0},
@@ -344,7 +344,7 @@ int main(void) {
   for (size_t f = 0; f < sizeof dir / sizeof dir[0]; f++) {
     const int64_t *v = dir[f];
     kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], 1, v[5], v[6], v[7], v[8],
-                                v[9], v[10], v[11], v[12], 0, 0, 0};
+                                v[9], v[10], v[11], v[12], 0, 0, 0, 0};
     CHECK(finish(&p, v[13], v[14]));
     if (kiln_isa_resolve(KILN_ISA_AVX512) >= 0) CHECK(kiln_conv2d_f32_uses_direct(&p, KILN_ISA_AVX512));
     if (kiln_isa_resolve(KILN_ISA_AVX2) >= 0) CHECK(kiln_conv2d_f32_uses_direct(&p, KILN_ISA_AVX2));
@@ -374,7 +374,7 @@ int main(void) {
   };
   for (size_t f = 0; f < sizeof wino / sizeof wino[0]; f++) {
     const int64_t *v = wino[f];
-    kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], 1, 3, 3, 1, 1, 1, 1, v[5], v[6], 0, 0, 0};
+    kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], 1, 3, 3, 1, 1, 1, 1, v[5], v[6], 0, 0, 0, 0};
     finish(&p, v[7], v[8]);
     p.winograd = f < 8 ? 1 : 0;
     static const epi_case cs[] = {{0, 0, {KILN_ACT_NONE, 0, 0}, 0},
@@ -401,7 +401,7 @@ int main(void) {
   for (size_t f = 0; f < sizeof tr / sizeof tr[0]; f++) {
     const int64_t *v = tr[f];
     kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], 1, v[5], v[5], v[6], v[6],
-                                1, 1, v[7], v[7], 0, 0, -1};
+                                1, 1, v[7], v[7], 0, 0, -1, 0};
     finish(&p, v[7], v[7]);
     if (kiln_isa_resolve(KILN_ISA_AVX512) >= 0) CHECK(kiln_conv2d_f32_uses_transposed(&p, KILN_ISA_AVX512));
     check_threads_equal(pools[1], &p);
@@ -430,7 +430,7 @@ int main(void) {
   for (size_t f = 0; f < sizeof ga / sizeof ga[0]; f++) {
     const int64_t *v = ga[f];
     kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], 1, v[5], v[6], v[7], v[8],
-                                v[9], v[10], v[11], v[12], 0, 0, -1};
+                                v[9], v[10], v[11], v[12], 0, 0, -1, 0};
     CHECK(finish(&p, v[13], v[14]));
     int lvl = kiln_isa_resolve(KILN_ISA_AVX512);
     if (lvl >= 0) {
@@ -446,19 +446,19 @@ int main(void) {
   }
   if (kiln_isa_resolve(KILN_ISA_AVX512) >= 0) CHECK(ga_runs == (int)(sizeof ga / sizeof ga[0]));
   /* the AVX2 and scalar levels have no gathered kernel: larger kernels stay on im2col there */
-  kiln_conv2d_f32_params g7 = {1, 64, 7, 7, 64, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7, -1};
+  kiln_conv2d_f32_params g7 = {1, 64, 7, 7, 64, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7, -1, 0};
   CHECK(!kiln_conv2d_f32_uses_transposed(&g7, KILN_ISA_SCALAR));
   if (kiln_isa_resolve(KILN_ISA_AVX2) >= 0) CHECK(!kiln_conv2d_f32_uses_transposed(&g7, KILN_ISA_AVX2));
   g_use_wt = 0;
   /* large enough that 2 threads take the transposed path too (and 1 thread for the pixel) */
-  kiln_conv2d_f32_params big = {1, 768, 7, 7, 1024, 1, 1, 1, 1, 1, 1, 1, 0, 0, 7, 7, -1};
+  kiln_conv2d_f32_params big = {1, 768, 7, 7, 1024, 1, 1, 1, 1, 1, 1, 1, 0, 0, 7, 7, -1, 0};
   check_threads_equal(pools[1], &big);
-  kiln_conv2d_f32_params pix = {1, 900, 1, 1, 64, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, -1};
+  kiln_conv2d_f32_params pix = {1, 900, 1, 1, 64, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, -1, 0};
   check_threads_equal(pools[1], &pix);
   CHECK(!kiln_conv2d_f32_uses_transposed(&pix, KILN_ISA_AUTO));
   if (kiln_isa_resolve(KILN_ISA_AVX512) >= 0) CHECK(g_wt_runs > 0);
   printf("transposed path: %d checks\n", g_wt_runs);
-  kiln_conv2d_f32_params w7 = {1, 512, 7, 7, 512, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7, 0};
+  kiln_conv2d_f32_params w7 = {1, 512, 7, 7, 512, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7, 0, 0};
   CHECK(!kiln_conv2d_f32_uses_winograd(&w7, 1)); /* 7x7: im2col */
   printf("winograd: max relative error %.3g\n", g_wino_max_rel);
   for (int it = 0; it < 400; it++) {
@@ -511,14 +511,14 @@ int main(void) {
 #ifdef M_MMAP_THRESHOLD
   mallopt(M_MMAP_THRESHOLD, 64 * 1024);
 #endif
-  kiln_conv2d_f32_params wino55 = {1, 16, 55, 55, 64, 1, 3, 3, 1, 1, 1, 1, 1, 1, 55, 55, 1};
-  kiln_conv2d_f32_params col = {1, 32, 40, 40, 32, 1, 5, 5, 1, 1, 1, 1, 2, 2, 40, 40, -1};
+  kiln_conv2d_f32_params wino55 = {1, 16, 55, 55, 64, 1, 3, 3, 1, 1, 1, 1, 1, 1, 55, 55, 1, 0};
+  kiln_conv2d_f32_params col = {1, 32, 40, 40, 32, 1, 5, 5, 1, 1, 1, 1, 2, 2, 40, 40, -1, 0};
   for (int t = 0; t < 2; t++) {
     check_scratch_reused(pools[t], &wino55, 36 * 80 * 14 * 4 * sizeof(float));
     check_scratch_reused(pools[t], &col, 512 * 1024);
   }
   /* bad parameters */
-  kiln_conv2d_f32_params bad = {1, 3, 4, 4, 4, 2, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4, 0};
+  kiln_conv2d_f32_params bad = {1, 3, 4, 4, 4, 2, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4, 0, 0};
   float dummy[64] = {0};
   CHECK(kiln_conv2d_f32(NULL, KILN_ISA_AUTO, &bad, &(kiln_conv2d_f32_args){.x = dummy, .w = dummy, .y = dummy}) ==
         KILN_ERR_INVALID_ARG);

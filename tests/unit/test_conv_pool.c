@@ -39,7 +39,7 @@ static void check_case(kiln_threadpool *pools[2], int isa, const int64_t *cv, co
                        kiln_act act) {
   /* cv: n c h w m k s pad; pv: kh kw sh pt pl pb pr ceil */
   kiln_conv2d_f32_params p = {cv[0], cv[1], cv[2], cv[3], cv[4], 1, cv[5], cv[5], cv[6], cv[6], 1, 1,
-                              cv[7], cv[7], 0, 0, 0};
+                              cv[7], cv[7], 0, 0, 0, 0};
   p.oh = (p.h + 2 * cv[7] - cv[5]) / cv[6] + 1;
   p.ow = (p.w + 2 * cv[7] - cv[5]) / cv[6] + 1;
   kiln_pool2d_params q = {pv[0], pv[1], pv[2], 2, pv[3], pv[4], out_dim(p.oh, pv[0], pv[2], pv[3], pv[5], (int)pv[7]),
@@ -73,7 +73,7 @@ int main(void) {
   kt_rng = 0x2545f4914f6cdd1dull;
   kiln_threadpool *pools[2] = {NULL, kiln_threadpool_create(2)};
   if (kiln_cpu_isa_max() < KILN_ISA_AVX2) {
-    kiln_conv2d_f32_params p = {1, 3, 64, 64, 16, 1, 3, 3, 2, 2, 1, 1, 0, 0, 31, 31, 0};
+    kiln_conv2d_f32_params p = {1, 3, 64, 64, 16, 1, 3, 3, 2, 2, 1, 1, 0, 0, 31, 31, 0, 0};
     kiln_pool2d_params q = {3, 3, 2, 2, 0, 0, 15, 15};
     CHECK(!kiln_conv2d_f32_maxpool_ok(&p, &q, kiln_cpu_isa_max())); /* the direct kernel is AVX2 or AVX-512 */
     kiln_threadpool_free(pools[1]);
@@ -109,7 +109,7 @@ int main(void) {
 
   /* turned down: x stride 1, 4 columns, a left pad of 2, a window past the output, 5 or 1
    * input channels */
-  kiln_conv2d_f32_params p = {1, 3, 64, 64, 16, 1, 3, 3, 2, 2, 1, 1, 0, 0, 31, 31, 0};
+  kiln_conv2d_f32_params p = {1, 3, 64, 64, 16, 1, 3, 3, 2, 2, 1, 1, 0, 0, 31, 31, 0, 0};
   int isa = kiln_isa_resolve(KILN_ISA_AUTO);
   kiln_pool2d_params ok = {3, 3, 2, 2, 0, 0, 15, 15}, q;
   CHECK(kiln_conv2d_f32_maxpool_ok(&p, &ok, isa));

@@ -4,8 +4,9 @@
  * wider than several 16-column strips and taller than several 8- or 7-row blocks, batch 2), the
  * kernel of small planes (up to 8 output columns, two rows a vector: 7x7, 8x8, 5x12 at stride
  * 2 and the like), the general direct kernel (5x5, dilation, stride 3), MobileNetV2's layer shapes;
- * bias, residual and activations (relu and clip inline, others after); 1 and 2 threads, whose
- * outputs must be byte-equal; every ISA level this CPU has. */
+ * bias, residual and activations (relu and clip inline, others after); 1 and 2 threads, and the
+ * blocks of 16 channels against the row kernels (dw_blocked -1), whose outputs must be
+ * byte-equal; every ISA level this CPU has. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -49,27 +50,32 @@ static void check(kiln_threadpool *pool2, int isa, const kiln_conv2d_f32_params 
   float *x = malloc(sizeof(float) * (size_t)(xn + 1)), *w = malloc(sizeof(float) * (size_t)(wn + 1));
   float *b = malloc(sizeof(float) * (size_t)(p->m + 1)), *r = malloc(sizeof(float) * (size_t)(yn + 1));
   float *y1 = malloc(sizeof(float) * (size_t)(yn + 1)), *y2 = malloc(sizeof(float) * (size_t)(yn + 1));
+  float *y3 = malloc(sizeof(float) * (size_t)(yn + 1));
   float *ref = malloc(sizeof(float) * (size_t)(yn + 1));
   for (int64_t i = 0; i < xn; i++) x[i] = kt_frand() * 4;
   for (int64_t i = 0; i < wn; i++) w[i] = kt_frand();
   for (int64_t i = 0; i < p->m; i++) b[i] = kt_frand();
-  for (int64_t i = 0; i < yn; i++) r[i] = kt_frand(), y1[i] = y2[i] = NAN;
+  for (int64_t i = 0; i < yn; i++) r[i] = kt_frand(), y1[i] = y2[i] = y3[i] = NAN;
   kiln_conv2d_f32_epilogue ep = {with_bias ? b : NULL, with_res ? r : NULL, act};
   reference(p, x, w, &ep, ref);
   CHECK(kiln_conv2d_f32(NULL, isa, p, &(kiln_conv2d_f32_args){.x = x, .w = w, .y = y1, .ep = ep}) == KILN_OK);
   CHECK(kiln_conv2d_f32(pool2, isa, p, &(kiln_conv2d_f32_args){.x = x, .w = w, .y = y2, .ep = ep}) == KILN_OK);
+  kiln_conv2d_f32_params rows = *p; /* the row kernels, where the channel blocks would be taken */
+  rows.dw_blocked = -1;
+  CHECK(kiln_conv2d_f32(NULL, isa, &rows, &(kiln_conv2d_f32_args){.x = x, .w = w, .y = y3, .ep = ep}) == KILN_OK);
   g_cases++;
   int bad = 0;
   for (int64_t i = 0; i < yn && bad < 3; i++) {
     double tol = 1e-5 * (double)(p->kh * p->kw + 8);
-    if (!(fabs((double)y1[i] - ref[i]) <= tol) || memcmp(&y1[i], &y2[i], sizeof(float))) {
+    if (!(fabs((double)y1[i] - ref[i]) <= tol) || memcmp(&y1[i], &y2[i], sizeof(float)) ||
+        memcmp(&y1[i], &y3[i], sizeof(float))) {
       bad++;
-      CHECK_MSG(0, "isa %d n%lld c%lld m%lld %lldx%lld k%lldx%lld s%lld,%lld d%lld,%lld p%lld,%lld o%lldx%lld bias %d res %d act %d: y[%lld] = %g (2 threads %g), want %g",
+      CHECK_MSG(0, "isa %d n%lld c%lld m%lld %lldx%lld k%lldx%lld s%lld,%lld d%lld,%lld p%lld,%lld o%lldx%lld bias %d res %d act %d: y[%lld] = %g (2 threads %g, row kernels %g), want %g",
                 isa, (long long)p->n, (long long)p->c, (long long)p->m, (long long)p->h,
                 (long long)p->w, (long long)p->kh, (long long)p->kw, (long long)p->sh,
                 (long long)p->sw, (long long)p->dh, (long long)p->dw, (long long)p->pt,
                 (long long)p->pl, (long long)p->oh, (long long)p->ow, with_bias, with_res,
-                (int)act.kind, (long long)i, y1[i], y2[i], ref[i]);
+                (int)act.kind, (long long)i, y1[i], y2[i], y3[i], ref[i]);
     }
   }
   free(x);
@@ -78,6 +84,7 @@ static void check(kiln_threadpool *pool2, int isa, const kiln_conv2d_f32_params 
   free(r);
   free(y1);
   free(y2);
+  free(y3);
   free(ref);
 }
 
@@ -85,7 +92,7 @@ static void check(kiln_threadpool *pool2, int isa, const kiln_conv2d_f32_params 
 static int shape(kiln_conv2d_f32_params *p, int64_t n, int64_t c, int64_t mult, int64_t h,
                  int64_t w, int64_t k, int64_t sh, int64_t sw, int64_t d, int64_t pt, int64_t pl,
                  int64_t pb, int64_t pr) {
-  kiln_conv2d_f32_params q = {n, c, h, w, c * mult, c, k, k, sh, sw, d, d, pt, pl, 0, 0, 0};
+  kiln_conv2d_f32_params q = {n, c, h, w, c * mult, c, k, k, sh, sw, d, d, pt, pl, 0, 0, 0, 0};
   int64_t ek = (k - 1) * d + 1;
   if (h + pt + pb < ek || w + pl + pr < ek) return 0;
   q.oh = (h + pt + pb - ek) / sh + 1;
@@ -125,11 +132,12 @@ int main(void) {
     /* MobileNetV2's depthwise layers (bias + Relu6), and two wide rows: {c, h, w, stride} */
     static const int64_t mb[][4] = {{32, 112, 112, 1}, {96, 112, 112, 2}, {144, 56, 56, 1},
                                     {144, 56, 56, 2},  {192, 28, 28, 1},  {192, 28, 28, 2},
-                                    {576, 14, 14, 2},  {960, 7, 7, 1},    {4, 3, 200, 1},
-                                    {2, 5, 301, 2}};
+                                    {576, 14, 14, 2},  {960, 7, 7, 1},    {384, 14, 14, 1},
+                                    {576, 14, 14, 1},  {4, 3, 200, 1},    {2, 5, 301, 2},
+                                    {40, 9, 11, 1},    {20, 6, 6, 2}}; /* the last two: a partial block of 16 channels */
     for (size_t s = 0; s < sizeof mb / sizeof mb[0]; s++) {
-      shape(&p, 1, mb[s][0], 1, mb[s][1], mb[s][2], 3, mb[s][3], mb[s][3], 1, 1, 1, 1, 1);
-      check(pool2, isas[i], &p, 1, 0, act_of(2));
+      shape(&p, 1 + (int64_t)(s >= 12), mb[s][0], 1, mb[s][1], mb[s][2], 3, mb[s][3], mb[s][3], 1, 1, 1, 1, 1);
+      check(pool2, isas[i], &p, 1, s >= 12, act_of(s >= 12 ? (int)s % 4 : 2));
     }
     /* the general kernel next to the 3x3 one: 5x5, dilation 2, stride 3, 1x1 */
     static const int64_t gen[][5] = {{5, 1, 1, 2, 12}, {3, 2, 1, 1, 20}, {3, 3, 1, 1, 23}, {1, 1, 1, 0, 18},

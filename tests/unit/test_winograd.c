@@ -140,7 +140,7 @@ int main(void) {
   kiln_act hs = {KILN_ACT_HARD_SWISH, 0, 0};
   for (size_t f = 0; f < sizeof shapes / sizeof shapes[0]; f++) {
     const int64_t *v = shapes[f];
-    kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], 1, 3, 3, 1, 1, 1, 1, v[5], v[6], 0, 0, 1};
+    kiln_conv2d_f32_params p = {v[0], v[1], v[2], v[3], v[4], 1, 3, 3, 1, 1, 1, 1, v[5], v[6], 0, 0, 1, 0};
     p.oh = p.h + v[5] + v[7] - 2;
     p.ow = p.w + v[6] + v[8] - 2;
     CHECK(kiln_wino_f32_supported(&p));
@@ -161,8 +161,8 @@ int main(void) {
   CHECK(kiln_wino_f32_weights_size(8, 4) == kiln_wino_f32_weights_size_tile(2, 8, 4));
   CHECK(kiln_wino_f32_weights_size_tile(4, 8, 4) > 36 * 8 * 4);
   /* Tile size: F(4x4) on large planes only. */
-  kiln_conv2d_f32_params r56 = {1, 64, 56, 56, 64, 1, 3, 3, 1, 1, 1, 1, 1, 1, 56, 56, 0};
-  kiln_conv2d_f32_params r7 = {1, 512, 7, 7, 512, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7, 0};
+  kiln_conv2d_f32_params r56 = {1, 64, 56, 56, 64, 1, 3, 3, 1, 1, 1, 1, 1, 1, 56, 56, 0, 0};
+  kiln_conv2d_f32_params r7 = {1, 512, 7, 7, 512, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7, 0, 0};
   CHECK(kiln_wino_f32_tile(&r56) == 4);
   CHECK(kiln_wino_f32_tile(&r7) == 2);
   printf("winograd: max relative error F(2x2) %.3g, F(4x4) %.3g\n", g_max_rel[2], g_max_rel[4]);
