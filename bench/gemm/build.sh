@@ -46,3 +46,7 @@ echo "built $out/conv_bench"
 "$CC" -O3 -DNDEBUG -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -I"$root/include" -I"$root/src" \
   "$here/amx_bench.c" "${kernels[@]}" -o "$out/amx_bench" -lpthread -lm
 echo "built $out/amx_bench"
+# an inverted residual block in one call against its convolutions one by one
+"$CC" -O3 -DNDEBUG -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -I"$root/include" -I"$root/src" \
+  "$here/block_bench.c" "${kernels[@]}" -o "$out/block_bench" -lpthread -lm
+echo "built $out/block_bench"

@@ -290,6 +290,12 @@ static void tr_task(void *ctx, size_t begin, size_t end, int ti) {
   }
 }
 
+void kiln_conv_tr_write_back(kiln_threadpool *pool, int isa, const float *t, int64_t ohw, int64_t m,
+                             const float *res, const kiln_act *act, float *y) {
+  tr_ctx e = {t, y, res, ohw, m, act, isa};
+  kiln_parallel_for(ohw * m >= 64 * 1024 ? pool : NULL, (size_t)(m + 15) / 16, tr_task, &e, 0);
+}
+
 /* One image (or the batch, image by image): im2col (unless 1x1), C^T = col^T * W^T with the
  * bias per column, then the write-back with residual and activation. */
 static kiln_code conv_transposed(kiln_threadpool *pool, const kiln_conv2d_f32_params *p,
@@ -317,8 +323,7 @@ static kiln_code conv_transposed(kiln_threadpool *pool, const kiln_conv2d_f32_pa
                               (size_t)p->m, &gep, NULL);
     if (rc) break;
     int64_t yoff = nn * p->m * ohw;
-    tr_ctx e = {t, y + yoff, ep->residual ? ep->residual + yoff : NULL, ohw, p->m, &ep->act, isa};
-    kiln_parallel_for(ohw * p->m >= 64 * 1024 ? pool : NULL, (size_t)(p->m + 15) / 16, tr_task, &e, 0);
+    kiln_conv_tr_write_back(pool, isa, t, ohw, p->m, ep->residual ? ep->residual + yoff : NULL, &ep->act, y + yoff);
   }
   return rc;
 }
@@ -391,8 +396,7 @@ static kiln_code conv_implicit(kiln_threadpool *pool, const kiln_conv2d_f32_para
                                      NULL);
     if (rc) break;
     int64_t yoff = nn * p->m * ohw;
-    tr_ctx e = {t, y + yoff, ep->residual ? ep->residual + yoff : NULL, ohw, p->m, &ep->act, isa};
-    kiln_parallel_for(ohw * p->m >= 64 * 1024 ? pool : NULL, (size_t)(p->m + 15) / 16, tr_task, &e, 0);
+    kiln_conv_tr_write_back(pool, isa, t, ohw, p->m, ep->residual ? ep->residual + yoff : NULL, &ep->act, y + yoff);
   }
   return rc;
 }

@@ -122,6 +122,36 @@ int kiln_conv2d_f32_uses_amx(const kiln_conv2d_f32_params *p, int isa);
  * transformed weights (cached 1) or not (0: fewer shapes gain, the transform is per call). */
 int kiln_conv2d_f32_uses_winograd(const kiln_conv2d_f32_params *p, int cached);
 
+/* An inverted residual block (MobileNetV2): a 1x1 expansion c -> ce (bias, activation), the
+ * depthwise convolution d of the ce channels (bias, activation), a 1x1 projection ce -> m (bias,
+ * residual, activation), in one call. The expanded and depthwise tensors stay channels-last in
+ * scratch, one image at a time: E^T = X^T We^T (the transposed GEMM of small planes), the
+ * depthwise kernel in blocks of 16 channels reading and writing those rows (no transposes),
+ * C^T = D^T Wp^T, written back to NCHW with the residual. The same bytes as the three
+ * convolutions one by one (but on a plane of one pixel, where those take a matrix-vector
+ * path). */
+typedef struct kiln_conv_block_f32_args {
+  const float *x;                 /* [n, c, h, w] */
+  const kiln_gemm_packed_b *we_t; /* We^T: kiln_gemm_pack_b(isa, 1, c, ce, we, c, ...) */
+  kiln_conv2d_f32_epilogue e_ep;  /* the expansion's bias and activation (no residual) */
+  const float *wd;                /* [ce, 1, kh, kw] */
+  kiln_conv2d_f32_epilogue d_ep;  /* the depthwise bias and activation (no residual) */
+  const kiln_gemm_packed_b *wp_t; /* Wp^T: kiln_gemm_pack_b(isa, 1, ce, m, wp, ce, ...) */
+  kiln_conv2d_f32_epilogue p_ep;  /* the projection's bias, residual [n, m, oh, ow], activation */
+  float *y;                       /* [n, m, oh, ow] */
+} kiln_conv_block_f32_args;
+
+/* 1 when kiln_conv_block_f32 computes a block whose depthwise convolution is d ([n, ce, h, w]
+ * -> [n, ce, oh, ow]), with c input and m output channels and these activations, at ISA level
+ * isa: AVX-512, the depthwise kernel's blocks of 16 channels (kiln_conv2d_f32 takes them on
+ * the same planes), relu/clip/none before the projection. */
+int kiln_conv_block_f32_ok(const kiln_conv2d_f32_params *d, int64_t c, int64_t m, const kiln_act *e_act,
+                           const kiln_act *d_act, int isa);
+/* The block; KILN_ERR_UNSUPPORTED (nothing written) where kiln_conv_block_f32_ok does not hold
+ * or the packs do not match c, ce, m and isa; KILN_ERR_NOMEM when scratch cannot be had. */
+kiln_code kiln_conv_block_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *d, int64_t c,
+                              int64_t m, const kiln_conv_block_f32_args *a);
+
 /* 2-D max pooling after a convolution (kiln_conv2d_f32_maxpool): kernel kh x kw, strides
  * sh x sw, top and left pads pt, pl, output oh x ow (bottom and right padding follow). */
 typedef struct kiln_pool2d_params {

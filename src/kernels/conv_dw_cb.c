@@ -21,6 +21,8 @@ typedef struct cb_ctx {
   const float *x, *w, *bias, *res;
   float *y;
   const kiln_act *act;
+  int64_t ldx, ldy;         /* > 0: x, y channels-last ([pixel][channel], rows of ldx, ldy
+                               floats; one image, no residual); 0: NCHW */
   const int32_t *in_cell;  /* h * w: the padded cell of each input pixel */
   const int32_t *out_cell; /* ohw rounded up to 16: the cell under tap (0, 0) of each output
                               pixel; past ohw, that of the last one */
@@ -57,9 +59,15 @@ T512 static void cb_zero_border(const cb_ctx *d, float *buf) {
   }
 }
 
-/* Channels [0, nc) of x (planes of h * w) into the interior cells of buf. */
+/* Channels [0, nc) of x (planes of h * w, or channels-last rows) into the interior cells of buf. */
 T512 static void cb_pack(const cb_ctx *d, const float *x, int64_t nc, float *buf) {
   const int64_t hw = d->p->h * d->p->w;
+  if (d->ldx) {
+    const __mmask16 cm = (__mmask16)((1u << nc) - 1);
+    for (int64_t q = 0; q < hw; q++)
+      _mm512_store_ps(buf + (int64_t)d->in_cell[q] * 16, _mm512_maskz_loadu_ps(cm, x + q * d->ldx));
+    return;
+  }
   for (int64_t q0 = 0; q0 < hw; q0 += 16) {
     int64_t nq = hw - q0 < 16 ? hw - q0 : 16;
     __mmask16 qm = (__mmask16)((1u << nq) - 1);
@@ -77,6 +85,12 @@ V512 void cb_store(const cb_ctx *d, __m512 a[16], int64_t nn, int64_t c0, int64_
   const int64_t ohw = d->p->oh * d->p->ow, nq = ohw - q0 < 16 ? ohw - q0 : 16;
   const __mmask16 qm = (__mmask16)((1u << nq) - 1);
   const bool inl = act_inline(d->act);
+  if (d->ldy) { /* channels-last: a[i] is the row of pixel q0 + i */
+    const __mmask16 cm = (__mmask16)((1u << nc) - 1);
+    for (int64_t i = 0; i < nq; i++)
+      _mm512_mask_storeu_ps(d->y + (q0 + i) * d->ldy + c0, cm, inl ? act_inline512(a[i], d->act) : a[i]);
+    return;
+  }
   transpose16_avx512(a);
   for (int64_t l = 0; l < nc; l++) {
     int64_t off = (nn * d->p->m + c0 + l) * ohw + q0;
@@ -140,7 +154,7 @@ T512 static void cb_block(const cb_ctx *d, int64_t nn, int64_t cb, float *buf) {
   const int64_t c0 = cb * 16, nc = p->c - c0 < 16 ? p->c - c0 : 16, taps = p->kh * p->kw;
   const int64_t ohw = p->oh * p->ow;
   float *wr = buf + d->hp * d->wp * 16;
-  cb_pack(d, d->x + (nn * p->c + c0) * p->h * p->w, nc, buf);
+  cb_pack(d, d->ldx ? d->x + c0 : d->x + (nn * p->c + c0) * p->h * p->w, nc, buf);
   for (int64_t t = 0; t < taps; t++)
     for (int64_t l = 0; l < 16; l++) wr[t * 16 + l] = l < nc ? d->w[(c0 + l) * taps + t] : 0.0f;
   const __mmask16 cm = (__mmask16)((1u << nc) - 1);
@@ -149,7 +163,7 @@ T512 static void cb_block(const cb_ctx *d, int64_t nn, int64_t cb, float *buf) {
     cb_run3(d, buf, wr, bv, nn, c0, nc);
   else
     cb_run(d, buf, wr, bv, nn, c0, nc);
-  if (!act_inline(d->act))
+  if (!act_inline(d->act)) /* NCHW only (kiln_dw_cb_f32_cl takes inline ones) */
     for (int64_t l = 0; l < nc; l++)
       kiln_f32_act(KILN_ISA_AVX512, d->y + (nn * p->m + c0 + l) * ohw, (size_t)ohw, d->act);
 }
@@ -182,32 +196,61 @@ int kiln_dw_cb_f32_fits(const kiln_conv2d_f32_params *p, int isa) {
 #endif
 }
 
+size_t kiln_dw_cb_f32_scratch(const kiln_conv2d_f32_params *p, int threads) {
+#ifdef KILN_HAVE_X86_KERNELS
+  size_t cells = (size_t)(p->h * p->w + (p->oh * p->ow + 15) / 16 * 16); /* the two tables */
+  return ((size_t)threads * cb_buf_floats(p) + cells) * sizeof(float);
+#else
+  (void)p, (void)threads;
+  return 0;
+#endif
+}
+
+/* The tables and the loop over (image, channel block) on scratch of kiln_dw_cb_f32_scratch bytes. */
+#ifdef KILN_HAVE_X86_KERNELS
+static void cb_run_all(kiln_threadpool *pool, cb_ctx *d, float *scratch) {
+  const kiln_conv2d_f32_params *p = d->p;
+  cb_dims(p, &d->hp, &d->wp);
+  d->buf_floats = cb_buf_floats(p);
+  d->bufs = scratch;
+  const int64_t hw = p->h * p->w, ohw = p->oh * p->ow, nq = (ohw + 15) / 16 * 16;
+  int32_t *in_cell = (int32_t *)(scratch + (size_t)kiln_threadpool_size(pool) * d->buf_floats);
+  int32_t *out_cell = in_cell + hw;
+  for (int64_t iy = 0, q = 0; iy < p->h; iy++)
+    for (int64_t ix = 0; ix < p->w; ix++) in_cell[q++] = (int32_t)((iy + p->pt) * d->wp + ix + p->pl);
+  for (int64_t q = 0; q < nq; q++) {
+    int64_t o = q < ohw ? q : ohw - 1;
+    out_cell[q] = (int32_t)(o / p->ow * p->sh * d->wp + o % p->ow * p->sw);
+  }
+  for (int64_t ky = 0; ky < p->kh; ky++)
+    for (int64_t kx = 0; kx < p->kw; kx++) d->tap[ky * p->kw + kx] = (int32_t)(ky * p->dh * d->wp + kx * p->dw);
+  d->in_cell = in_cell;
+  d->out_cell = out_cell;
+  kiln_parallel_for(pool, (size_t)(p->n * ((p->c + 15) / 16)), cb_task, d, 0);
+}
+#endif
+
 kiln_code kiln_dw_cb_f32(kiln_threadpool *pool, const kiln_conv2d_f32_params *p, const float *x,
                          const float *w, const kiln_conv2d_f32_epilogue *ep, float *y) {
 #ifdef KILN_HAVE_X86_KERNELS
   cb_ctx d = {.p = p, .x = x, .w = w, .bias = ep->bias, .res = ep->residual, .y = y, .act = &ep->act};
-  cb_dims(p, &d.hp, &d.wp);
-  d.buf_floats = cb_buf_floats(p);
-  const int64_t hw = p->h * p->w, ohw = p->oh * p->ow, nq = (ohw + 15) / 16 * 16;
-  const int threads = kiln_threadpool_size(pool);
-  size_t bytes = ((size_t)threads * d.buf_floats + (size_t)(hw + nq)) * sizeof(float);
-  d.bufs = kiln_scratch_get(KILN_SCRATCH_CONV, bytes);
-  if (!d.bufs) return KILN_ERR_NOMEM;
-  int32_t *in_cell = (int32_t *)(d.bufs + (size_t)threads * d.buf_floats), *out_cell = in_cell + hw;
-  for (int64_t iy = 0, q = 0; iy < p->h; iy++)
-    for (int64_t ix = 0; ix < p->w; ix++) in_cell[q++] = (int32_t)((iy + p->pt) * d.wp + ix + p->pl);
-  for (int64_t q = 0; q < nq; q++) {
-    int64_t o = q < ohw ? q : ohw - 1;
-    out_cell[q] = (int32_t)(o / p->ow * p->sh * d.wp + o % p->ow * p->sw);
-  }
-  for (int64_t ky = 0; ky < p->kh; ky++)
-    for (int64_t kx = 0; kx < p->kw; kx++) d.tap[ky * p->kw + kx] = (int32_t)(ky * p->dh * d.wp + kx * p->dw);
-  d.in_cell = in_cell;
-  d.out_cell = out_cell;
-  kiln_parallel_for(pool, (size_t)(p->n * ((p->c + 15) / 16)), cb_task, &d, 0);
+  float *scratch = kiln_scratch_get(KILN_SCRATCH_CONV, kiln_dw_cb_f32_scratch(p, kiln_threadpool_size(pool)));
+  if (!scratch) return KILN_ERR_NOMEM;
+  cb_run_all(pool, &d, scratch);
   return KILN_OK;
 #else
   (void)pool, (void)p, (void)x, (void)w, (void)ep, (void)y;
   return KILN_ERR_UNSUPPORTED;
+#endif
+}
+
+void kiln_dw_cb_f32_cl(kiln_threadpool *pool, const kiln_conv2d_f32_params *p, const float *x, int64_t ldx,
+                       const float *w, const float *bias, const kiln_act *act, float *y, int64_t ldy,
+                       float *scratch) {
+#ifdef KILN_HAVE_X86_KERNELS
+  cb_ctx d = {.p = p, .x = x, .w = w, .bias = bias, .y = y, .act = act, .ldx = ldx, .ldy = ldy};
+  cb_run_all(pool, &d, scratch);
+#else
+  (void)pool, (void)p, (void)x, (void)ldx, (void)w, (void)bias, (void)act, (void)y, (void)ldy, (void)scratch;
 #endif
 }

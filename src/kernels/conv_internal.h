@@ -214,6 +214,20 @@ int kiln_dw_cb_f32_fits(const kiln_conv2d_f32_params *p, int isa);
  * KILN_ERR_NOMEM when its scratch cannot be had (nothing written then). */
 kiln_code kiln_dw_cb_f32(kiln_threadpool *pool, const kiln_conv2d_f32_params *p, const float *x,
                          const float *w, const kiln_conv2d_f32_epilogue *ep, float *y);
+/* y[co][q] = act(t[q][co] + res[co][q]) for an output plane of ohw pixels and m channels: C^T
+ * of the transposed GEMM written back to NCHW (res may be NULL), on the pool when large. */
+void kiln_conv_tr_write_back(kiln_threadpool *pool, int isa, const float *t, int64_t ohw, int64_t m,
+                             const float *res, const kiln_act *act, float *y);
+
+/* Bytes of scratch kiln_dw_cb_f32_cl needs for p on `threads` threads. */
+size_t kiln_dw_cb_f32_scratch(const kiln_conv2d_f32_params *p, int threads);
+/* The same on channels-last data of one image (p->n 1): x[q * ldx + ci] for input pixel q,
+ * y[q * ldy + co] for output pixel q, bias (or NULL) and an inline activation (act_inline), no
+ * residual; scratch: kiln_dw_cb_f32_scratch(p, kiln_threadpool_size(pool)) bytes, 64-byte
+ * aligned. AVX-512 (kiln_dw_cb_f32_fits). */
+void kiln_dw_cb_f32_cl(kiln_threadpool *pool, const kiln_conv2d_f32_params *p, const float *x, int64_t ldx,
+                       const float *w, const float *bias, const kiln_act *act, float *y, int64_t ldy,
+                       float *scratch);
 
 /* Depthwise convolution (one input channel per group, any channel multiplier), any padding,
  * stride and dilation; planes split over the pool. */
