@@ -71,6 +71,9 @@ kiln_code kiln_fuse_patterns(kiln_pass_ctx *ctx, kiln_graph *g, const kiln_patte
 /* Set the fused node's activation attributes (activation, alpha, beta) from a standard
  * activation node, or "" when act is NULL. */
 kiln_code kiln_fuse_set_activation(kiln_node *f, const kiln_graph *g, const kiln_node *act);
+/* The same under the names <prefix>activation, <prefix>act_alpha, <prefix>act_beta. */
+kiln_code kiln_fuse_set_activation_prefixed(kiln_node *f, const kiln_graph *g, const kiln_node *act,
+                                            const char *prefix);
 
 /* Make sure the model imports ai.kiln version 1. */
 kiln_code kiln_model_import_kiln(kiln_ir_model *m, kiln_error *err);

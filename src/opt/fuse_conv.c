@@ -163,12 +163,21 @@ static const kiln_pattern conv_patterns[] = {
 
 /* Activation attributes for the fused node from the standard activation node. */
 kiln_code kiln_fuse_set_activation(kiln_node *f, const kiln_graph *g, const kiln_node *act) {
-  kiln_code rc = kiln_node_set_string(f, "activation", act ? act->op_type : "");
+  return kiln_fuse_set_activation_prefixed(f, g, act, "");
+}
+
+kiln_code kiln_fuse_set_activation_prefixed(kiln_node *f, const kiln_graph *g, const kiln_node *act,
+                                            const char *prefix) {
+  char an[64], aa[64], ab[64];
+  snprintf(an, sizeof an, "%sactivation", prefix);
+  snprintf(aa, sizeof aa, "%sact_alpha", prefix);
+  snprintf(ab, sizeof ab, "%sact_beta", prefix);
+  kiln_code rc = kiln_node_set_string(f, an, act ? act->op_type : "");
   if (rc || !act) return rc;
-  if (kiln_op_is(act, "LeakyRelu")) return kiln_node_set_float(f, "act_alpha", kiln_attr_float(act, "alpha", 0.01f));
+  if (kiln_op_is(act, "LeakyRelu")) return kiln_node_set_float(f, aa, kiln_attr_float(act, "alpha", 0.01f));
   if (kiln_op_is(act, "HardSigmoid")) {
-    rc = kiln_node_set_float(f, "act_alpha", kiln_attr_float(act, "alpha", 0.2f));
-    return rc ? rc : kiln_node_set_float(f, "act_beta", kiln_attr_float(act, "beta", 0.5f));
+    rc = kiln_node_set_float(f, aa, kiln_attr_float(act, "alpha", 0.2f));
+    return rc ? rc : kiln_node_set_float(f, ab, kiln_attr_float(act, "beta", 0.5f));
   }
   if (kiln_op_is(act, "Clip")) {
     double lo = -INFINITY, hi = INFINITY;
@@ -179,8 +188,8 @@ kiln_code kiln_fuse_set_activation(kiln_node *f, const kiln_graph *g, const kiln
       kiln_const_scalar(g, act, 1, &lo);
       kiln_const_scalar(g, act, 2, &hi);
     }
-    rc = kiln_node_set_float(f, "act_alpha", (float)lo);
-    return rc ? rc : kiln_node_set_float(f, "act_beta", (float)hi);
+    rc = kiln_node_set_float(f, aa, (float)lo);
+    return rc ? rc : kiln_node_set_float(f, ab, (float)hi);
   }
   return KILN_OK;
 }
@@ -276,4 +285,79 @@ kiln_code kiln_pass_fuse_conv_pool(kiln_pass_ctx *ctx, kiln_graph *g, size_t *co
   if (!ctx->cfg->conv_pool_one_pass) return KILN_OK; /* the compiled model's CPU has no such kernel */
   return kiln_fuse_patterns(ctx, g, conv_pool_patterns, sizeof conv_pool_patterns / sizeof conv_pool_patterns[0],
                             build_conv_pool, count);
+}
+
+/* ---- Conv 1x1 -> Relu|Clip -> depthwise Conv -> Relu|Clip -> Conv 1x1 [-> Add] ----
+ * MobileNetV2's inverted residual blocks, into FusedConvBlock (src/ops/fused_block.c) where
+ * kernels/conv2d_f32 runs the block in one call (the caller says so: AVX-512 without AMX) and
+ * its input plane, known when the model is compiled, has at most 256 pixels (14x14, 7x7). */
+
+enum { BLOCK_MAX_PLANE = 256, BLOCK_MAX_TAPS = 49 };
+
+static bool plain_pads(const kiln_node *n) {
+  const char *ap = kiln_attr_str(n, "auto_pad", "NOTSET");
+  return !strcmp(ap, "NOTSET") || !*ap;
+}
+
+/* A float 1x1 Conv of one group, stride 1, no padding. */
+static bool pointwise_conv(const kiln_graph *g, const kiln_node *n) {
+  if (!float_conv(g, n) || kiln_attr_int(n, "group", 1) != 1 || !plain_pads(n)) return false;
+  const kiln_tensor *w = kiln_const_input(g, n, 1);
+  int64_t s[2] = {1, 1}, p[4] = {0, 0, 0, 0};
+  return w->rank == 4 && w->dims[2] == 1 && w->dims[3] == 1 && ints_or_default(n, "strides", 2, s) &&
+         ints_or_default(n, "pads", 4, p) && s[0] == 1 && s[1] == 1 && !p[0] && !p[1] && !p[2] && !p[3];
+}
+
+/* The block's first Conv: 1x1 on an input plane of known size, at most BLOCK_MAX_PLANE pixels. */
+static bool expand_conv(const kiln_graph *g, const kiln_node *n) {
+  if (!pointwise_conv(g, n)) return false;
+  const kiln_type *t = kiln_value_type(g, n->in[0]);
+  return t->rank == 4 && t->dims[1] > 0 && t->dims[2] > 0 && t->dims[3] > 0 && t->dims[2] * t->dims[3] <= BLOCK_MAX_PLANE;
+}
+
+/* A float depthwise Conv (one input channel per group, multiplier 1) of at most 49 taps. */
+static bool depthwise_conv(const kiln_graph *g, const kiln_node *n) {
+  if (!float_conv(g, n) || !plain_pads(n)) return false;
+  const kiln_tensor *w = kiln_const_input(g, n, 1);
+  return w->rank == 4 && w->dims[1] == 1 && kiln_attr_int(n, "group", 1) == w->dims[0] &&
+         w->dims[2] * w->dims[3] <= BLOCK_MAX_TAPS;
+}
+
+static const kiln_pattern block_patterns[] = {
+    {"conv_block_add", 6, {{"Conv", -1, expand_conv}, {"Relu|Clip", 0, act_ok}, {"Conv", 0, depthwise_conv},
+                           {"Relu|Clip", 0, act_ok}, {"Conv", 0, pointwise_conv}, {"Add", -1, residual_add}}},
+    {"conv_block", 5, {{"Conv", -1, expand_conv}, {"Relu|Clip", 0, act_ok}, {"Conv", 0, depthwise_conv},
+                       {"Relu|Clip", 0, act_ok}, {"Conv", 0, pointwise_conv}}},
+};
+
+/* FusedConvBlock(X, We, Be, Wd, Bd, Wp, Bp, R): the depthwise Conv's attributes, its activation
+ * and the expansion's (expand_). */
+static kiln_code build_block(const kiln_graph *g, const kiln_match *m, size_t p, const char **op_type, int *in,
+                             size_t *n_in, kiln_node *attrs) {
+  (void)p;
+  const kiln_node *ce = &g->nodes[m->nodes[0]], *dw = &g->nodes[m->nodes[2]], *cp = &g->nodes[m->nodes[4]];
+  const kiln_node *convs[3] = {ce, dw, cp};
+  for (int i = 0; i < 3; i++) {
+    in[2 * i] = convs[i]->in[1];
+    in[2 * i + 1] = convs[i]->n_in > 2 ? convs[i]->in[2] : -1;
+  }
+  /* X first: inputs X, We, Be, Wd, Bd, Wp, Bp */
+  for (int i = 6; i > 0; i--) in[i] = in[i - 1];
+  in[0] = ce->in[0];
+  in[7] = -1;
+  if (m->n == 6) {
+    const kiln_node *add = &g->nodes[m->nodes[5]];
+    in[7] = add->in[0] == cp->out[0] ? add->in[1] : add->in[0];
+  }
+  *op_type = "FusedConvBlock";
+  *n_in = 8;
+  kiln_code rc = kiln_node_copy_attrs(attrs, dw);
+  if (!rc) rc = kiln_fuse_set_activation_prefixed(attrs, g, &g->nodes[m->nodes[1]], "expand_");
+  return rc ? rc : kiln_fuse_set_activation(attrs, g, &g->nodes[m->nodes[3]]);
+}
+
+kiln_code kiln_pass_fuse_conv_block(kiln_pass_ctx *ctx, kiln_graph *g, size_t *count) {
+  if (!ctx->cfg->conv_block) return KILN_OK; /* the compiled model's CPU has no such kernel */
+  return kiln_fuse_patterns(ctx, g, block_patterns, sizeof block_patterns / sizeof block_patterns[0], build_block,
+                            count);
 }

@@ -14,6 +14,9 @@ typedef struct kiln_opt_config {
    * kernel, AVX2 or AVX-512): fuse_conv_pool applies. Chosen by the caller from the CPU, so the
    * optimizer itself never asks the CPU. */
   bool conv_pool_one_pass;
+  /* Whether kernels/conv2d_f32 runs an inverted residual block in one call (AVX-512 without
+   * AMX, where the convolutions would take AMX): fuse_conv_block applies. */
+  bool conv_block;
   /* Resolve, sort and type the graph again after a pass changed it (the caller's op
    * resolution, plugins included); `user` below is handed back. */
   kiln_code (*prepare)(kiln_ir_model *m, const void *user, kiln_error *err);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/gemm_amx.h"
 #include "onnx/reader.h"
 #include "opt/opt.h"
 #include "plugin/plugin.h"
@@ -114,6 +115,7 @@ static kiln_code compile(kiln_model *m, const kiln_options *opts, kiln_error *er
     kiln_opt_config cfg = {.level = m->opts.opt_level, .disabled = opt_disabled(opts), .prepare = reprepare,
                            .user = m->plugins};
     cfg.conv_pool_one_pass = kiln_cpu_isa() >= KILN_ISA_AVX2; /* CPU choices at compile time */
+    cfg.conv_block = kiln_cpu_isa() >= KILN_ISA_AVX512 && !kiln_amx_available();
     if (kiln_plugins_fusion_count(m->plugins)) cfg.extra_name = KILN_PLUGIN_PASS, cfg.extra = kiln_plugins_pass;
     rc = kiln_optimize(m->ir, &cfg, &m->opt_log, err);
   }
