@@ -62,6 +62,27 @@ def optimized_ops(path, *extra):
     return ops, text
 
 
+def run_bytes(path, tag, *extra, env=None):
+    """The bytes of output 0 of `kiln run` on path (checked to exit 0)."""
+    d = os.path.join(TMP, "rb_" + tag)
+    rc, text = kiln("run", path, "--quiet", "--output-dir", d, *extra, env=env)
+    check(rc == 0, f"run {tag}: {text}")
+    with open(os.path.join(d, "output_0.pb"), "rb") as f:
+        return f.read()
+
+
+def check_fused_bytes(path, tag, op, *extra, level0=True):
+    """A fusion's contract on one model: the optimised graph gives the bytes of level 0 (unless
+    level0 is False), of the fused node `op` falling back to its chain, and validates."""
+    fused = run_bytes(path, tag + "_2", *extra)
+    if level0:
+        check(fused == run_bytes(path, tag + "_0", "--level", "0", *extra), f"{tag}: the chain's bytes")
+    check(fused == run_bytes(path, tag + "_f", *extra, env={"KILN_FUSION_FAIL": op}),
+          f"{tag}: falling back to the chain gives the same bytes")
+    ok, text = validate(path, *extra)
+    check(ok, f"{tag}: validate: {text}")
+
+
 def validate(path, *extra):
     rc, text = kiln("validate", path, *extra)
     return rc == 0, text
@@ -93,7 +114,7 @@ def const(name, arr):
     return numpy_helper.from_array(np.asarray(arr), name)
 
 
-__all__ = ["check", "finish", "save", "kiln", "optimized_ops", "validate", "model", "kmodel", "K",
+__all__ = ["check", "finish", "save", "kiln", "optimized_ops", "validate", "run_bytes", "check_fused_bytes", "model", "kmodel", "K",
            "vi", "const", "np", "helper", "TensorProto", "numpy_helper", "re", "TMP", "maxpool_ref"]
 
 

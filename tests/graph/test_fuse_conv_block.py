@@ -48,14 +48,6 @@ def block(name, c, ce, m, h, w, k=3, s=1, acts=("Clip", "Clip"), res=False, batc
     return save(model(nodes, [vi("x", [batch, c, h, w])], outputs, inits), name)
 
 
-def run_bytes(p, tag, *extra, env=None):
-    d = os.path.join(TMP, "cb_" + tag)
-    rc, text = kiln("run", p, "--quiet", "--output-dir", d, *extra, env=env)
-    check(rc == 0, f"run {tag}: {text}")
-    with open(os.path.join(d, "output_0.pb"), "rb") as f:
-        return f.read()
-
-
 cases = [("r14", block("cb_r14", 64, 384, 64, 14, 14, res=True)),          # MobileNetV2, 14x14
          ("s2", block("cb_s2", 96, 576, 160, 14, 14, s=2)),                # to 7x7
          ("r7", block("cb_r7", 160, 960, 160, 7, 7, res=True)),
@@ -68,14 +60,8 @@ for tag, p in cases:
         check(ops == {"FusedConvBlock": 1}, f"{tag}: fused into one node: {ops} {text}")
     else:
         check(ops is not None and "FusedConvBlock" not in ops, f"{tag}: no block kernel here, not fused: {ops}")
-    extra = ["--dim", "N=2"] if tag == "batch" else []
-    fused = run_bytes(p, tag + "_2", *extra)
-    if tag != "bn":  # level 0 keeps the BatchNormalization apart (other roundings)
-        check(fused == run_bytes(p, tag + "_0", "--level", "0", *extra), f"{tag}: the chain's bytes")
-    check(fused == run_bytes(p, tag + "_f", *extra, env={"KILN_FUSION_FAIL": "FusedConvBlock"}),
-          f"{tag}: falling back to the chain gives the same bytes")
-    ok, text = validate(p, *extra)
-    check(ok, f"{tag}: validate: {text}")
+    # level 0 keeps the BatchNormalization apart (other roundings)
+    check_fused_bytes(p, tag, "FusedConvBlock", *(["--dim", "N=2"] if tag == "batch" else []), level0=tag != "bn")
 
 # verify_fusions: the fused node is run against its chain and reported as agreeing
 if has_block:

@@ -38,14 +38,6 @@ def stem(name, cin, k, s, pad, pool, act="Relu", batch=1, extra_out=False, pool_
     return save(model(nodes, [vi("x", dims)], outputs, inits), name)
 
 
-def run_bytes(p, tag, *extra, env=None):
-    d = os.path.join(TMP, "cp_" + tag)
-    rc, text = kiln("run", p, "--quiet", "--output-dir", d, *extra, env=env)
-    check(rc == 0, f"run {tag}: {text}")
-    with open(os.path.join(d, "output_0.pb"), "rb") as f:
-        return f.read()
-
-
 squeeze = ([3, 3], [2, 2], [0, 0, 0, 0], 1)  # SqueezeNet 1.1: 3x3/2, ceil
 resnet = ([3, 3], [2, 2], [1, 1, 1, 1], 0)   # ResNet: 3x3/2, pad 1
 cases = [("sq", stem("cp_sq", 3, 3, 2, 0, squeeze)),
@@ -58,13 +50,7 @@ for tag, p in cases:
     want = {"FusedConvMaxPool": 1} if one_pass else None
     if one_pass:
         check(ops == want, f"{tag}: fused into one node: {ops} {text}")
-    extra = ["--dim", "N=2"] if tag == "batch" else []
-    fused = run_bytes(p, tag + "_2", *extra)
-    check(fused == run_bytes(p, tag + "_0", "--level", "0", *extra), f"{tag}: the chain's bytes")
-    check(fused == run_bytes(p, tag + "_f", *extra, env={"KILN_FUSION_FAIL": "FusedConvMaxPool"}),
-          f"{tag}: falling back to the chain gives the same bytes")
-    ok, text = validate(p, *extra)
-    check(ok, f"{tag}: validate: {text}")
+    check_fused_bytes(p, tag, "FusedConvMaxPool", *(["--dim", "N=2"] if tag == "batch" else []))
 
 # verify_fusions: the fused node is run against its chain and reported as agreeing
 if one_pass:

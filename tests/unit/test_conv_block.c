@@ -29,14 +29,6 @@ static float *rnd(int64_t n, float scale) {
   return v;
 }
 
-static kiln_act act_of(int k) {
-  kiln_act a = {KILN_ACT_NONE, 0, 0};
-  if (k == 1) a.kind = KILN_ACT_RELU;
-  if (k == 2) a.kind = KILN_ACT_CLIP, a.alpha = 0.0f, a.beta = 6.0f;
-  if (k == 3) a.kind = KILN_ACT_HARD_SWISH;
-  return a;
-}
-
 /* The three convolutions one by one: the reference, and the block; returns the failed count. */
 static int check(kiln_threadpool *pool2, const shape *s, int ea, int da, int pa) {
   const int isa = KILN_ISA_AVX512;
@@ -52,7 +44,7 @@ static int check(kiln_threadpool *pool2, const shape *s, int ea, int da, int pa)
   float *e = rnd(s->n * s->ce * hw, 0), *d = rnd(s->n * s->ce * ohw, 0);
   int64_t yn = s->n * s->m * ohw;
   float *ref = rnd(yn, 0), *y1 = rnd(yn, 0), *y2 = rnd(yn, 0);
-  kiln_act ae = act_of(ea), ad = act_of(da), ap = act_of(pa);
+  kiln_act ae = kt_act(ea), ad = kt_act(da), ap = kt_act(pa);
   CHECK(kiln_conv2d_f32(NULL, isa, &pe, &(kiln_conv2d_f32_args){.x = x, .w = we, .y = e, .ep = {be, NULL, ae}}) == KILN_OK);
   CHECK(kiln_conv2d_f32(NULL, isa, &pd, &(kiln_conv2d_f32_args){.x = e, .w = wd, .y = d, .ep = {bd, NULL, ad}}) == KILN_OK);
   CHECK(kiln_conv2d_f32(NULL, isa, &pp, &(kiln_conv2d_f32_args){.x = d, .w = wp, .y = ref, .ep = {bp, r, ap}}) == KILN_OK);
@@ -84,7 +76,7 @@ static int check(kiln_threadpool *pool2, const shape *s, int ea, int da, int pa)
   wrong.we_t = wp_t;
   wrong.wp_t = we_t;
   if (s->c != s->ce || s->ce != s->m) CHECK(kiln_conv_block_f32(NULL, isa, &pd, s->c, s->m, &wrong) == KILN_ERR_UNSUPPORTED);
-  kiln_act hs = act_of(3);
+  kiln_act hs = kt_act(3);
   CHECK(!kiln_conv_block_f32_ok(&pd, s->c, s->m, &hs, &ad, isa));
   kiln_gemm_packed_b_free(we_t);
   kiln_gemm_packed_b_free(wp_t);
@@ -97,7 +89,7 @@ int main(void) {
   kt_rng = 0x51ed27a3c2b1f00dull; /* this test's data */
   if (kiln_isa_resolve(KILN_ISA_AVX512) < 0) {
     kiln_conv2d_f32_params pd = {1, 384, 14, 14, 384, 384, 3, 3, 1, 1, 1, 1, 1, 1, 14, 14, 0, 0};
-    kiln_act a = act_of(2);
+    kiln_act a = kt_act(2);
     CHECK(!kiln_conv_block_f32_ok(&pd, 64, 64, &a, &a, kiln_isa_resolve(KILN_ISA_AUTO)));
     printf("test_conv_block: no AVX-512 here: the block declines, the graph runs the convolutions\n");
     return kt_finish("test_conv_block");

@@ -101,14 +101,6 @@ static int shape(kiln_conv2d_f32_params *p, int64_t n, int64_t c, int64_t mult, 
   return 1;
 }
 
-static kiln_act act_of(int k) {
-  kiln_act a = {KILN_ACT_NONE, 0, 0};
-  if (k == 1) a.kind = KILN_ACT_RELU;
-  if (k == 2) a.kind = KILN_ACT_CLIP, a.alpha = 0.0f, a.beta = 6.0f;
-  if (k == 3) a.kind = KILN_ACT_HARD_SWISH;
-  return a;
-}
-
 int main(void) {
   kt_rng = 0x9e3779b97f4a7c15ull; /* this test's data */
   kiln_threadpool *pool2 = kiln_threadpool_create(2);
@@ -127,7 +119,7 @@ int main(void) {
               int64_t pb = (pt + s) % 3, pr = (pl + 2 * s) % 3, mult = 1 + (pt + pl + s) % 3;
               if (!shape(&p, 1 + (int64_t)(s % 2), 3, mult, hw[s][0], hw[s][1], 3, sh, sw, 1, pt, pl, pb, pr))
                 continue;
-              check(pool2, isas[i], &p, (int)((pt + sw) % 2), (int)(pl == 1), act_of((int)((sh + pl + s) % 4)));
+              check(pool2, isas[i], &p, (int)((pt + sw) % 2), (int)(pl == 1), kt_act((int)((sh + pl + s) % 4)));
             }
     /* MobileNetV2's depthwise layers (bias + Relu6), and two wide rows: {c, h, w, stride} */
     static const int64_t mb[][4] = {{32, 112, 112, 1}, {96, 112, 112, 2}, {144, 56, 56, 1},
@@ -137,7 +129,7 @@ int main(void) {
                                     {40, 9, 11, 1},    {20, 6, 6, 2}}; /* the last two: a partial block of 16 channels */
     for (size_t s = 0; s < sizeof mb / sizeof mb[0]; s++) {
       shape(&p, 1 + (int64_t)(s >= 12), mb[s][0], 1, mb[s][1], mb[s][2], 3, mb[s][3], mb[s][3], 1, 1, 1, 1, 1);
-      check(pool2, isas[i], &p, 1, s >= 12, act_of(s >= 12 ? (int)s % 4 : 2));
+      check(pool2, isas[i], &p, 1, s >= 12, kt_act(s >= 12 ? (int)s % 4 : 2));
     }
     /* the general kernel next to the 3x3 one: 5x5, dilation 2, stride 3, 1x1 */
     static const int64_t gen[][5] = {{5, 1, 1, 2, 12}, {3, 2, 1, 1, 20}, {3, 3, 1, 1, 23}, {1, 1, 1, 0, 18},
@@ -145,7 +137,7 @@ int main(void) {
     for (size_t s = 0; s < sizeof gen / sizeof gen[0]; s++) {
       const int64_t *g = gen[s];
       if (shape(&p, 2, 5, 2, g[4], g[4] + 3, g[0], g[1], g[1], g[2], g[3], g[3], g[3], g[3]))
-        check(pool2, isas[i], &p, 1, 1, act_of((int)s % 4));
+        check(pool2, isas[i], &p, 1, 1, kt_act((int)s % 4));
     }
   }
   /* random shapes, mostly 3x3 */
@@ -156,7 +148,7 @@ int main(void) {
       continue;
     int isa = isas[kt_rand() % 3];
     if (kiln_isa_resolve(isa) < 0) isa = KILN_ISA_AUTO;
-    check(pool2, isa, &p, (int)(kt_rand() % 2), (int)(kt_rand() % 2), act_of((int)(kt_rand() % 4)));
+    check(pool2, isa, &p, (int)(kt_rand() % 2), (int)(kt_rand() % 2), kt_act((int)(kt_rand() % 4)));
   }
   printf("test_dwconv: %d cases\n", g_cases);
   kiln_threadpool_free(pool2);

@@ -48,3 +48,11 @@ uint32_t kt_rand(void) {
 float kt_frand(void) { return (float)((double)kt_rand() / 2147483648.0 - 1.0); }
 
 int64_t kt_rand_in(int64_t lo, int64_t hi) { return lo + (int64_t)(kt_rand() % (uint32_t)(hi - lo + 1)); }
+
+kiln_act kt_act(int k) {
+  kiln_act a = {KILN_ACT_NONE, 0, 0};
+  if (k == 1) a.kind = KILN_ACT_RELU;
+  if (k == 2) a.kind = KILN_ACT_CLIP, a.alpha = 0.0f, a.beta = 6.0f;
+  if (k == 3) a.kind = KILN_ACT_HARD_SWISH;
+  return a;
+}

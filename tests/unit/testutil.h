@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kernels/act.h"
+
 extern int kt_failures, kt_checks;
 
 #define CHECK(cond)                                                              \
@@ -36,6 +38,10 @@ uint32_t kt_rand(void);
 float kt_frand(void);
 /* Uniform integer in [lo, hi]. */
 int64_t kt_rand_in(int64_t lo, int64_t hi);
+
+/* The convolution tests' activations by number: 0 none, 1 relu, 2 clip to [0, 6] (both applied
+ * in registers by the kernels), 3 hard-swish (applied after). */
+kiln_act kt_act(int k);
 
 /* Print the summary and return the exit code: non-zero if a check failed or none ran. */
 int kt_finish(const char *name);
