@@ -10,7 +10,6 @@
  * bias, residual and activation are applied to that output in place, so no intermediate
  * tensor is materialised. */
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "ops/cost.h"
@@ -64,25 +63,24 @@ static float act_apply(act_kind k, float x, float a, float b) {
   return x;
 }
 
-bool kiln_fused_act(const kiln_node *n, kiln_act *act) { return kiln_fused_act_prefixed(n, "", act); }
+bool kiln_fused_act(const kiln_node *n, kiln_act *act) {
+  return kiln_fused_act_named(n, "activation", "act_alpha", "act_beta", act);
+}
 
-bool kiln_fused_act_prefixed(const kiln_node *n, const char *prefix, kiln_act *act) {
+bool kiln_fused_act_named(const kiln_node *n, const char *activation, const char *alpha, const char *beta,
+                          kiln_act *act) {
   static const struct { const char *name; kiln_act_kind k; float a, b; } map[] = {
       {"", KILN_ACT_NONE, 0, 0},          {"Relu", KILN_ACT_RELU, 0, 0},
       {"LeakyRelu", KILN_ACT_LEAKY_RELU, 0.01f, 0}, {"Clip", KILN_ACT_CLIP, -INFINITY, INFINITY},
       {"Sigmoid", KILN_ACT_SIGMOID, 0, 0}, {"HardSigmoid", KILN_ACT_HARD_SIGMOID, 0.2f, 0.5f},
       {"HardSwish", KILN_ACT_HARD_SWISH, 0, 0}, {"Tanh", KILN_ACT_TANH, 0, 0},
       {"Gelu", KILN_ACT_GELU, 0, 0},       {"GeluTanh", KILN_ACT_GELU_TANH, 0, 0}};
-  char an[64], aa[64], ab[64];
-  snprintf(an, sizeof an, "%sactivation", prefix);
-  snprintf(aa, sizeof aa, "%sact_alpha", prefix);
-  snprintf(ab, sizeof ab, "%sact_beta", prefix);
-  const char *name = kiln_attr_str(n, an, "");
+  const char *name = kiln_attr_str(n, activation, "");
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (!strcmp(map[i].name, name)) {
       act->kind = map[i].k;
-      act->alpha = kiln_attr_float(n, aa, map[i].a);
-      act->beta = kiln_attr_float(n, ab, map[i].b);
+      act->alpha = kiln_attr_float(n, alpha, map[i].a);
+      act->beta = kiln_attr_float(n, beta, map[i].b);
       return true;
     }
   return false;

@@ -11,9 +11,11 @@
 /* The node's activation (attributes activation, act_alpha, act_beta) as a GEMM epilogue
  * activation; false for an unknown name. */
 bool kiln_fused_act(const kiln_node *n, kiln_act *act);
-/* The same from the attributes <prefix>activation, <prefix>act_alpha, <prefix>act_beta (a
- * fused node with several activations: FusedConvBlock's expand_ ones). */
-bool kiln_fused_act_prefixed(const kiln_node *n, const char *prefix, kiln_act *act);
+/* The same from the attributes named activation, alpha and beta (a fused node with several
+ * activations: FusedConvBlock's expand_activation, expand_act_alpha, expand_act_beta). Names
+ * given, not built: it runs on every run of every fused node. */
+bool kiln_fused_act_named(const kiln_node *n, const char *activation, const char *alpha, const char *beta,
+                          kiln_act *act);
 /* Whether `name` is an activation the fused kernels apply. */
 bool kiln_fused_activation_known(const char *name);
 /* In place on float y: + bias over the last dim (may be NULL), + residual of y's shape (may be

@@ -101,7 +101,8 @@ static kiln_code block_run(kiln_kctx *c) {
   kiln_code rc = block_params(c, kiln_in(c, IN_X), &pd, &ci, &m);
   if (rc) return rc;
   kiln_act ae, ad;
-  if (!kiln_fused_act_prefixed(c->node, "expand_", &ae) || !kiln_fused_act(c->node, &ad))
+  if (!kiln_fused_act_named(c->node, "expand_activation", "expand_act_alpha", "expand_act_beta", &ae) ||
+      !kiln_fused_act(c->node, &ad))
     return kiln_kfail(c, "unknown activation");
   int isa = kiln_isa_resolve(KILN_ISA_AUTO);
   if (!kiln_conv_block_f32_ok(&pd, ci, m, &ae, &ad, isa)) return kiln_kunsup(c, "no block kernel for these shapes here");
