@@ -105,6 +105,82 @@ static void maxpool_2rows_k3s2_avx2(const float *xp, float *y0, float *y1, int64
   }
 }
 
+/* Widest plane maxpool_plane_k3s2_avx2 takes (its per-vector masks are on the stack). */
+enum { PLANE_MAX_W = 1024 };
+
+/* As plain_chk (pool_avx512.c): *nan ORs in its NaN lanes, *lo the int32 minimum of its bits. */
+PV void plain_chk(__m256 a, __m256 *nan, __m256i *lo) {
+  *nan = _mm256_or_ps(*nan, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+  *lo = _mm256_min_epi32(*lo, _mm256_castps_si256(a));
+}
+
+/* As vmax_pair (pool_avx512.c), 8 columns under the lane mask m. */
+PV void vmax_pair(const float *r, int64_t W, __m256i m, int two, __m256 *a, __m256 *b, __m256 *nan, __m256i *lo) {
+  __m256 x0 = _mm256_maskload_ps(r, m), x1 = _mm256_maskload_ps(r + W, m), x2 = _mm256_maskload_ps(r + 2 * W, m);
+  plain_chk(x0, nan, lo);
+  plain_chk(x1, nan, lo);
+  *a = _mm256_max_ps(_mm256_max_ps(x0, x1), x2);
+  if (!two) return;
+  __m256 x3 = _mm256_maskload_ps(r + 3 * W, m);
+  plain_chk(x2, nan, lo);
+  plain_chk(x3, nan, lo);
+  *b = _mm256_max_ps(_mm256_max_ps(x2, x3), _mm256_maskload_ps(r + 4 * W, m));
+}
+
+/* The even lanes of v0:v1 in order. */
+PV __m256 even8(__m256 v0, __m256 v1) {
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0x88)), 0xd8));
+}
+
+/* Lanes 2j, 2j + 1, 2j + 2 of the column maxima v0:v1 (even lanes e) and the next pair's
+ * even lanes en. */
+PV __m256 hmax3(__m256 e, __m256 v0, __m256 v1, __m256 en) {
+  __m256 o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0xdd)), 0xd8));
+  __m256 sh = _mm256_permutevar8x32_ps(_mm256_blend_ps(e, en, 0x01), _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0));
+  return _mm256_max_ps(_mm256_max_ps(e, o), sh);
+}
+
+/* As maxpool_plane_k3s2_avx512, 8 columns per vector. */
+static int maxpool_plane_k3s2_avx2(const float *xp, float *yp, int64_t H, int64_t W, int64_t OH, int64_t OW) {
+  (void)H;
+  if (W > PLANE_MAX_W) return 0;
+  int64_t nj = (OW + 7) / 8, ol = OW - 8 * (nj - 1);
+  __m256i vm[PLANE_MAX_W / 8 + 4]; /* the columns of vector k inside the row */
+  for (int64_t k = 0; k < 2 * nj + 2 || 8 * k < W; k++) {
+    int64_t n = W - 8 * k;
+    vm[k] = mask8(n >= 8 ? 8 : n > 0 ? n : 0);
+  }
+  __m256 nan = _mm256_setzero_ps();
+  __m256i lo = _mm256_set1_epi32(INT32_MAX);
+  for (int64_t oy = 0; oy < OH; oy += 2) {
+    int two = oy + 1 < OH;
+    const float *r = xp + 2 * oy * W;
+    float *y = yp + oy * OW;
+    __m256 a0, a1, b0 = _mm256_setzero_ps(), b1 = b0;
+    vmax_pair(r, W, vm[0], two, &a0, &b0, &nan, &lo);
+    vmax_pair(r + 8, W, vm[1], two, &a1, &b1, &nan, &lo);
+    __m256 ea = even8(a0, a1), eb = even8(b0, b1);
+    for (int64_t j = 0; j < nj; j++) {
+      __m256 pa0 = a0, pa1 = a1, pb0 = b0, pb1 = b1;
+      vmax_pair(r + 16 * j + 16, W, vm[2 * j + 2], two, &a0, &b0, &nan, &lo);
+      vmax_pair(r + 16 * j + 24, W, vm[2 * j + 3], two, &a1, &b1, &nan, &lo);
+      __m256 ena = even8(a0, a1), enb = even8(b0, b1);
+      int64_t n = j + 1 < nj ? 8 : ol;
+      store_n(y + 8 * j, n, hmax3(ea, pa0, pa1, ena));
+      if (two) store_n(y + OW + 8 * j, n, hmax3(eb, pb0, pb1, enb));
+      ea = ena;
+      eb = enb;
+    }
+  }
+  /* the last row the windows read (2 OH), which no output row checked */
+  const float *last = xp + 2 * OH * W;
+  for (int64_t k = 0; 8 * k < W; k++) plain_chk(_mm256_maskload_ps(last + 8 * k, vm[k]), &nan, &lo);
+  __m128i l4 = _mm_min_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+  l4 = _mm_min_epi32(l4, _mm_shuffle_epi32(l4, 0x4e));
+  l4 = _mm_min_epi32(l4, _mm_shuffle_epi32(l4, 0xb1));
+  return !_mm256_movemask_ps(nan) && _mm_cvtsi128_si32(l4) != INT32_MIN;
+}
+
 /* As gavg4_avx512: lane l of 8 adds the values i + l (lanes 0-3 in lo, 4-7 in hi), the tail
  * goes to lane 0, then the lanes in order. */
 static void gavg4_avx2(const float *x, int64_t n, double out[4]) {
@@ -127,5 +203,6 @@ static void gavg4_avx2(const float *x, int64_t n, double out[4]) {
   }
 }
 
-const kiln_pool_simd kiln_pool_simd_avx2 = {maxpool_row_avx2, maxpool_2rows_k3s2_avx2, gavg4_avx2};
+const kiln_pool_simd kiln_pool_simd_avx2 = {maxpool_row_avx2, maxpool_2rows_k3s2_avx2, maxpool_plane_k3s2_avx2,
+                                            gavg4_avx2};
 #endif

@@ -122,6 +122,84 @@ static void maxpool_2rows_k3s2_avx512(const float *xp, float *y0, float *y1, int
   }
 }
 
+/* Widest plane maxpool_plane_k3s2 takes (its per-vector masks are on the stack). */
+enum { PLANE_MAX_W = 1024 };
+
+/* The NaN and -0.0 checks of maxpool_plane_k3s2 on one vector: *nan gets its NaN lanes, *lo
+ * the int32 minimum of its bits (-0.0 is the least int32 of all). */
+static inline __attribute__((always_inline)) void plain_chk(__m512 a, __mmask16 *nan, __m512i *lo) {
+  *nan |= _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+  *lo = _mm512_min_epi32(*lo, _mm512_castps_si512(a));
+}
+
+/* Columns [16 k, 16 k + 16) of rows r .. r + 4 (row stride W, lanes outside mask m: +0.0):
+ * *a the column maxima of rows 0-2, *b those of rows 2-4 (rows 3-4 only where two). Rows
+ * 0-3 go into the checks. */
+static inline __attribute__((always_inline)) void vmax_pair(const float *r, int64_t W, __mmask16 m, int two,
+                                                            __m512 *a, __m512 *b, __mmask16 *nan, __m512i *lo) {
+  __m512 x0 = _mm512_maskz_loadu_ps(m, r), x1 = _mm512_maskz_loadu_ps(m, r + W), x2 = _mm512_maskz_loadu_ps(m, r + 2 * W);
+  plain_chk(x0, nan, lo);
+  plain_chk(x1, nan, lo);
+  *a = _mm512_max_ps(_mm512_max_ps(x0, x1), x2);
+  if (!two) return;
+  __m512 x3 = _mm512_maskz_loadu_ps(m, r + 3 * W);
+  plain_chk(x2, nan, lo);
+  plain_chk(x3, nan, lo);
+  *b = _mm512_max_ps(_mm512_max_ps(x2, x3), _mm512_maskz_loadu_ps(m, r + 4 * W));
+}
+
+/* Lanes 2j, 2j + 1, 2j + 2 of the column maxima v0:v1 and the next pair's even lanes en. */
+static inline __attribute__((always_inline)) __m512 hmax3(__m512 e, __m512 v0, __m512 v1, __m512 en) {
+  const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  __m512 sh = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(en), _mm512_castps_si512(e), 1));
+  return _mm512_max_ps(_mm512_max_ps(e, _mm512_permutex2var_ps(v0, od, v1)), sh);
+}
+
+/* A whole plane, kernel 3x3 at stride 2, no padding, every window inside (2 OH < H, 2 OW < W,
+ * W <= PLANE_MAX_W), two output rows at a time: the column maxima of each one's three input
+ * rows (the middle row read once for both), then the maxima of columns 2j, 2j + 1, 2j + 2
+ * (even lanes, odd lanes, even lanes shifted by one). Another order of comparisons than the
+ * scalar loop's, with the same values where the plane holds no NaN and no -0.0 (ties are then
+ * equal bits); where it does (or W is too wide) it returns 0 and the caller rewrites the plane. */
+static int maxpool_plane_k3s2_avx512(const float *xp, float *yp, int64_t H, int64_t W, int64_t OH, int64_t OW) {
+  (void)H;
+  if (W > PLANE_MAX_W) return 0;
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  int64_t nj = (OW + 15) / 16;
+  __mmask16 vm[PLANE_MAX_W / 16 + 4]; /* the columns of vector k inside the row */
+  for (int64_t k = 0; k < 2 * nj + 2 || 16 * k < W; k++) {
+    int64_t n = W - 16 * k;
+    vm[k] = (__mmask16)(n >= 16 ? 0xffffu : n > 0 ? (1u << n) - 1 : 0u);
+  }
+  __mmask16 om = (__mmask16)(OW % 16 ? (1u << (OW % 16)) - 1 : 0xffffu), nan = 0;
+  __m512i lo = _mm512_set1_epi32(INT32_MAX);
+  for (int64_t oy = 0; oy < OH; oy += 2) {
+    int two = oy + 1 < OH;
+    const float *r = xp + 2 * oy * W;
+    float *y = yp + oy * OW;
+    __m512 a0, a1, b0 = _mm512_setzero_ps(), b1 = b0;
+    vmax_pair(r, W, vm[0], two, &a0, &b0, &nan, &lo);
+    vmax_pair(r + 16, W, vm[1], two, &a1, &b1, &nan, &lo);
+    __m512 ea = _mm512_permutex2var_ps(a0, ev, a1), eb = _mm512_permutex2var_ps(b0, ev, b1);
+    for (int64_t j = 0; j < nj; j++) {
+      __m512 pa0 = a0, pa1 = a1, pb0 = b0, pb1 = b1;
+      vmax_pair(r + 32 * j + 32, W, vm[2 * j + 2], two, &a0, &b0, &nan, &lo);
+      vmax_pair(r + 32 * j + 48, W, vm[2 * j + 3], two, &a1, &b1, &nan, &lo);
+      __m512 ena = _mm512_permutex2var_ps(a0, ev, a1), enb = _mm512_permutex2var_ps(b0, ev, b1);
+      __m512 ma = hmax3(ea, pa0, pa1, ena), mb = hmax3(eb, pb0, pb1, enb);
+      __mmask16 sm = j + 1 < nj ? (__mmask16)0xffffu : om;
+      _mm512_mask_storeu_ps(y + 16 * j, sm, ma);
+      if (two) _mm512_mask_storeu_ps(y + OW + 16 * j, sm, mb);
+      ea = ena;
+      eb = enb;
+    }
+  }
+  /* the last row the windows read (2 OH), which no output row checked */
+  const float *last = xp + 2 * OH * W;
+  for (int64_t k = 0; 16 * k < W; k++) plain_chk(_mm512_maskz_loadu_ps(vm[k], last + 16 * k), &nan, &lo);
+  return !nan && _mm512_reduce_min_epi32(lo) != INT32_MIN;
+}
+
 /* Sums of 4 float planes of n values in double, each exactly as the scalar 8-lane loop of AveragePool's global form (src/ops/pool.c): lane
  * l adds the values i + l (i a multiple of 8), the tail goes to lane 0, then the lanes in order
  * (the four planes are independent chains of additions). */
@@ -140,5 +218,6 @@ static void gavg4_avx512(const float *x, int64_t n, double out[4]) {
   }
 }
 
-const kiln_pool_simd kiln_pool_simd_avx512 = {maxpool_row_avx512, maxpool_2rows_k3s2_avx512, gavg4_avx512};
+const kiln_pool_simd kiln_pool_simd_avx512 = {maxpool_row_avx512, maxpool_2rows_k3s2_avx512, maxpool_plane_k3s2_avx512,
+                                              gavg4_avx512};
 #endif

@@ -15,6 +15,11 @@ typedef struct kiln_pool_simd {
    * h0 .. h0 + 4 (all inside). */
   void (*maxpool_2rows_k3s2)(const float *xp, float *y0, float *y1, int64_t W, int64_t h0, int64_t c0, int64_t c1,
                              int64_t pl);
+  /* Kernel 3x3 at stride 2, dilation 1, no padding, on a whole H x W plane whose OH x OW
+   * windows all lie inside (2 OH < H, 2 OW < W). Returns 0 where the plane holds a NaN or a
+   * -0.0 (where its order of comparisons would show) or is too wide; the caller then rewrites
+   * the plane with the rows above, which give the scalar loop's values. */
+  int (*maxpool_plane_k3s2)(const float *xp, float *yp, int64_t H, int64_t W, int64_t OH, int64_t OW);
   /* Sums, in double, of 4 consecutive float planes of n values (global AveragePool). */
   void (*gavg4)(const float *x, int64_t n, double out[4]);
 } kiln_pool_simd;

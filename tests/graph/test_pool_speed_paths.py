@@ -1,6 +1,7 @@
 """The fast paths of MaxPool and Concat against NumPy, exactly, at 1 and 2 threads and every
 ISA level (KILN_ISA): MaxPool's 3-wide stride-2 kernel (pairs of loads, two vectors at a time,
-two output rows at a time sharing an input row,
+two output rows at a time sharing an input row; whole unpadded planes by column maxima first,
+which hand planes holding a NaN or a -0.0 back to the rows,
 every tail width 1..16 of the vectorised columns, NaN as the first tap of a window's first and
 later rows, ties, -inf) next to the other x strides and dilations; Concat's copy split over
 threads by output bytes (several inputs of unequal sizes, axes 0..3, 1- and 2-byte types
@@ -56,6 +57,8 @@ for i, (hw, k, s, pads, d, ceil) in enumerate(cases):
         x[1, 3, 2, 1:4] = np.nan                   # later taps
         x[0, 2, 2, 4] = np.nan                     # row shared by two output rows of stride 2
         x[0, 2, 2, 5] = 9.0
+        x[1, 0, 3, 5] = np.nan                     # later taps, in the fourth row of a pair
+    x[0, 3, -1, 0] = np.nan                        # the last row (of a plane's windows, where H is odd)
     x[1, 2, -1, -2:] = -np.inf
     x[1, 1, 0, ::2] = x[1, 1, 0, 0]                # ties
     x[1, 4, -1, 1::2] = -0.0
