@@ -138,6 +138,122 @@ static inline void step(int rank, const int64_t *dims, const int64_t *ostr, int6
   }
 }
 
+/* One input value into its output's accumulator (every kind but LogSumExp), for both float
+ * paths below. */
+static inline __attribute__((always_inline)) void acc_float(rkind k, double *a, double v) {
+  switch (k) {
+    /* a NaN stays, and a later one replaces it (no branch: the compiler selects) */
+    case R_MAX: *a = v != v ? v : v > *a ? v : *a; break;
+    case R_MIN: *a = v != v ? v : v < *a ? v : *a; break;
+    case R_PROD: *a *= v; break;
+    case R_SUMSQ:
+    case R_L2: *a += v * v; break;
+    case R_L1: *a += fabs(v); break;
+    default: *a += v; break;
+  }
+}
+
+/* The reduced axes as one block: x as [A][R][B], R the block (dims of size 1 go with either
+ * side). False where kept axes lie between reduced ones. */
+static bool as_block(int rank, const int64_t *dims, const bool *reduce, int64_t *A, int64_t *R,
+                     int64_t *B) {
+  int64_t n[3] = {1, 1, 1};
+  int part = 0; /* 0: before the block, 1: in it, 2: after it */
+  for (int d = 0; d < rank; d++) {
+    if (dims[d] == 1) continue;
+    if (reduce[d] && part == 2) return false;
+    part = reduce[d] ? 1 : part == 1 ? 2 : part;
+    n[part] *= dims[d];
+  }
+  *A = n[0];
+  *R = n[1];
+  *B = n[2];
+  return true;
+}
+
+/* Columns of B per pass of block_f32 (16 KiB of double accumulators). */
+enum { BLOCK_COLS = 2048 };
+
+/* acc[a * B + b] takes x[(a * R + r) * B + b]: for r in order along runs of B; where B is 1,
+ * in 8 lanes (lane j the values r = j mod 8, the tail in lane 0, then the lanes in order:
+ * another order than the general walk's, fixed, so the same bits on every run; Max and Min
+ * pick the same value unless it is a zero of either sign or a NaN), and products in order,
+ * four outputs' rows side by side. */
+static inline __attribute__((always_inline)) void block_f32(rkind k, const float *x, int64_t A,
+                                                            int64_t R, int64_t B, double *acc) {
+  if (B > 1) {
+    for (int64_t a = 0; a < A; a++)
+      for (int64_t b0 = 0; b0 < B; b0 += BLOCK_COLS) { /* the accumulators stay in L1 */
+        int64_t nb = B - b0 < BLOCK_COLS ? B - b0 : BLOCK_COLS;
+        double *ac = acc + a * B + b0;
+        for (int64_t r = 0; r < R; r++) {
+          const float *xr = x + (a * R + r) * B + b0;
+          for (int64_t b = 0; b < nb; b++) acc_float(k, &ac[b], xr[b]);
+        }
+      }
+    return;
+  }
+  int64_t a = 0;
+  if (k != R_PROD) { /* in 8 lanes, then the lanes in order into the output's accumulator */
+    for (; a < A; a++) {
+      const float *xa = x + a * R;
+      double lane[8];
+      for (int j = 0; j < 8; j++) lane[j] = acc[a];
+      int64_t r = 0;
+      for (; r + 8 <= R; r += 8)
+        for (int j = 0; j < 8; j++) acc_float(k, &lane[j], xa[r + j]);
+      for (; r < R; r++) acc_float(k, &lane[0], xa[r]);
+      double s = lane[0];
+      for (int j = 1; j < 8; j++) {
+        if (k == R_MAX || k == R_MIN)
+          acc_float(k, &s, lane[j]);
+        else
+          s += lane[j]; /* partial sums */
+      }
+      acc[a] = s;
+    }
+    return;
+  }
+  for (; a + 4 <= A; a += 4) {
+    const float *x0 = x + a * R, *x1 = x0 + R, *x2 = x1 + R, *x3 = x2 + R;
+    double a0 = acc[a], a1 = acc[a + 1], a2 = acc[a + 2], a3 = acc[a + 3];
+    for (int64_t r = 0; r < R; r++) {
+      acc_float(k, &a0, x0[r]);
+      acc_float(k, &a1, x1[r]);
+      acc_float(k, &a2, x2[r]);
+      acc_float(k, &a3, x3[r]);
+    }
+    acc[a] = a0;
+    acc[a + 1] = a1;
+    acc[a + 2] = a2;
+    acc[a + 3] = a3;
+  }
+  for (; a < A; a++) {
+    double a0 = acc[a];
+    for (int64_t r = 0; r < R; r++) acc_float(k, &a0, x[a * R + r]);
+    acc[a] = a0;
+  }
+}
+
+/* float32 input whose reduced axes form one block: block_f32 with the kind fixed at compile
+ * time. False (nothing done) otherwise; then the general walk runs. */
+static bool reduce_block_f32(rkind k, const kiln_tensor *x, const bool *reduce, double *acc) {
+  int64_t A, R, B;
+  if (x->dtype != KILN_FLOAT || !as_block(x->rank, x->dims, reduce, &A, &R, &B)) return false;
+  const float *xp = x->data;
+  switch (k) {
+    case R_MAX: block_f32(R_MAX, xp, A, R, B, acc); break;
+    case R_MIN: block_f32(R_MIN, xp, A, R, B, acc); break;
+    case R_PROD: block_f32(R_PROD, xp, A, R, B, acc); break;
+    case R_SUMSQ:
+    case R_L2: block_f32(R_SUMSQ, xp, A, R, B, acc); break;
+    case R_L1: block_f32(R_L1, xp, A, R, B, acc); break;
+    case R_LSE: return false;
+    default: block_f32(R_SUM, xp, A, R, B, acc); break;
+  }
+  return true;
+}
+
 static void reduce_float(rkind k, const kiln_tensor *x, kiln_tensor *y, const bool *reduce,
                          double *acc, double *mx) {
   int rank = x->rank;
@@ -162,19 +278,10 @@ static void reduce_float(rkind k, const kiln_tensor *x, kiln_tensor *y, const bo
       if (isfinite(mx[o])) acc[o] += exp(kiln_load_f64(x, i) - mx[o]);
       step(rank, x->dims, ostr, idx, &o);
     }
-  } else {
+  } else if (!reduce_block_f32(k, x, reduce, acc)) {
     int64_t o = 0;
     for (int64_t i = 0; i < x->numel; i++) {
-      double v = kiln_load_f64(x, i);
-      switch (k) {
-        case R_MAX: if (v > acc[o] || isnan(v)) acc[o] = v; break;
-        case R_MIN: if (v < acc[o] || isnan(v)) acc[o] = v; break;
-        case R_PROD: acc[o] *= v; break;
-        case R_SUMSQ:
-        case R_L2: acc[o] += v * v; break;
-        case R_L1: acc[o] += fabs(v); break;
-        default: acc[o] += v; break;
-      }
+      acc_float(k, &acc[o], kiln_load_f64(x, i));
       step(rank, x->dims, ostr, idx, &o);
     }
   }
