@@ -22,3 +22,13 @@ const kiln_pool_simd *kiln_pool_simd_get(void) {
   pthread_once(&g_once, pick);
   return g_pool;
 }
+
+double kiln_sum8_f32(const float *x, int64_t n) {
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0}, acc = 0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++) lane[l] += x[i + l];
+  for (; i < n; i++) lane[0] += x[i];
+  for (int l = 0; l < 8; l++) acc += lane[l];
+  return acc;
+}

@@ -24,6 +24,11 @@ typedef struct kiln_pool_simd {
   void (*gavg4)(const float *x, int64_t n, double out[4]);
 } kiln_pool_simd;
 
+/* The sum in double of n floats in gavg4's order (lane l of 8 adds the values i + l, i a
+ * multiple of 8, the tail goes to lane 0, then the lanes in order): plain C, the same bits as
+ * a plane of gavg4. */
+double kiln_sum8_f32(const float *x, int64_t n);
+
 /* The pieces for kiln_cpu_isa() (members NULL where the level has none); chosen once. */
 const kiln_pool_simd *kiln_pool_simd_get(void);
 

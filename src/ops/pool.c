@@ -428,13 +428,7 @@ static void gpool_task(void *ctx, size_t begin, size_t end, int thread) {
   for (; pl < (int64_t)end; pl++) {
     double acc = j->kind == POOL_MAX ? -INFINITY : 0;
     if (x->dtype == KILN_FLOAT && j->kind == POOL_AVG) { /* float fast path: 8 double lanes */
-      const float *xp = (const float *)x->data + pl * n;
-      double lane[8] = {0};
-      int64_t i = 0;
-      for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) lane[l] += xp[i + l];
-      for (; i < n; i++) lane[0] += xp[i];
-      for (int l = 0; l < 8; l++) acc += lane[l];
+      acc = kiln_sum8_f32((const float *)x->data + pl * n, n);
     } else {
       for (int64_t i = 0; i < n; i++) {
         double v = x->dtype == KILN_FLOAT ? ((const float *)x->data)[pl * n + i] : kiln_get_f64(x, pl * n + i);

@@ -2,7 +2,7 @@
 the input (the contiguous paths: whole rows in 8 lanes, four rows side by side, runs of
 columns longer than one pass) and over axes that do not (the general walk), with dims of size
 1 inside and around the block, keepdims 0 and 1, row lengths that leave tails, a NaN, and an
-empty reduced axis."""
+empty reduced axis; row sums (four rows at a time in SIMD) byte-equal at every ISA level."""
 import os
 
 import onnx
@@ -93,5 +93,47 @@ run_case("not_block2", (4, 5, 6, 7), [1, 3], False)
 run_case("nan_rows", (9, 40), [1], True, nan=True)
 run_case("nan_cols", (9, 40), [0], True, nan=True)
 run_case("empty_axis", (3, 0, 4), [1], True, kinds=["ReduceSum", "ReduceProd", "ReduceL1"])
+
+# Row sums: four rows at a time in SIMD where the CPU has it, the rest in C, the same bytes at
+# every ISA level (KILN_ISA), in the documented order: lane l of 8 adds the values i + l, the
+# tail goes to lane 0, then the lanes in order, in double. Row 0 is built so that another
+# order gives another float (2^53 + 1 rounds away in lane 0 before -2^53 cancels it).
+
+
+def lane_sum(row):
+    lanes = [0.0] * 8
+    n8 = len(row) // 8 * 8
+    for i in range(n8):
+        lanes[i % 8] += float(row[i])
+    for i in range(n8, len(row)):
+        lanes[0] += float(row[i])
+    acc = 0.0
+    for v in lanes:
+        acc += v
+    return acc
+
+
+x = (rng.standard_normal((7, 1003)) * 100).astype(np.float32)
+x[0, :] = 0
+x[0, 0], x[0, 1], x[0, 2], x[0, 1000] = 2.0 ** 53, 1.0, -(2.0 ** 53), 1.0
+xf = os.path.join(TMP, "isa_x.npy")
+np.save(xf, x)
+nodes = [helper.make_node(k, ["x", "axes"], [f"y{i}"], keepdims=0)
+         for i, k in enumerate(["ReduceSum", "ReduceMean", "ReduceLogSum"])]
+path = save(model(nodes, [vi("x", [7, 1003])], [vi(f"y{i}", None) for i in range(3)],
+                  [const("axes", np.array([1], np.int64))], opset=18), "isa_rows")
+outs = {}
+for isa in ("scalar", "avx2", "avx512"):
+    rc, text = kiln("run", path, "--quiet", "--output-dir", os.path.join(TMP, f"isa_{isa}"),
+                    "--input", f"x={xf}", env={"KILN_ISA": isa})
+    check(rc == 0, f"row sums at {isa}: {text}")
+    if rc == 0:
+        outs[isa] = b"".join(open(os.path.join(TMP, f"isa_{isa}", f"output_{i}.pb"), "rb").read()
+                             for i in range(3))
+check(len(outs) == 3 and len(set(outs.values())) == 1, "row sums differ between ISA levels")
+got = numpy_helper.to_array(onnx.load_tensor(os.path.join(TMP, "isa_scalar", "output_0.pb")))
+want = np.array([lane_sum(r) for r in x], np.float32)
+check(np.array_equal(got, want), f"row sums in lane order: got {got[:2]} want {want[:2]}")
+check(np.allclose(got[1:], x[1:].astype(np.float64).sum(1), rtol=1e-6, atol=1e-3), "row sums against NumPy")
 
 finish("test_reduce_paths")
