@@ -23,7 +23,8 @@ const kiln_pool_simd *kiln_pool_simd_get(void) {
   return g_pool;
 }
 
-double kiln_sum8_f32(const float *x, int64_t n) {
+/* One row in gavg4's order (see kiln_sum_rows_f32). */
+static double sum8_f32(const float *x, int64_t n) {
   double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0}, acc = 0;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -31,4 +32,11 @@ double kiln_sum8_f32(const float *x, int64_t n) {
   for (; i < n; i++) lane[0] += x[i];
   for (int l = 0; l < 8; l++) acc += lane[l];
   return acc;
+}
+
+void kiln_sum_rows_f32(const float *x, int64_t rows, int64_t n, double *out) {
+  const kiln_pool_simd *simd = kiln_pool_simd_get();
+  int64_t r = 0;
+  for (; simd->gavg4 && r + 4 <= rows; r += 4) simd->gavg4(x + r * n, n, out + r);
+  for (; r < rows; r++) out[r] = sum8_f32(x + r * n, n);
 }

@@ -24,10 +24,11 @@ typedef struct kiln_pool_simd {
   void (*gavg4)(const float *x, int64_t n, double out[4]);
 } kiln_pool_simd;
 
-/* The sum in double of n floats in gavg4's order (lane l of 8 adds the values i + l, i a
- * multiple of 8, the tail goes to lane 0, then the lanes in order): plain C, the same bits as
- * a plane of gavg4. */
-double kiln_sum8_f32(const float *x, int64_t n);
+/* out[r]: the sum in double of row r of `rows` consecutive rows of n floats, in gavg4's order
+ * (lane l of 8 adds the values i + l, i a multiple of 8, the tail goes to lane 0, then the
+ * lanes in order, from +0): four rows at a time through gavg4 where kiln_cpu_isa() has it,
+ * the rest in C, the same bits either way (GlobalAveragePool, row ReduceSum / Mean). */
+void kiln_sum_rows_f32(const float *x, int64_t rows, int64_t n, double *out);
 
 /* The pieces for kiln_cpu_isa() (members NULL where the level has none); chosen once. */
 const kiln_pool_simd *kiln_pool_simd_get(void);

@@ -418,27 +418,25 @@ static void gpool_task(void *ctx, size_t begin, size_t end, int thread) {
   int64_t n = j->n;
   (void)thread;
   int64_t pl = (int64_t)begin;
-  const kiln_pool_simd *simd = kiln_pool_simd_get(); /* chosen once from kiln_cpu_isa() */
-  if (x->dtype == KILN_FLOAT && j->kind == POOL_AVG && simd->gavg4)
-    for (; pl + 4 <= (int64_t)end; pl += 4) {
-      double s[4];
-      simd->gavg4((const float *)x->data + pl * n, n, s);
-      for (int k = 0; k < 4; k++) ((float *)j->y->data)[pl + k] = (float)(n ? s[k] / (double)n : NAN);
+  if (x->dtype == KILN_FLOAT && j->kind == POOL_AVG) { /* float: 8 double lanes, SIMD where it can */
+    enum { CHUNK = 64 };
+    for (double s[CHUNK]; pl < (int64_t)end; pl += CHUNK) {
+      int64_t m = (int64_t)end - pl < CHUNK ? (int64_t)end - pl : CHUNK;
+      kiln_sum_rows_f32((const float *)x->data + pl * n, m, n, s);
+      for (int64_t k = 0; k < m; k++) ((float *)j->y->data)[pl + k] = (float)(n ? s[k] / (double)n : NAN);
     }
+    return;
+  }
   for (; pl < (int64_t)end; pl++) {
     double acc = j->kind == POOL_MAX ? -INFINITY : 0;
-    if (x->dtype == KILN_FLOAT && j->kind == POOL_AVG) { /* float fast path: 8 double lanes */
-      acc = kiln_sum8_f32((const float *)x->data + pl * n, n);
-    } else {
-      for (int64_t i = 0; i < n; i++) {
-        double v = x->dtype == KILN_FLOAT ? ((const float *)x->data)[pl * n + i] : kiln_get_f64(x, pl * n + i);
-        if (j->kind == POOL_MAX)
-          acc = v > acc || i == 0 ? v : acc;
-        else if (j->kind == POOL_AVG)
-          acc += v;
-        else
-          acc += pow(fabs(v), j->p);
-      }
+    for (int64_t i = 0; i < n; i++) {
+      double v = x->dtype == KILN_FLOAT ? ((const float *)x->data)[pl * n + i] : kiln_get_f64(x, pl * n + i);
+      if (j->kind == POOL_MAX)
+        acc = v > acc || i == 0 ? v : acc;
+      else if (j->kind == POOL_AVG)
+        acc += v;
+      else
+        acc += pow(fabs(v), j->p);
     }
     if (j->kind == POOL_AVG) acc = n ? acc / (double)n : NAN;
     if (j->kind == POOL_LP) acc = pow(acc, 1 / j->p);

@@ -177,7 +177,7 @@ enum { BLOCK_COLS = 2048 };
 
 /* acc[a * B + b] takes x[(a * R + r) * B + b]: for r in order along runs of B; where B is 1,
  * in 8 lanes (lane j the values r = j mod 8, the tail in lane 0, then the lanes in order, as
- * kiln_sum8_f32 and GlobalAveragePool's gavg4 do for sums:
+ * kiln_sum_rows_f32 does for sums:
  * another order than the general walk's, fixed, so the same bits on every run; Max and Min
  * pick the same value unless it is a zero of either sign or a NaN), and products in order,
  * four outputs' rows side by side. */
@@ -196,14 +196,8 @@ static inline __attribute__((always_inline)) void block_f32(rkind k, const float
     return;
   }
   int64_t a = 0;
-  if (k == R_SUM) { /* 4 rows at a time in SIMD where the CPU has it, the same bits as in C */
-    const kiln_pool_simd *simd = kiln_pool_simd_get();
-    for (; simd->gavg4 && a + 4 <= A; a += 4) {
-      double s[4];
-      simd->gavg4(x + a * R, R, s);
-      for (int j = 0; j < 4; j++) acc[a + j] += s[j];
-    }
-    for (; a < A; a++) acc[a] += kiln_sum8_f32(x + a * R, R);
+  if (k == R_SUM) { /* the accumulators start at 0, and a sum from +0 is never -0.0 */
+    kiln_sum_rows_f32(x, A, R, acc);
     return;
   }
   if (k != R_PROD) { /* in 8 lanes, then the lanes in order into the output's accumulator */
