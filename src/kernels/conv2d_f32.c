@@ -173,6 +173,12 @@ static void tile_task(void *ctx, size_t begin, size_t end, int ti) {
 /* Share of the vector lanes a row of `n` columns fills. */
 static double lane_use(int64_t n) { return (double)n / (double)((n + 15) / 16 * 16); }
 
+/* Whether C^T's rows (output channels) fill the vector lanes clearly better than C's rows
+ * (the output plane) would. */
+static bool tr_fills_lanes(const kiln_conv2d_f32_params *p) {
+  return lane_use(p->m) >= lane_use(p->oh * p->ow) + 0.1;
+}
+
 /* Offsets of a zero-padded copy of one image (or of the image itself, when no tap reaches
  * outside it) for the gathered GEMM: [c][hp][wp], the input at row pt, column pl. */
 typedef struct pad_geom {
@@ -228,7 +234,25 @@ int kiln_conv2d_f32_uses_transposed(const kiln_conv2d_f32_params *p, int isa) {
    * expansions measured the other way (64 -> 384 on 14x14: 0.248-0.253 -> 0.270-0.275 ms).
    * ResNet-50 and SqueezeNet stayed within the noise, at 1 and 2 threads; at KILN_ISA=avx2
    * MobileNetV2 took 0.99 of its time. */
-  return p->m < p->c || lane_use(p->m) >= lane_use(ohw) + 0.1;
+  return p->m < p->c || tr_fills_lanes(p);
+}
+
+/* Whether kiln_conv2d_f32 takes the transposed path that kiln_conv2d_f32_uses_transposed
+ * allows, at this thread count. Several threads split the 49 rows of C^T unevenly (30 + 19)
+ * and the write-back adds a loop: MobileNetV2's 7x7 layers (15-30 MFLOP) measured 7-20% slower
+ * transposed at 2 threads, ResNet-50's (100 MFLOP and more) 20-25% faster. A 1x1 projection
+ * taken for its shape alone (its lanes no fuller) reads X^T in place, strided, on every
+ * thread: in a network at 2 threads X comes from the other core's cache that way, and
+ * ResNet-50's 1024 -> 256 and 1024 -> 512 on 14x14 took 0.38 ms against 0.32-0.34 the usual
+ * way, the whole model 0.98 of its time (at 1 thread transposed stays 3% faster: 0.52
+ * against 0.535 ms). Both formulations round every element alike (same K blocks and order,
+ * bias then residual then activation), so a choice by thread count leaves the result
+ * unchanged. */
+static bool transposed_at(const kiln_conv2d_f32_params *p, int nthr) {
+  if (nthr == 1) return true;
+  double flops = 2.0 * (double)(p->n * p->m * p->c * p->kh * p->kw) * (double)(p->oh * p->ow);
+  if (flops / nthr < TR_MIN_FLOPS_PER_THREAD) return false;
+  return p->kh != 1 || p->kw != 1 || tr_fills_lanes(p);
 }
 
 typedef struct tr_ctx {
@@ -463,18 +487,12 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
     return kiln_conv2d_direct_f32(pool, isa, p, x, w, ep, y);
 
   int64_t kk = cg * p->kh * p->kw;
-  /* Several threads split the 49 rows of C^T unevenly (30 + 19) and the write-back adds a
-   * loop: MobileNetV2's 7x7 layers (15-30 MFLOP) measured 7-20% slower transposed at 2
-   * threads, ResNet-50's (100 MFLOP and more) 20-25% faster. Both formulations round every
-   * element alike (same K blocks and order, bias then residual then activation), so this
-   * choice by thread count leaves the result unchanged. */
-  double flops_per_thread = 2.0 * (double)(p->n * p->m * kk * ohw) / kiln_threadpool_size(pool);
   if (wa && !(kiln_conv2d_f32_uses_amx(p, isa) && kiln_amx_w_rows(wa) == (size_t)p->m &&
               kiln_amx_w_cols(wa) == (size_t)kk))
     wa = NULL;
   if (!wa && wt && kiln_conv2d_f32_uses_transposed(p, isa) && kiln_gemm_packed_b_isa(wt) == isa &&
       kiln_gemm_packed_b_k(wt) == (size_t)kk && kiln_gemm_packed_b_n(wt) == (size_t)p->m &&
-      (kiln_threadpool_size(pool) == 1 || flops_per_thread >= TR_MIN_FLOPS_PER_THREAD)) {
+      transposed_at(p, kiln_threadpool_size(pool))) {
     bool plain = conv_plain_1x1(p);
     /* larger kernels: the taps gathered in place where the level can */
     if (!plain && implicit_ok(p, isa)) return conv_implicit(pool, p, x, wt, ep, y);

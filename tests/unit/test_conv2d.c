@@ -312,6 +312,7 @@ int main(void) {
       {1, 16, 64, 64, 32, 1, 3, 3, 2, 1, 1, 1, 0},    /* 3x3 s2: 2 tiles of 16 rows */
       {3, 8, 50, 50, 24, 1, 3, 3, 2, 1, 1, 1, 0},     /* batch 3: 2 tiles each, uneven rows */
       {1, 32, 40, 40, 16, 1, 1, 1, 1, 1, 0, 0, 0},    /* 1x1 direct, few channels: 2 x 800 */
+      {1, 640, 14, 14, 192, 1, 1, 1, 1, 1, 0, 0, 0},  /* projection: W^T at 1 thread, W at 2 */
   };
   for (size_t f = 0; f < sizeof fixed / sizeof fixed[0]; f++) {
     const int64_t *v = fixed[f];
