@@ -124,14 +124,20 @@ int kiln_conv2d_f32_uses_winograd(const kiln_conv2d_f32_params *p, int cached);
 
 /* An inverted residual block (MobileNetV2): a 1x1 expansion c -> ce (bias, activation), the
  * depthwise convolution d of the ce channels (bias, activation), a 1x1 projection ce -> m (bias,
- * residual, activation), in one call. The expanded and depthwise tensors stay channels-last in
- * scratch, one image at a time: E^T = X^T We^T (the transposed GEMM of small planes), the
- * depthwise kernel in blocks of 16 channels reading and writing those rows (no transposes),
- * C^T = D^T Wp^T, written back to NCHW with the residual. The same bytes as the three
- * convolutions one by one (but on a plane of one pixel, where those take a matrix-vector
- * path). */
+ * residual, activation), in one call, its inner tensors in scratch.
+ * - Small planes (at most 256 pixels), one image at a time, channels-last: E^T = X^T We^T (the
+ *   transposed GEMM of small planes), the depthwise kernel in blocks of 16 channels reading
+ *   and writing those rows (no transposes), C^T = D^T Wp^T, written back to NCHW with the
+ *   residual.
+ * - Larger planes in bands of output rows, each thread its own rows, band after band, in the
+ *   convolutions' own layout and kernels: E = We X over the band's input rows (the rows it
+ *   shares with the band before copied, not computed again), the depthwise kernel on them, then
+ *   Y = Wp D into the output rows with the residual.
+ * The same bytes as the three convolutions one by one (but on a plane of one pixel, where
+ * those take a matrix-vector path). */
 typedef struct kiln_conv_block_f32_args {
   const float *x;                 /* [n, c, h, w] */
+  const float *we, *wp;           /* [ce, c] and [m, ce]: the 1x1 weights as they are */
   const kiln_gemm_packed_b *we_t; /* We^T: kiln_gemm_pack_b(isa, 1, c, ce, we, c, ...) */
   kiln_conv2d_f32_epilogue e_ep;  /* the expansion's bias and activation (no residual) */
   const float *wd;                /* [ce, 1, kh, kw] */
@@ -143,12 +149,14 @@ typedef struct kiln_conv_block_f32_args {
 
 /* 1 when kiln_conv_block_f32 computes a block whose depthwise convolution is d ([n, ce, h, w]
  * -> [n, ce, oh, ow]), with c input and m output channels and these activations, at ISA level
- * isa: AVX-512, the depthwise kernel's blocks of 16 channels (kiln_conv2d_f32 takes them on
- * the same planes), relu/clip/none before the projection. */
+ * isa: AVX-512, relu/clip/none before the projection; on small planes the depthwise kernel's
+ * blocks of 16 channels (kiln_conv2d_f32 takes them on the same planes), on larger ones a
+ * channel multiplier of 1, two columns or more in and out, ce and m of 2 or more. */
 int kiln_conv_block_f32_ok(const kiln_conv2d_f32_params *d, int64_t c, int64_t m, const kiln_act *e_act,
                            const kiln_act *d_act, int isa);
-/* The block; KILN_ERR_UNSUPPORTED (nothing written) where kiln_conv_block_f32_ok does not hold
- * or the packs do not match c, ce, m and isa; KILN_ERR_NOMEM when scratch cannot be had. */
+/* The block; KILN_ERR_UNSUPPORTED (nothing written) where kiln_conv_block_f32_ok does not hold,
+ * the packs do not match c, ce, m and isa (small planes) or we, wp are NULL (larger ones);
+ * KILN_ERR_NOMEM when scratch cannot be had. */
 kiln_code kiln_conv_block_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *d, int64_t c,
                               int64_t m, const kiln_conv_block_f32_args *a);
 

@@ -1,14 +1,33 @@
-/* An inverted residual block (MobileNetV2's expansion, depthwise, projection) in one call on
- * small planes, its inner tensors kept channels-last. See kiln_conv_block_f32 in
- * kernels/conv2d_f32.h. */
+/* An inverted residual block (MobileNetV2's expansion, depthwise, projection) in one call:
+ * small planes whole and channels-last, larger ones in bands of rows. See kiln_conv_block_f32
+ * in kernels/conv2d_f32.h. */
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+
 #include "kernels/conv_internal.h"
 #include "kernels/scratch.h"
+
+/* Input planes of at most this many pixels run whole, channels-last, their GEMMs on the pool.
+ * Larger ones run in bands of output rows, each thread its own rows: a band's expanded rows
+ * stay in L2 (MobileNetV2's whole 96 x 112x112 is 4.8 MB), and at several threads each core
+ * reads the rows it wrote (the convolutions one by one split the channels, so every node reads
+ * what the other core wrote). */
+enum { BLOCK_WHOLE_PLANE = 256 };
+/* Floats of expanded input rows per band (640 KiB: with the band's depthwise rows within a
+ * 1 MiB L2). */
+enum { BAND_FLOATS = 160 * 1024 };
 
 int kiln_conv_block_f32_ok(const kiln_conv2d_f32_params *d, int64_t c, int64_t m, const kiln_act *e_act,
                            const kiln_act *d_act, int isa) {
 #ifdef KILN_HAVE_X86_KERNELS
-  return d && c >= 1 && m >= 1 && d->n >= 1 && kiln_dw_cb_f32_fits(d, isa) && act_inline(e_act) &&
-         act_inline(d_act);
+  if (!d || c < 1 || m < 1 || d->n < 1 || !act_inline(e_act) || !act_inline(d_act)) return 0;
+  if (d->h * d->w <= BLOCK_WHOLE_PLANE) return kiln_dw_cb_f32_fits(d, isa);
+  /* bands: AVX-512 as the small planes; depthwise with multiplier 1; every GEMM of two rows
+   * and two columns or more (one would take a matrix-vector path, which sums in another order
+   * than the convolutions one by one) */
+  return isa >= KILN_ISA_AVX512 && d->group == d->c && d->m == d->c && d->c >= 2 && m >= 2 && d->w >= 2 &&
+         d->ow >= 2;
 #else
   (void)d, (void)c, (void)m, (void)e_act, (void)d_act, (void)isa;
   return 0;
@@ -18,13 +37,138 @@ int kiln_conv_block_f32_ok(const kiln_conv2d_f32_params *d, int64_t c, int64_t m
 /* Floats rounded up to whole cache lines, so each part of the scratch stays 64-byte aligned. */
 static size_t lines(int64_t floats) { return ((size_t)floats + 15) / 16 * 16; }
 
-kiln_code kiln_conv_block_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *d, int64_t c,
-                              int64_t m, const kiln_conv_block_f32_args *a) {
-  if (!kiln_conv_block_f32_ok(d, c, m, &a->e_ep.act, &a->d_ep.act, isa) || !a->we_t || !a->wp_t ||
-      kiln_gemm_packed_b_isa(a->we_t) != isa || kiln_gemm_packed_b_isa(a->wp_t) != isa ||
-      kiln_gemm_packed_b_k(a->we_t) != (size_t)c || kiln_gemm_packed_b_n(a->we_t) != (size_t)d->c ||
-      kiln_gemm_packed_b_k(a->wp_t) != (size_t)d->c || kiln_gemm_packed_b_n(a->wp_t) != (size_t)m)
-    return KILN_ERR_UNSUPPORTED;
+/* ---- large planes: bands of output rows ------------------------------------------------ */
+
+typedef struct band_job {
+  const kiln_conv_block_f32_args *a;
+  const kiln_conv2d_f32_params *d;
+  int isa;
+  int64_t c, m, ob;                  /* input and output channels, output rows per band */
+  int64_t parts;                     /* row ranges per image (one per thread) */
+  size_t e_floats, d_floats, per_thread;
+  float *mem;
+  atomic_int *err;
+} band_job;
+
+/* Input rows [*iy0, *iy1) that output rows [oy0, oy1) read, and the band's depthwise
+ * parameters over them (padding above only where the band reaches above the plane). */
+static kiln_conv2d_f32_params band_params(const kiln_conv2d_f32_params *d, int64_t oy0, int64_t oy1, int64_t *iy0,
+                                          int64_t *iy1) {
+  int64_t top = oy0 * d->sh - d->pt, bot = (oy1 - 1) * d->sh - d->pt + (d->kh - 1) * d->dh + 1;
+  *iy0 = top > 0 ? top : 0;
+  *iy1 = bot < d->h ? bot : d->h;
+  kiln_conv2d_f32_params b = *d;
+  b.n = 1;
+  b.h = *iy1 - *iy0;
+  b.pt = *iy0 - top;
+  b.oh = oy1 - oy0;
+  return b;
+}
+
+/* One band: E (ce planes of the band's input rows, in e) from the rows the band before left
+ * there (its first input row and count; none: prev_rows 0) and the expansion of the rest, the
+ * depthwise into dd, the projection into the output rows. */
+static kiln_code band_run(const band_job *j, const float *x, int64_t nn, int64_t oy0, int64_t oy1, int64_t prev0,
+                          int64_t prev_rows, float *e, float *dd) {
+  const kiln_conv2d_f32_params *d = j->d;
+  const kiln_conv_block_f32_args *a = j->a;
+  const int64_t w = d->w, ce = d->c, hw = d->h * d->w, ohw = d->oh * d->ow;
+  int64_t iy0, iy1;
+  kiln_conv2d_f32_params bp = band_params(d, oy0, oy1, &iy0, &iy1);
+  int64_t rows = iy1 - iy0;
+  /* The shared rows move to the front of each plane, plane after plane: with planes no longer
+   * than before, no move overwrites rows still to be moved. */
+  int64_t keep = rows <= prev_rows && prev0 <= iy0 && prev0 + prev_rows > iy0 ? prev0 + prev_rows - iy0 : 0;
+  for (int64_t k = 0; k < ce && keep; k++)
+    memmove(e + k * rows * w, e + (k * prev_rows + iy0 - prev0) * w, sizeof(float) * (size_t)(keep * w));
+  kiln_gemm_ctx g = {NULL, j->isa};
+  kiln_gemm_epilogue ge = {.act = a->e_ep.act};
+  kiln_code rc = KILN_OK;
+  if (keep < rows)
+    rc = kiln_gemm_f32_rows(&g, 0, 0, (size_t)ce, (size_t)((rows - keep) * w), (size_t)j->c, 1.0f, a->we,
+                            (size_t)j->c, x + (iy0 + keep) * w, (size_t)hw, 0.0f, e + keep * w, (size_t)(rows * w),
+                            &ge, a->e_ep.bias, NULL);
+  if (rc) return rc;
+  kiln_conv2d_f32_epilogue dep = {a->d_ep.bias, NULL, a->d_ep.act};
+  kiln_conv2d_dw_f32(NULL, j->isa, &bp, e, a->wd, &dep, dd);
+  int64_t yo = nn * j->m * ohw + oy0 * d->ow, nq = (oy1 - oy0) * d->ow;
+  kiln_gemm_epilogue gp = {.act = a->p_ep.act, .residual = a->p_ep.residual ? a->p_ep.residual + yo : NULL,
+                           .ldr = (size_t)ohw};
+  return kiln_gemm_f32_rows(&g, 0, 0, (size_t)j->m, (size_t)nq, (size_t)ce, 1.0f, a->wp, (size_t)ce, dd, (size_t)nq,
+                            0.0f, a->y + yo, (size_t)ohw, &gp, a->p_ep.bias, NULL);
+}
+
+/* Output rows [oy0, oy1) of image nn, band by band. */
+static kiln_code band_range(const band_job *j, int64_t nn, int64_t oy0, int64_t oy1, float *mem) {
+  const float *x = j->a->x + nn * j->c * j->d->h * j->d->w;
+  float *e = mem, *dd = mem + j->e_floats;
+  int64_t prev0 = 0, prev_rows = 0;
+  for (int64_t b0 = oy0; b0 < oy1; b0 += j->ob) {
+    int64_t b1 = b0 + j->ob < oy1 ? b0 + j->ob : oy1, iy0, iy1;
+    kiln_code rc = band_run(j, x, nn, b0, b1, prev0, prev_rows, e, dd);
+    if (rc) return rc;
+    band_params(j->d, b0, b1, &iy0, &iy1);
+    prev0 = iy0;
+    prev_rows = iy1 - iy0;
+  }
+  return KILN_OK;
+}
+
+static void band_task(void *ctx, size_t begin, size_t end, int ti) {
+  const band_job *j = ctx;
+  for (size_t i = begin; i < end && atomic_load_explicit(j->err, memory_order_relaxed) == KILN_OK; i++) {
+    int64_t nn = (int64_t)i / j->parts, part = (int64_t)i % j->parts, oh = j->d->oh;
+    kiln_code rc = band_range(j, nn, oh * part / j->parts, oh * (part + 1) / j->parts,
+                              j->mem + (size_t)ti * j->per_thread);
+    if (rc) {
+      int none = KILN_OK;
+      atomic_compare_exchange_strong(j->err, &none, (int)rc);
+    }
+  }
+}
+
+/* Output rows per band: the most whose input rows of expanded channels stay within
+ * BAND_FLOATS, in eights or else fours where there are enough (the depthwise kernel takes 8,
+ * 7 or 4 rows at a time). */
+static int64_t band_rows(const kiln_conv2d_f32_params *d) {
+  int64_t per_row = d->w * d->c, best = 1;
+  for (int64_t r = 1; r <= d->oh; r++) {
+    bool fits = ((r - 1) * d->sh + (d->kh - 1) * d->dh + 1) * per_row <= BAND_FLOATS;
+    if (fits && (r % 8 == 0 || (r % 4 == 0 && best % 8) || best < 4)) best = r;
+  }
+  return best;
+}
+
+static kiln_code block_bands(kiln_threadpool *pool, const kiln_conv_block_f32_args *a, int isa,
+                             const kiln_conv2d_f32_params *d, int64_t c, int64_t m) {
+  int nthr = kiln_threadpool_size(pool);
+  band_job j;
+  memset(&j, 0, sizeof j);
+  j.a = a;
+  j.d = d;
+  j.isa = isa;
+  j.c = c;
+  j.m = m;
+  j.ob = band_rows(d);
+  j.parts = d->oh < nthr ? d->oh : nthr;
+  int64_t rows = (j.ob - 1) * d->sh + (d->kh - 1) * d->dh + 1; /* input rows of a band, at most */
+  j.e_floats = lines(rows * d->w * d->c);
+  j.d_floats = lines(j.ob * d->ow * d->c);
+  j.per_thread = j.e_floats + j.d_floats;
+  /* by thread id; not the convolutions' slot, which the depthwise kernel takes inside */
+  j.mem = kiln_scratch_get(KILN_SCRATCH_BLOCK, sizeof(float) * j.per_thread * (size_t)nthr);
+  if (!j.mem) return KILN_ERR_NOMEM;
+  atomic_int err;
+  atomic_init(&err, KILN_OK);
+  j.err = &err;
+  kiln_parallel_for(pool, (size_t)(d->n * j.parts), band_task, &j, 0);
+  return (kiln_code)atomic_load(&err);
+}
+
+/* ---- small planes: whole, channels-last, the GEMMs on the pool ------------------------- */
+
+static kiln_code block_whole(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *d, int64_t c, int64_t m,
+                             const kiln_conv_block_f32_args *a) {
   const int64_t ce = d->c, hw = d->h * d->w, ohw = d->oh * d->ow;
   kiln_conv2d_f32_params d1 = *d;
   d1.n = 1;
@@ -50,4 +194,15 @@ kiln_code kiln_conv_block_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_
                             &a->p_ep.act, a->y + yoff);
   }
   return KILN_OK;
+}
+
+kiln_code kiln_conv_block_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *d, int64_t c,
+                              int64_t m, const kiln_conv_block_f32_args *a) {
+  if (!kiln_conv_block_f32_ok(d, c, m, &a->e_ep.act, &a->d_ep.act, isa)) return KILN_ERR_UNSUPPORTED;
+  if (d->h * d->w > BLOCK_WHOLE_PLANE) return a->we && a->wp ? block_bands(pool, a, isa, d, c, m) : KILN_ERR_UNSUPPORTED;
+  if (!a->we_t || !a->wp_t || kiln_gemm_packed_b_isa(a->we_t) != isa || kiln_gemm_packed_b_isa(a->wp_t) != isa ||
+      kiln_gemm_packed_b_k(a->we_t) != (size_t)c || kiln_gemm_packed_b_n(a->we_t) != (size_t)d->c ||
+      kiln_gemm_packed_b_k(a->wp_t) != (size_t)d->c || kiln_gemm_packed_b_n(a->wp_t) != (size_t)m)
+    return KILN_ERR_UNSUPPORTED;
+  return block_whole(pool, isa, d, c, m, a);
 }

@@ -239,9 +239,10 @@ typedef struct dw3_prefetch {
 } dw3_prefetch;
 enum { DW3_PREFETCH_MIN = 8192 }; /* plane bytes */
 
-/* Output rows per block: 7 where that divides the plane and 8 does not (28, 14, 7 rows), so
- * that no block computes rows past the end. */
+/* Output rows per block: 7 where that divides the plane and 8 does not (28, 14, 7 rows), 4 on
+ * planes of at most 4 rows, so that no block computes rows past the end. */
 static int dw3_rows(const kiln_conv2d_f32_params *p) {
+  if (p->oh <= 4 && p->sh == p->sw) return 4; /* bands of an inverted residual block (conv_block_f32.c) */
   return p->oh % 8 && p->oh % 7 == 0 && p->sh == p->sw ? 7 : DW3_ROWS;
 }
 
@@ -311,8 +312,12 @@ V512 void dw3_plane(const kiln_conv2d_f32_params *p, const float *xp, const floa
 T512 static void dw3_plane_avx512(const kiln_conv2d_f32_params *p, const float *xp, const float *wk,
                                   float bv, const float *rp, const kiln_act *act, float *yp,
                                   const dw3_prefetch *c, const float *zero) {
-  bool r7 = dw3_rows(p) == 7; /* only with sh == sw */
-  if (p->sh == 1 && p->sw == 1 && r7)
+  bool r7 = dw3_rows(p) == 7, r4 = dw3_rows(p) == 4; /* only with sh == sw */
+  if (p->sh == 1 && p->sw == 1 && r4)
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 1, 1, 4);
+  else if (p->sh == 2 && p->sw == 2 && r4)
+    dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 2, 2, 4);
+  else if (p->sh == 1 && p->sw == 1 && r7)
     dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 1, 1, 7);
   else if (p->sh == 1 && p->sw == 1)
     dw3_plane(p, xp, wk, bv, rp, act, yp, c, zero, 1, 1, 8);

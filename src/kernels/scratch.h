@@ -11,7 +11,8 @@ enum {
   KILN_SCRATCH_GEMM = 0, /* the float32 GEMM's packing buffers */
   KILN_SCRATCH_AMX = 1,  /* the AMX GEMMs' split operands and partial sums */
   KILN_SCRATCH_CONV = 2, /* kiln_conv2d_f32's im2col blocks, C^T, padded input, Winograd V and O */
-  KILN_SCRATCH_SLOTS = 3
+  KILN_SCRATCH_BLOCK = 3, /* kiln_conv_block_f32's bands (which call the convolutions above) */
+  KILN_SCRATCH_SLOTS = 4
 };
 
 /* A 64-byte aligned buffer of at least `bytes` bytes for this thread and slot; NULL when out

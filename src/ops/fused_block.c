@@ -3,11 +3,13 @@
  *   Conv 1x1 (We, Be) -> Relu|Clip -> Conv depthwise (Wd, Bd) -> Relu|Clip -> Conv 1x1 (Wp, Bp) [-> Add R]
  * Attributes: the depthwise Conv's (kernel_shape, strides, pads, dilations, group), its
  * activation (activation, act_alpha, act_beta) and the expansion's (expand_activation,
- * expand_act_alpha, expand_act_beta). It runs kernels/conv2d_f32's kiln_conv_block_f32, whose
- * expanded and depthwise tensors stay channels-last in scratch instead of going through NCHW
- * (two register-transpose passes each); We^T and Wp^T are packed once, in the node's cache.
+ * expand_act_alpha, expand_act_beta). It runs kernels/conv2d_f32's kiln_conv_block_f32: on
+ * small planes the expanded and depthwise tensors stay channels-last in scratch instead of
+ * going through NCHW (two register-transpose passes each), with We^T and Wp^T packed once, in
+ * the node's cache; larger planes go in bands of rows, each thread its own, with We and Wp as
+ * they are.
  * Where the kernel does not apply, the node fails and runs its chain (src/opt/fuse_conv.c fuses
- * only where it applies: AVX-512 without AMX, input planes of at most 256 pixels). */
+ * only where it applies: AVX-512 without AMX, input planes of known size). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,7 +117,8 @@ static kiln_code block_run(kiln_kctx *c) {
   if (!pk) return kiln_kunsup(c, "the block needs constant 1x1 weights");
   kiln_tensor *y = kiln_out_uninit(c, 0, KILN_FLOAT, 4, dims); /* the kernel writes every element */
   if (!y) return KILN_ERR_NOMEM;
-  kiln_conv_block_f32_args a = {.x = kiln_in(c, IN_X)->data, .we_t = pk->we_t,
+  kiln_conv_block_f32_args a = {.x = kiln_in(c, IN_X)->data, .we = kiln_in(c, IN_WE)->data,
+                                .wp = kiln_in(c, IN_WP)->data, .we_t = pk->we_t,
                                 .e_ep = {bias_of(kiln_in(c, IN_BE)), NULL, ae}, .wd = kiln_in(c, IN_WD)->data,
                                 .d_ep = {bias_of(kiln_in(c, IN_BD)), NULL, ad}, .wp_t = pk->wp_t,
                                 .p_ep = {bias_of(kiln_in(c, IN_BP)), r ? (const float *)r->data : NULL,

@@ -1,5 +1,6 @@
 """Conv 1x1 -> Relu|Clip -> depthwise Conv -> Relu|Clip -> Conv 1x1 [-> Add] -> FusedConvBlock
-(MobileNetV2's inverted residual blocks on small planes): which chains fuse, and that the fused
+(MobileNetV2's inverted residual blocks: small planes whole, larger ones in bands of rows): which
+chains fuse, and that the fused
 node gives the bytes of the chain it replaced (the same sums in the same order, its inner tensors
 kept channels-last), by default, at a symbolic batch of 2, and when it falls back to the chain.
 Only AVX-512 CPUs without AMX (or with KILN_AMX=0) have the block kernel; elsewhere nothing fuses
@@ -53,7 +54,10 @@ cases = [("r14", block("cb_r14", 64, 384, 64, 14, 14, res=True)),          # Mob
          ("r7", block("cb_r7", 160, 960, 160, 7, 7, res=True)),
          ("relu", block("cb_relu", 24, 72, 40, 9, 13, k=5, acts=("Relu", "Relu"))),  # partial blocks of 16
          ("batch", block("cb_batch", 32, 96, 32, 8, 8, res=True, batch="N")),
-         ("bn", block("cb_bn", 16, 64, 24, 10, 10, bn=True))]
+         ("bn", block("cb_bn", 16, 64, 24, 10, 10, bn=True)),
+         ("28", block("cb_28", 32, 192, 32, 28, 28, res=True)),            # bands of rows from here
+         ("112s2", block("cb_112s2", 16, 96, 24, 112, 112, s=2)),
+         ("56bn", block("cb_56bn", 24, 144, 24, 56, 56, res=True, batch="N", bn=True))]
 for tag, p in cases:
     ops, text = optimized_ops(p)
     if has_block:
@@ -61,16 +65,17 @@ for tag, p in cases:
     else:
         check(ops is not None and "FusedConvBlock" not in ops, f"{tag}: no block kernel here, not fused: {ops}")
     # level 0 keeps the BatchNormalization apart (other roundings)
-    check_fused_bytes(p, tag, "FusedConvBlock", *(["--dim", "N=2"] if tag == "batch" else []), level0=tag != "bn")
+    check_fused_bytes(p, tag, "FusedConvBlock", *(["--dim", "N=2"] if tag in ("batch", "56bn") else []),
+                      level0=tag not in ("bn", "56bn"))
 
 # verify_fusions: the fused node is run against its chain and reported as agreeing
 if has_block:
     rc, text = kiln("validate", cases[0][1], "--per-fusion")
     check(rc == 0 and re.search(r"FusedConvBlock +6 +\S+ +\S+ +ok$", text, re.M), "per-fusion: " + text)
 
-# not fused: a 28x28 input plane (784 pixels), the expansion's activation read elsewhere, a
+# not fused: bands of rows one column wide out, the expansion's activation read elsewhere, a
 # depthwise channel multiplier of 2, HardSwish (not applied in registers), spatial dims unknown
-not_fused = [block("cb_28", 32, 192, 32, 28, 28),
+not_fused = [block("cb_narrow", 8, 32, 8, 300, 2, s=2),
              block("cb_fan", 16, 64, 16, 7, 7, fan_out=True),
              block("cb_mult", 16, 32, 16, 7, 7, mult=2),
              block("cb_hsig", 16, 64, 16, 7, 7, acts=("HardSigmoid", "Clip")),

@@ -1,6 +1,7 @@
 /* kiln_conv_block_f32 (an inverted residual block in one call) against the same three
  * convolutions run one by one through kiln_conv2d_f32: MobileNetV2's blocks on 14x14 and 7x7
- * (with and without the residual, stride 1 and 2), odd channel counts (partial blocks of 16),
+ * (with and without the residual, stride 1 and 2), its blocks on 112x112 and 56x56 (bands of
+ * rows), odd channel counts (partial blocks of 16),
  * other kernels and pads, a batch of 2, activations before the projection (clip, relu, none)
  * and after it (none, hard-swish: applied after the write-back); byte-equal to the convolutions
  * one by one (but on planes of one pixel), and 1 and 2 threads byte-equal. Where the CPU has no AVX-512, that the block declines (the graph then runs
@@ -51,8 +52,8 @@ static int check(kiln_threadpool *pool2, const shape *s, int ea, int da, int pa)
   kiln_gemm_packed_b *we_t = NULL, *wp_t = NULL;
   CHECK(kiln_gemm_pack_b(isa, 1, (size_t)s->c, (size_t)s->ce, we, (size_t)s->c, &we_t, NULL) == KILN_OK);
   CHECK(kiln_gemm_pack_b(isa, 1, (size_t)s->ce, (size_t)s->m, wp, (size_t)s->ce, &wp_t, NULL) == KILN_OK);
-  kiln_conv_block_f32_args a = {.x = x, .we_t = we_t, .e_ep = {be, NULL, ae}, .wd = wd, .d_ep = {bd, NULL, ad},
-                                .wp_t = wp_t, .p_ep = {bp, r, ap}, .y = y1};
+  kiln_conv_block_f32_args a = {.x = x, .we = we, .wp = wp, .we_t = we_t, .e_ep = {be, NULL, ae}, .wd = wd,
+                                .d_ep = {bd, NULL, ad}, .wp_t = wp_t, .p_ep = {bp, r, ap}, .y = y1};
   CHECK(kiln_conv_block_f32_ok(&pd, s->c, s->m, &ae, &ad, isa));
   CHECK(kiln_conv_block_f32(NULL, isa, &pd, s->c, s->m, &a) == KILN_OK);
   a.y = y2;
@@ -71,11 +72,17 @@ static int check(kiln_threadpool *pool2, const shape *s, int ea, int da, int pa)
                 ref[i]);
     }
   }
-  /* declined, with nothing written: packs of another size, a non-inline activation inside */
+  /* declined, with nothing written: packs of another size (small planes), no 1x1 weights as
+   * they are (bands), a non-inline activation inside */
   kiln_conv_block_f32_args wrong = a;
-  wrong.we_t = wp_t;
-  wrong.wp_t = we_t;
-  if (s->c != s->ce || s->ce != s->m) CHECK(kiln_conv_block_f32(NULL, isa, &pd, s->c, s->m, &wrong) == KILN_ERR_UNSUPPORTED);
+  if (hw <= 256) {
+    wrong.we_t = wp_t;
+    wrong.wp_t = we_t;
+  } else {
+    wrong.we = NULL;
+  }
+  if (s->c != s->ce || s->ce != s->m || hw > 256)
+    CHECK(kiln_conv_block_f32(NULL, isa, &pd, s->c, s->m, &wrong) == KILN_ERR_UNSUPPORTED);
   kiln_act hs = kt_act(3);
   CHECK(!kiln_conv_block_f32_ok(&pd, s->c, s->m, &hs, &ad, isa));
   kiln_gemm_packed_b_free(we_t);
@@ -101,6 +108,11 @@ int main(void) {
       {1, 160, 960, 320, 7, 7, 3, 1, 1, 0},  {2, 5, 20, 7, 9, 11, 3, 1, 1, 1},
       {1, 3, 40, 5, 6, 6, 3, 2, 1, 0},       {2, 8, 16, 8, 1, 1, 3, 1, 1, 1},
       {1, 4, 33, 6, 8, 8, 5, 1, 2, 1},       {1, 24, 144, 24, 16, 16, 3, 1, 1, 1},
+      /* planes over 256 pixels: bands of rows, each thread its own rows */
+      {1, 16, 96, 24, 112, 112, 3, 2, 1, 0}, {1, 24, 144, 24, 56, 56, 3, 1, 1, 1},
+      {2, 5, 20, 7, 23, 19, 3, 2, 1, 1},     {2, 4, 33, 6, 30, 17, 5, 1, 2, 1},
+      {1, 8, 400, 8, 21, 200, 3, 1, 1, 0}, /* one output row per band */
+      {1, 6, 40, 9, 300, 2, 3, 1, 1, 1},   /* narrow: two columns */
   };
   int cases = 0;
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
