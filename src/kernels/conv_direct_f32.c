@@ -24,6 +24,7 @@
 
 #include "kernels/conv_direct.h"
 #include "kernels/conv_internal.h"
+#include "kernels/scratch.h"
 
 /* Channels per block: 8 broadcasts per tap against up to 3 input vectors. */
 enum { CB = KILN_DIR_CB, MAX_NS = 3 };
@@ -138,11 +139,13 @@ T512 static void pool_band(const kiln_dir_pool_ctx *pc, int64_t nn, int64_t q0, 
 #include "kernels/conv_direct_tasks.h"
 
 /* The context of a direct convolution whose threads compute up to `cap` output rows per
- * region fill, with `extra` floats per thread after their region (aligned); *buf receives the
- * memory to free. */
+ * region fill, with `extra` floats per thread after their region (aligned), in this thread's
+ * scratch (not a malloc per call: in a network the scratch lines other convolutions just used
+ * are still in cache; MobileNetV2's stem took 0.476 against 0.524 ms, kiln profile, thread
+ * time, 1 thread, AMD EPYC Zen 5, avx512). */
 static kiln_code dir_setup(int64_t nthr, const kiln_conv2d_f32_params *p, const float *x,
                            const float *w, const kiln_conv2d_f32_epilogue *ep, float *y,
-                           int64_t cap, size_t extra, dir_ctx *d, float **buf) {
+                           int64_t cap, size_t extra, dir_ctx *d) {
   int64_t taps = p->c * p->kh * p->kw, mb = (p->m + CB - 1) / CB;
   /* buffer rows reach row (oh - 1) * sh + (kh - 1) * dh; phase rows reach element
    * (vectors of the row) * 16 - 1 + (kw - 1) * dw / sw, and are whole cache lines from an
@@ -152,9 +155,9 @@ static kiln_code dir_setup(int64_t nthr, const kiln_conv2d_f32_params *p, const 
   size_t region = ((size_t)(p->c * hp * p->sw * t) + extra + 15) / 16 * 16; /* 64-byte steps */
   size_t xbn = region * (size_t)nthr;
   size_t wbn = (size_t)(mb * taps * CB);
-  *buf = kiln_malloc(sizeof(float) * (xbn + wbn + (size_t)(mb * CB) + 15) + sizeof(int64_t) * (size_t)taps);
-  if (!*buf) return KILN_ERR_NOMEM;
-  float *xb = (float *)(void *)(((uintptr_t)*buf + 63) & ~(uintptr_t)63);
+  float *xb = kiln_scratch_get(KILN_SCRATCH_CONV, sizeof(float) * (xbn + wbn + (size_t)(mb * CB)) +
+                                                     sizeof(int64_t) * (size_t)taps);
+  if (!xb) return KILN_ERR_NOMEM;
   float *wb = xb + xbn, *bias = wb + wbn;
   int64_t *off = (int64_t *)(void *)(bias + mb * CB);
   for (int64_t co = 0; co < mb * CB; co++) bias[co] = ep->bias && co < p->m ? ep->bias[co] : 0.0f;
@@ -181,14 +184,12 @@ kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv
   int64_t cap = (rows + nthr - 1) / nthr; /* the static share of one thread */
   if (cap > p->oh) cap = p->oh;
   dir_ctx d;
-  float *buf;
-  kiln_code rc = dir_setup(nthr, p, x, w, ep, y, cap, 0, &d, &buf);
+  kiln_code rc = dir_setup(nthr, p, x, w, ep, y, cap, 0, &d);
   if (rc) return rc;
   /* one contiguous range of rows per thread: taken in passes from a shared counter, the
    * rows interleave between the threads and measured 10-50% slower at 2 threads */
   kiln_parallel_for(pool, (size_t)rows, isa >= KILN_ISA_AVX512 ? row_task : kiln_conv_direct_rows_avx2,
                     &d, 0);
-  free(buf);
   return KILN_OK;
 }
 
@@ -281,8 +282,7 @@ kiln_code kiln_conv2d_f32_maxpool(kiln_threadpool *pool, int isa, const kiln_con
   if (rows_cap > p->oh) rows_cap = p->oh;
   size_t extra = (size_t)(p->m * rows_cap * p->ow) + 16 + (size_t)(2 * ((q->ow + 15) / 16 * 16) + 64);
   pool_ctx pc;
-  float *buf;
-  kiln_code rc = dir_setup(nthr, p, x, w, ep, NULL, rows_cap, extra, &pc.d, &buf);
+  kiln_code rc = dir_setup(nthr, p, x, w, ep, NULL, rows_cap, extra, &pc.d);
   if (rc) return rc;
   pc.q = q;
   pc.band = band;
@@ -291,7 +291,6 @@ kiln_code kiln_conv2d_f32_maxpool(kiln_threadpool *pool, int isa, const kiln_con
   pc.y = y;
   kiln_parallel_for(pool, (size_t)(p->n * pc.tasks_per_image),
                     isa >= KILN_ISA_AVX512 ? pool_task : kiln_conv_direct_pool_avx2, &pc, 0);
-  free(buf);
   return KILN_OK;
 }
 
