@@ -74,13 +74,26 @@ static void probe_x86(kiln_cpu_features *f) {
   if (!f->os_amx) f->amx_tile = f->amx_bf16 = f->amx_int8 = 0;
 }
 
+/* AMD's older cache leaves, where the topology extensions are off (a 2-vCPU AMD EPYC guest
+ * showed them off, with 0x80000005/6 intact): L1d KiB in 0x80000005 ECX[31:24], L2 KiB in
+ * 0x80000006 ECX[31:16]. Their L3 field is left out: that guest reported 508 MB. */
+static void probe_caches_amd_legacy(size_t *bytes) {
+  unsigned int a, b, c, d;
+  if (!__get_cpuid(0x80000000, &a, &b, &c, &d) || a < 0x80000006) return;
+  if (__get_cpuid(0x80000005, &a, &b, &c, &d) && !bytes[1]) bytes[1] = (size_t)(c >> 24) << 10;
+  if (__get_cpuid(0x80000006, &a, &b, &c, &d) && !bytes[2]) bytes[2] = (size_t)(c >> 16) << 10;
+}
+
 /* The deterministic cache parameters: leaf 4 (Intel) or 0x8000001D (AMD, with topology
- * extensions), one subleaf per cache: type in EAX[4:0] (1 data, 3 unified), level EAX[7:5],
- * size = ways x partitions x line x sets. */
+ * extensions, else the older leaves), one subleaf per cache: type in EAX[4:0] (1 data, 3
+ * unified), level EAX[7:5], size = ways x partitions x line x sets. */
 static void probe_caches_x86(const kiln_cpu_features *f, size_t *bytes) {
   unsigned int a, b, c, d, leaf = 4;
   if (!strcmp(f->vendor, "AuthenticAMD") || !strcmp(f->vendor, "HygonGenuine")) {
-    if (!__get_cpuid(0x80000001, &a, &b, &c, &d) || !((c >> 22) & 1)) return;
+    if (!__get_cpuid(0x80000001, &a, &b, &c, &d) || !((c >> 22) & 1)) {
+      probe_caches_amd_legacy(bytes);
+      return;
+    }
     leaf = 0x8000001D;
   } else {
     unsigned int max_leaf;

@@ -281,6 +281,8 @@ static void test_derived_blocking(void) {
   size_t l1 = kiln_cpu_cache_bytes(1), l2 = kiln_cpu_cache_bytes(2), l3 = kiln_cpu_cache_bytes(3);
   printf("caches: L1d %zu, L2 %zu, L3 %zu bytes\n", l1, l2, l3);
   CHECK(kiln_cpu_cache_bytes(0) == 0 && kiln_cpu_cache_bytes(4) == 0);
+  /* every x86 CPU with AVX2 says its L1d and L2 (leaf 4, AMD's 0x8000001D or 0x80000005/6) */
+  if (kiln_cpu_isa_max() >= KILN_ISA_AVX2) CHECK(l1 && l2);
   if (l1) CHECK(l1 >= 4096 && l1 <= (1u << 20));
   if (l1 && l2) CHECK(l1 <= l2);
   if (l2 && l3) CHECK(l2 <= l3);
