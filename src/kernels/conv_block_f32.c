@@ -50,11 +50,14 @@ typedef struct band_job {
   atomic_int *err;
 } band_job;
 
+/* Input rows that r output rows of d read. */
+static int64_t in_rows(const kiln_conv2d_f32_params *d, int64_t r) { return (r - 1) * d->sh + (d->kh - 1) * d->dh + 1; }
+
 /* Input rows [*iy0, *iy1) that output rows [oy0, oy1) read, and the band's depthwise
  * parameters over them (padding above only where the band reaches above the plane). */
 static kiln_conv2d_f32_params band_params(const kiln_conv2d_f32_params *d, int64_t oy0, int64_t oy1, int64_t *iy0,
                                           int64_t *iy1) {
-  int64_t top = oy0 * d->sh - d->pt, bot = (oy1 - 1) * d->sh - d->pt + (d->kh - 1) * d->dh + 1;
+  int64_t top = oy0 * d->sh - d->pt, bot = top + in_rows(d, oy1 - oy0);
   *iy0 = top > 0 ? top : 0;
   *iy1 = bot < d->h ? bot : d->h;
   kiln_conv2d_f32_params b = *d;
@@ -133,7 +136,7 @@ static void band_task(void *ctx, size_t begin, size_t end, int ti) {
 static int64_t band_rows(const kiln_conv2d_f32_params *d) {
   int64_t per_row = d->w * d->c, best = 1;
   for (int64_t r = 1; r <= d->oh; r++) {
-    bool fits = ((r - 1) * d->sh + (d->kh - 1) * d->dh + 1) * per_row <= BAND_FLOATS;
+    bool fits = in_rows(d, r) * per_row <= BAND_FLOATS;
     if (fits && (r % 8 == 0 || (r % 4 == 0 && best % 8) || best < 4)) best = r;
   }
   return best;
@@ -151,7 +154,7 @@ static kiln_code block_bands(kiln_threadpool *pool, const kiln_conv_block_f32_ar
   j.m = m;
   j.ob = band_rows(d);
   j.parts = d->oh < nthr ? d->oh : nthr;
-  int64_t rows = (j.ob - 1) * d->sh + (d->kh - 1) * d->dh + 1; /* input rows of a band, at most */
+  int64_t rows = in_rows(d, j.ob); /* input rows of a band, at most */
   j.e_floats = lines(rows * d->w * d->c);
   j.d_floats = lines(j.ob * d->ow * d->c);
   j.per_thread = j.e_floats + j.d_floats;
