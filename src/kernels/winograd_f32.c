@@ -638,9 +638,11 @@ static void wino_priv_task(void *ctx, size_t begin, size_t end, int ti) {
  * (weights 1.3-4.9x) took 0.117-0.192 ms against 0.149-0.227 (kiln profile, 6 of 7 nodes
  * faster), the whole model 0.967 of its time, ResNet-18 0.983 and ResNet-50 0.988 (their
  * 128 -> 128 on 28x28, 2.9x). ResNet-50's 256 -> 256 on 14x14 (10.5x) was slower cut by rows
- * (0.64 against 0.55 ms). AMD EPYC Zen 5, avx512, kiln bench, 10 alternations. Blocks keep
- * 16 columns or more (GEMMs, not matrix-vector products: a column's result does not depend
- * on the cut). More threads would each read every weight plane too: they keep the channel
+ * (0.64 against 0.55 ms). AMD EPYC Zen 5, avx512, kiln bench, 10 alternations, in a busy
+ * period of the host (SqueezeNet 3.3-3.9 ms at 2 threads); in its middle periods (2.6-2.8 ms)
+ * SqueezeNet took 0.99 of its time cut by rows (40 alternations), in its quiet ones (1.9 ms)
+ * 1.03: the cut pays where moving lines between the cores is dear. Blocks keep 16 columns or
+ * more (GEMMs, not matrix-vector products: a column's result does not depend on the cut). More threads would each read every weight plane too: they keep the channel
  * split until measured. */
 static int wino_split_rows(const kiln_conv2d_f32_params *p, int np, int64_t th, int64_t tw, int nthr) {
   if (nthr != 2 || th < nthr || th / nthr * tw < 16) return 0;
