@@ -147,6 +147,10 @@ typedef struct kiln_conv_block_f32_args {
   float *y;                       /* [n, m, oh, ow] */
 } kiln_conv_block_f32_args;
 
+/* Input planes of at most this many pixels run whole, channels-last; larger ones in bands of
+ * rows (kiln_conv_block_f32). */
+enum { KILN_CONV_BLOCK_WHOLE_PLANE = 256 };
+
 /* 1 when kiln_conv_block_f32 computes a block whose depthwise convolution is d ([n, ce, h, w]
  * -> [n, ce, oh, ow]), with c input and m output channels and these activations, at ISA level
  * isa: AVX-512, relu/clip/none before the projection; on small planes the depthwise kernel's

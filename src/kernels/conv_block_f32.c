@@ -8,12 +8,12 @@
 #include "kernels/conv_internal.h"
 #include "kernels/scratch.h"
 
-/* Input planes of at most this many pixels run whole, channels-last, their GEMMs on the pool.
- * Larger ones run in bands of output rows, each thread its own rows: a band's expanded rows
- * stay in L2 (MobileNetV2's whole 96 x 112x112 is 4.8 MB), and at several threads each core
- * reads the rows it wrote (the convolutions one by one split the channels, so every node reads
- * what the other core wrote). */
-enum { BLOCK_WHOLE_PLANE = 256 };
+/* Input planes of at most KILN_CONV_BLOCK_WHOLE_PLANE pixels run whole, channels-last, their
+ * GEMMs on the pool. Larger ones run in bands of output rows, each thread its own rows: a
+ * band's expanded rows stay in L2 (MobileNetV2's whole 96 x 112x112 is 4.8 MB), and at several
+ * threads each core reads the rows it wrote (the convolutions one by one split the channels,
+ * so every node reads what the other core wrote). */
+
 /* Floats of expanded input rows per band (640 KiB: with the band's depthwise rows within a
  * 1 MiB L2). */
 enum { BAND_FLOATS = 160 * 1024 };
@@ -22,7 +22,7 @@ int kiln_conv_block_f32_ok(const kiln_conv2d_f32_params *d, int64_t c, int64_t m
                            const kiln_act *d_act, int isa) {
 #ifdef KILN_HAVE_X86_KERNELS
   if (!d || c < 1 || m < 1 || d->n < 1 || !act_inline(e_act) || !act_inline(d_act)) return 0;
-  if (d->h * d->w <= BLOCK_WHOLE_PLANE) return kiln_dw_cb_f32_fits(d, isa);
+  if (d->h * d->w <= KILN_CONV_BLOCK_WHOLE_PLANE) return kiln_dw_cb_f32_fits(d, isa);
   /* bands: AVX-512 as the small planes; depthwise with multiplier 1; every GEMM of two rows
    * and two columns or more (one would take a matrix-vector path, which sums in another order
    * than the convolutions one by one) */
@@ -202,7 +202,8 @@ static kiln_code block_whole(kiln_threadpool *pool, int isa, const kiln_conv2d_f
 kiln_code kiln_conv_block_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *d, int64_t c,
                               int64_t m, const kiln_conv_block_f32_args *a) {
   if (!kiln_conv_block_f32_ok(d, c, m, &a->e_ep.act, &a->d_ep.act, isa)) return KILN_ERR_UNSUPPORTED;
-  if (d->h * d->w > BLOCK_WHOLE_PLANE) return a->we && a->wp ? block_bands(pool, a, isa, d, c, m) : KILN_ERR_UNSUPPORTED;
+  if (d->h * d->w > KILN_CONV_BLOCK_WHOLE_PLANE)
+    return a->we && a->wp ? block_bands(pool, a, isa, d, c, m) : KILN_ERR_UNSUPPORTED;
   if (!a->we_t || !a->wp_t || kiln_gemm_packed_b_isa(a->we_t) != isa || kiln_gemm_packed_b_isa(a->wp_t) != isa ||
       kiln_gemm_packed_b_k(a->we_t) != (size_t)c || kiln_gemm_packed_b_n(a->we_t) != (size_t)d->c ||
       kiln_gemm_packed_b_k(a->wp_t) != (size_t)d->c || kiln_gemm_packed_b_n(a->wp_t) != (size_t)m)

@@ -642,8 +642,9 @@ static void wino_priv_task(void *ctx, size_t begin, size_t end, int ti) {
  * period of the host (SqueezeNet 3.3-3.9 ms at 2 threads); in its middle periods (2.6-2.8 ms)
  * SqueezeNet took 0.99 of its time cut by rows (40 alternations), in its quiet ones (1.9 ms)
  * 1.03: the cut pays where moving lines between the cores is dear. Blocks keep 16 columns or
- * more (GEMMs, not matrix-vector products: a column's result does not depend on the cut). More threads would each read every weight plane too: they keep the channel
- * split until measured. */
+ * more (GEMMs, not matrix-vector products: a column's result does not depend on the cut).
+ * More threads would each read every weight plane too: they keep the channel split until
+ * measured. */
 static int wino_split_rows(const kiln_conv2d_f32_params *p, int np, int64_t th, int64_t tw, int nthr) {
   if (nthr != 2 || th < nthr || th / nthr * tw < 16) return 0;
   double wts = (double)np * (double)p->m * (double)p->c;

@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "ir/edit.h"
+#include "kernels/conv2d_f32.h"
 #include "ops/fused.h"
 #include "opt/fuse.h"
 
@@ -293,7 +294,7 @@ kiln_code kiln_pass_fuse_conv_pool(kiln_pass_ctx *ctx, kiln_graph *g, size_t *co
  * an input plane known when the model is compiled: small planes (14x14, 7x7) whole, larger
  * ones in bands of rows, which need two columns or more in and out. */
 
-enum { BLOCK_WHOLE_PLANE = 256, BLOCK_MAX_TAPS = 49 };
+enum { BLOCK_MAX_TAPS = 49 };
 
 static bool plain_pads(const kiln_node *n) {
   const char *ap = kiln_attr_str(n, "auto_pad", "NOTSET");
@@ -312,7 +313,7 @@ static bool pointwise_conv(const kiln_graph *g, const kiln_node *n) {
 /* A plane of known size: small (whole), or at least 2 wide (bands). */
 static bool block_plane(const kiln_type *t) {
   return t->rank == 4 && t->dims[1] > 0 && t->dims[2] > 0 && t->dims[3] > 0 &&
-         (t->dims[2] * t->dims[3] <= BLOCK_WHOLE_PLANE || t->dims[3] >= 2);
+         (t->dims[2] * t->dims[3] <= KILN_CONV_BLOCK_WHOLE_PLANE || t->dims[3] >= 2);
 }
 
 /* The block's first Conv: 1x1 on an input plane of known size. */
@@ -326,9 +327,11 @@ static bool depthwise_conv(const kiln_graph *g, const kiln_node *n) {
   if (!float_conv(g, n) || !plain_pads(n)) return false;
   const kiln_tensor *w = kiln_const_input(g, n, 1);
   const kiln_type *in = kiln_value_type(g, n->in[0]), *out = kiln_value_type(g, n->out[0]);
-  bool whole = in->rank == 4 && in->dims[2] > 0 && in->dims[3] > 0 && in->dims[2] * in->dims[3] <= BLOCK_WHOLE_PLANE;
+  bool whole = in->rank == 4 && in->dims[2] > 0 && in->dims[3] > 0 &&
+               in->dims[2] * in->dims[3] <= KILN_CONV_BLOCK_WHOLE_PLANE;
   return w->rank == 4 && w->dims[1] == 1 && kiln_attr_int(n, "group", 1) == w->dims[0] &&
-         w->dims[2] * w->dims[3] <= BLOCK_MAX_TAPS && (whole || (out->rank == 4 && out->dims[3] >= 2 && w->dims[0] >= 2));
+         w->dims[2] * w->dims[3] <= BLOCK_MAX_TAPS &&
+         (whole || (out->rank == 4 && out->dims[3] >= 2 && w->dims[0] >= 2));
 }
 
 static const kiln_pattern block_patterns[] = {
