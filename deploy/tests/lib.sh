@@ -41,11 +41,15 @@ start_replicas() {
   local n=$1; shift
   local ports; ports=$(free_ports 4)
   lb_port=$(echo "$ports" | sed -n 1p)
-  base_port=$(/usr/bin/python3 - "$n" <<'PY'
+  # the replicas' range must not hold nginx's port (free too when picked: a run once took
+  # 33985.. with nginx on 33987, and nginx could not bind)
+  base_port=$(/usr/bin/python3 - "$n" "$lb_port" <<'PY'
 import socket, sys, random
-n = int(sys.argv[1])
+n, lb = int(sys.argv[1]), int(sys.argv[2])
 for _ in range(200):
     b = random.randint(20000, 60000 - n)
+    if b <= lb < b + n:
+        continue
     try:
         socks = []
         for p in range(b, b + n):
