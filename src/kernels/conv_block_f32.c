@@ -69,21 +69,24 @@ static kiln_conv2d_f32_params band_params(const kiln_conv2d_f32_params *d, int64
 }
 
 /* One band: E (ce planes of the band's input rows, in e) from the rows the band before left
- * there (its first input row and count; none: prev_rows 0) and the expansion of the rest, the
- * depthwise into dd, the projection into the output rows. */
-static kiln_code band_run(const band_job *j, const float *x, int64_t nn, int64_t oy0, int64_t oy1, int64_t prev0,
-                          int64_t prev_rows, float *e, float *dd) {
+ * there (*prev0, *prev_rows: its first input row and count; none: 0) and the expansion of the
+ * rest, the depthwise into dd, the projection into the output rows; *prev0, *prev_rows then
+ * say what e holds for the next band. */
+static kiln_code band_run(const band_job *j, const float *x, int64_t nn, int64_t oy0, int64_t oy1, int64_t *prev0,
+                          int64_t *prev_rows, float *e, float *dd) {
   const kiln_conv2d_f32_params *d = j->d;
   const kiln_conv_block_f32_args *a = j->a;
   const int64_t w = d->w, ce = d->c, hw = d->h * d->w, ohw = d->oh * d->ow;
   int64_t iy0, iy1;
   kiln_conv2d_f32_params bp = band_params(d, oy0, oy1, &iy0, &iy1);
-  int64_t rows = iy1 - iy0;
+  int64_t rows = iy1 - iy0, p0 = *prev0, pr = *prev_rows;
+  *prev0 = iy0; /* what e holds after this band */
+  *prev_rows = rows;
   /* The shared rows move to the front of each plane, plane after plane: with planes no longer
    * than before, no move overwrites rows still to be moved. */
-  int64_t keep = rows <= prev_rows && prev0 <= iy0 && prev0 + prev_rows > iy0 ? prev0 + prev_rows - iy0 : 0;
+  int64_t keep = rows <= pr && p0 <= iy0 && p0 + pr > iy0 ? p0 + pr - iy0 : 0;
   for (int64_t k = 0; k < ce && keep; k++)
-    memmove(e + k * rows * w, e + (k * prev_rows + iy0 - prev0) * w, sizeof(float) * (size_t)(keep * w));
+    memmove(e + k * rows * w, e + (k * pr + iy0 - p0) * w, sizeof(float) * (size_t)(keep * w));
   kiln_gemm_ctx g = {NULL, j->isa};
   kiln_gemm_epilogue ge = {.act = a->e_ep.act};
   kiln_code rc = KILN_OK;
@@ -107,12 +110,9 @@ static kiln_code band_range(const band_job *j, int64_t nn, int64_t oy0, int64_t 
   float *e = mem, *dd = mem + j->e_floats;
   int64_t prev0 = 0, prev_rows = 0;
   for (int64_t b0 = oy0; b0 < oy1; b0 += j->ob) {
-    int64_t b1 = b0 + j->ob < oy1 ? b0 + j->ob : oy1, iy0, iy1;
-    kiln_code rc = band_run(j, x, nn, b0, b1, prev0, prev_rows, e, dd);
+    int64_t b1 = b0 + j->ob < oy1 ? b0 + j->ob : oy1;
+    kiln_code rc = band_run(j, x, nn, b0, b1, &prev0, &prev_rows, e, dd);
     if (rc) return rc;
-    band_params(j->d, b0, b1, &iy0, &iy1);
-    prev0 = iy0;
-    prev_rows = iy1 - iy0;
   }
   return KILN_OK;
 }
@@ -145,18 +145,10 @@ static int64_t band_rows(const kiln_conv2d_f32_params *d) {
 static kiln_code block_bands(kiln_threadpool *pool, const kiln_conv_block_f32_args *a, int isa,
                              const kiln_conv2d_f32_params *d, int64_t c, int64_t m) {
   int nthr = kiln_threadpool_size(pool);
-  band_job j;
-  memset(&j, 0, sizeof j);
-  j.a = a;
-  j.d = d;
-  j.isa = isa;
-  j.c = c;
-  j.m = m;
-  j.ob = band_rows(d);
-  j.parts = d->oh < nthr ? d->oh : nthr;
-  int64_t rows = in_rows(d, j.ob); /* input rows of a band, at most */
-  j.e_floats = lines(rows * d->w * d->c);
-  j.d_floats = lines(j.ob * d->ow * d->c);
+  int64_t ob = band_rows(d);
+  band_job j = {.a = a, .d = d, .isa = isa, .c = c, .m = m, .ob = ob, .parts = d->oh < nthr ? d->oh : nthr,
+                .e_floats = lines(in_rows(d, ob) * d->w * d->c), /* input rows of a band, at most */
+                .d_floats = lines(ob * d->ow * d->c)};
   j.per_thread = j.e_floats + j.d_floats;
   /* by thread id; not the convolutions' slot, which the depthwise kernel takes inside */
   j.mem = kiln_scratch_get(KILN_SCRATCH_BLOCK, sizeof(float) * j.per_thread * (size_t)nthr);
