@@ -378,6 +378,10 @@ static void gemm_task(void *ctx, size_t b, size_t e, int tid) {
 /* Strips of MR rows per thread from which a gathered A is cut by rows only (plan_grid). */
 enum { GATHER_ROW_CUT_STRIPS = 8 };
 
+static int gather_cuts_rows(const kiln_gemm_isa_ops *ops, size_t M, int n_threads) {
+  return div_up(M, ops->mr) >= GATHER_ROW_CUT_STRIPS * (size_t)n_threads;
+}
+
 /* Tasks: a grid of tn x tm blocks of C, up to `want` of them. N is cut in panels of NR
  * columns, M in strips of MR rows. Of the grids, the one whose slowest thread (tasks taken in
  * rounds of n_threads, each costing its largest block's strips x column vectors) is quickest,
@@ -398,7 +402,7 @@ static void plan_grid(gemm_job *j, int n_threads) {
    * ResNet-50's 3x3 stride-2 layer 128 -> 128 at 56x56 -> 28x28 took a median 1.6-1.8 ms at
    * 2 threads in a 2 x 2 grid, 0.83-1.06 ms cut by rows, 1.2 ms at 1 thread (conv_bench, AMD
    * EPYC Zen 5, avx512); at 7x7 (9 strips) the column cut stays the faster. */
-  size_t max_tn = j->arow && m_strips >= GATHER_ROW_CUT_STRIPS * (size_t)n_threads ? 1 : n_units;
+  size_t max_tn = j->arow && gather_cuts_rows(j->ops, j->M, n_threads) ? 1 : n_units;
   /* two passes: the least cost, then of the grids within 5% of it the most tasks (the
    * dynamic schedule evens out a thread delayed by others), on a tie the larger tn */
   double least = (double)div_up(j->N, G) * (double)m_strips;
@@ -722,6 +726,11 @@ kiln_code kiln_gemm_f32_packed(const kiln_gemm_ctx *ctx, int trans_a, size_t M, 
 int kiln_gemm_has_gather(int isa) {
   int lvl = kiln_isa_resolve(isa);
   return lvl >= 0 && kiln_gemm_ops_for(lvl)->ukernel_gather != NULL;
+}
+
+int kiln_gemm_gather_rows_only(int isa, size_t M, int n_threads) {
+  int lvl = kiln_isa_resolve(isa);
+  return lvl >= 0 && n_threads > 1 && gather_cuts_rows(kiln_gemm_ops_for(lvl), M, n_threads);
 }
 
 kiln_code kiln_gemm_f32_packed_gather(const kiln_gemm_ctx *ctx, size_t M, const float *a,

@@ -92,6 +92,11 @@ kiln_code kiln_gemm_f32_packed(const kiln_gemm_ctx *ctx, int trans_a, size_t M, 
 /* 1 when the packed ISA level of kiln_gemm_f32_packed_gather has its gathered-A kernel. */
 int kiln_gemm_has_gather(int isa);
 
+/* 1 when kiln_gemm_f32_packed_gather of M rows on n_threads threads (n_threads > 1) cuts A by
+ * rows only, each thread every column of B (strips enough per thread); else it may cut B's
+ * columns too. */
+int kiln_gemm_gather_rows_only(int isa, size_t M, int n_threads);
+
 /* C = A * B with B prepacked and A gathered: element (i, k) of A [M x pb's K] is
  * a[arow[i] + koff[k]] (an implicit im2col: rows are output pixels, k = (channel, tap) steps
  * into a zero-padded input), alpha 1, beta 0, with the epilogue's column bias, residual and

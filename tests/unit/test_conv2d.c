@@ -426,6 +426,9 @@ int main(void) {
       {1, 32, 15, 15, 64, 1, 1, 2, 2, 1, 1, 1, 1, 1, 1},    /* 1x1 s2 padded */
       {1, 20, 3, 3, 130, 2, 2, 1, 1, 1, 1, 0, 0, 1, 1},     /* 2x2 kernel, pads at the end only */
       {1, 16, 40, 36, 64, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0},    /* s2 to 20x18 (360 rows of C^T) */
+      /* 2 threads: a band of output rows each (8 + 9), its own padded rows, and in place */
+      {1, 80, 34, 34, 128, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},   /* s2 to 17x17, padded */
+      {2, 80, 35, 35, 128, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0},   /* s2 to 17x17 in place, batch 2 */
   };
   int ga_runs = 0;
   for (size_t f = 0; f < sizeof ga / sizeof ga[0]; f++) {
