@@ -30,7 +30,8 @@ static kiln_gemm_blocking g_blocking[KILN_ISA_LEVELS] = {
     {264, 768, 256, 2}, /* avx512 6x64 */
 };
 static pthread_once_t g_blocking_once = PTHREAD_ONCE_INIT;
-/* Packed weights from which a GEMM with few rows of A streams them (gemm_run): twice L2. */
+/* Packed weights from which a GEMM with few rows of A streams them on several threads
+ * (gemm_run): twice L2 (on one thread an eighth of this). */
 static size_t g_stream_b_min_bytes = 2u << 20;
 
 static size_t clamp_sz(size_t x, size_t lo, size_t hi) { return x < lo ? lo : x > hi ? hi : x; }
@@ -630,9 +631,18 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
    * Only weights of twice L2 or more: smaller ones, in a network whose weights L3 holds from one
    * run to the next, lost what hot ones lose (MobileNetV2's 7x7 layers, 0.6-1.6 MB each:
    * 160 -> 960 three times 0.291-0.299 ms streamed against 0.273-0.280 held, 320 -> 1280
-   * 0.309-0.315 against 0.280-0.302; ResNet-50's are 4-9 MB). */
-  j.stream_b = pb && j.blk.order == 2 && div_up(M, ops->mr) <= STREAM_B_MAX_STRIPS &&
-               kiln_gemm_packed_b_bytes(pb) >= g_stream_b_min_bytes;
+   * 0.309-0.315 against 0.280-0.302; ResNet-50's are 4-9 MB). On one thread, weights of a
+   * quarter of L2 and up to twice the strips as well: the transformers' 0.25-1 MB matrices
+   * met by 128 rows (22 strips) had the first strip wait on every panel. BERT-style encoder
+   * 0.964 of its time, GPT-style decoder 0.953, MobileNetV2 0.978 (its 7x7 layers among
+   * the whole network's), ResNet-50 and SqueezeNet 0.99-1.0 (kiln bench, 6 alternations,
+   * 1 thread, AMD EPYC Zen 5, avx512). At 2 threads the same took the transformers 1.055 of
+   * their time: there the rule above stays. */
+  int n_threads = kiln_threadpool_size(pool);
+  size_t sb_strips = n_threads == 1 ? 2 * STREAM_B_MAX_STRIPS : STREAM_B_MAX_STRIPS;
+  size_t sb_bytes = n_threads == 1 ? g_stream_b_min_bytes / 8 : g_stream_b_min_bytes;
+  j.stream_b = pb && j.blk.order == 2 && div_up(M, ops->mr) <= sb_strips &&
+               kiln_gemm_packed_b_bytes(pb) >= sb_bytes;
   j.a_outer = j.blk.order == 2 && !j.stream_b;
   /* Transposed A is packed. So is A whose rows are 4 KiB apart when strips are streamed past
    * an L1-resident B panel (order 1, streamed weights included); with the A strip held in L1
@@ -640,7 +650,6 @@ static kiln_code gemm_run(const kiln_gemm_ctx *ctx, int lvl, int trans_a, int tr
    * kernel that reads A transposed in place, transposed A is not packed either. */
   j.pack_a = !arow && ((trans_a && !ops->ukernel_at) ||
                         (!trans_a && !j.a_outer && (lda * sizeof(float)) % 4096 == 0));
-  int n_threads = kiln_threadpool_size(pool);
   plan_grid(&j, n_threads);
   /* K blocks of equal size up to KC; the N block keeps KC*NC (the L2 share of B) constant */
   j.kc = div_up(K, div_up(K, j.blk.kc));
