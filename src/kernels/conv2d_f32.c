@@ -197,13 +197,9 @@ typedef struct pad_geom {
 } pad_geom;
 
 static pad_geom pad_geom_of(const kiln_conv2d_f32_params *p) {
-  /* the last row and column a tap reads, in padded coordinates */
-  int64_t ry = (p->oh - 1) * p->sh + (p->kh - 1) * p->dh + 1;
-  int64_t rx = (p->ow - 1) * p->sw + (p->kw - 1) * p->dw + 1;
   pad_geom g;
-  g.copy = p->pt || p->pl || ry > p->h || rx > p->w;
-  g.hp = g.copy ? (ry > p->pt + p->h ? ry : p->pt + p->h) : p->h;
-  g.wp = g.copy ? (rx > p->pl + p->w ? rx : p->pl + p->w) : p->w;
+  conv_padded_dims(p, &g.hp, &g.wp); /* the input itself where no tap reads padding */
+  g.copy = p->pt || p->pl || g.hp > p->h || g.wp > p->w;
   return g;
 }
 
@@ -406,7 +402,7 @@ static part_rows part_rows_of(const kiln_conv2d_f32_params *p, int t, int parts)
   r.oy0 = p->oh * t / parts;
   r.oy1 = p->oh * (t + 1) / parts;
   r.r0 = r.oy0 * p->sh;
-  r.r1 = (r.oy1 - 1) * p->sh + (p->kh - 1) * p->dh + 1;
+  r.r1 = r.r0 + conv_in_rows(p, r.oy1 - r.oy0);
   return r;
 }
 
@@ -486,12 +482,9 @@ static kiln_code conv_implicit(kiln_threadpool *pool, const kiln_conv2d_f32_para
   j.isa = kiln_gemm_packed_b_isa(wt);
   j.g = pad_geom_of(p);
   j.parts = gather_parts(p, j.isa, kiln_threadpool_size(pool));
-  int64_t ohw = p->oh * p->ow, kk = p->c * p->kh * p->kw, rows = 0;
-  for (int t = 0; t < j.parts; t++) {
-    part_rows r = part_rows_of(p, t, j.parts);
-    if (r.r1 - r.r0 > rows) rows = r.r1 - r.r0;
-  }
-  j.plane = j.g.copy ? rows * j.g.wp : p->h * p->w;
+  int64_t ohw = p->oh * p->ow, kk = p->c * p->kh * p->kw;
+  /* a part's copy: the padded rows of the largest band */
+  j.plane = j.g.copy ? conv_in_rows(p, (p->oh + j.parts - 1) / j.parts) * j.g.wp : p->h * p->w;
   j.part_floats = j.g.copy ? (size_t)(p->c * j.plane) : 0;
   size_t bytes = sizeof(float) * (size_t)ohw * (size_t)p->m +
                  sizeof(float) * j.part_floats * (size_t)j.parts +

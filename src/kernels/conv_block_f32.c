@@ -12,9 +12,7 @@
  * GEMMs on the pool. Larger ones run in bands of output rows, each thread its own rows: a
  * band's expanded rows stay in L2 (MobileNetV2's whole 96 x 112x112 is 4.8 MB), and at several
  * threads each core reads the rows it wrote (the convolutions one by one split the channels,
- * so every node reads what the other core wrote). */
-
-/* Floats of expanded input rows per band (640 KiB: with the band's depthwise rows within a
+ * so every node reads what the other core wrote). Floats of expanded input rows per band (640 KiB: with the band's depthwise rows within a
  * 1 MiB L2). */
 enum { BAND_FLOATS = 160 * 1024 };
 
@@ -50,14 +48,11 @@ typedef struct band_job {
   atomic_int *err;
 } band_job;
 
-/* Input rows that r output rows of d read. */
-static int64_t in_rows(const kiln_conv2d_f32_params *d, int64_t r) { return (r - 1) * d->sh + (d->kh - 1) * d->dh + 1; }
-
 /* Input rows [*iy0, *iy1) that output rows [oy0, oy1) read, and the band's depthwise
  * parameters over them (padding above only where the band reaches above the plane). */
 static kiln_conv2d_f32_params band_params(const kiln_conv2d_f32_params *d, int64_t oy0, int64_t oy1, int64_t *iy0,
                                           int64_t *iy1) {
-  int64_t top = oy0 * d->sh - d->pt, bot = top + in_rows(d, oy1 - oy0);
+  int64_t top = oy0 * d->sh - d->pt, bot = top + conv_in_rows(d, oy1 - oy0);
   *iy0 = top > 0 ? top : 0;
   *iy1 = bot < d->h ? bot : d->h;
   kiln_conv2d_f32_params b = *d;
@@ -136,7 +131,7 @@ static void band_task(void *ctx, size_t begin, size_t end, int ti) {
 static int64_t band_rows(const kiln_conv2d_f32_params *d) {
   int64_t per_row = d->w * d->c, best = 1;
   for (int64_t r = 1; r <= d->oh; r++) {
-    bool fits = in_rows(d, r) * per_row <= BAND_FLOATS;
+    bool fits = conv_in_rows(d, r) * per_row <= BAND_FLOATS;
     if (fits && (r % 8 == 0 || (r % 4 == 0 && best % 8) || best < 4)) best = r;
   }
   return best;
@@ -147,7 +142,7 @@ static kiln_code block_bands(kiln_threadpool *pool, const kiln_conv_block_f32_ar
   int nthr = kiln_threadpool_size(pool);
   int64_t ob = band_rows(d);
   band_job j = {.a = a, .d = d, .isa = isa, .c = c, .m = m, .ob = ob, .parts = d->oh < nthr ? d->oh : nthr,
-                .e_floats = lines(in_rows(d, ob) * d->w * d->c), /* input rows of a band, at most */
+                .e_floats = lines(conv_in_rows(d, ob) * d->w * d->c), /* input rows of a band, at most */
                 .d_floats = lines(ob * d->ow * d->c)};
   j.per_thread = j.e_floats + j.d_floats;
   /* by thread id; not the convolutions' slot, which the depthwise kernel takes inside */

@@ -150,7 +150,7 @@ static kiln_code dir_setup(int64_t nthr, const kiln_conv2d_f32_params *p, const 
   /* buffer rows reach row (oh - 1) * sh + (kh - 1) * dh; phase rows reach element
    * (vectors of the row) * 16 - 1 + (kw - 1) * dw / sw, and are whole cache lines from an
    * aligned start, so the taps at phase offset 0 load without line splits (measured 2-8%) */
-  int64_t hp = (cap - 1) * p->sh + (p->kh - 1) * p->dh + 1; /* region rows per channel */
+  int64_t hp = conv_in_rows(p, cap); /* region rows per channel */
   int64_t t = ((p->ow + 15) / 16 * 16 + (p->kw - 1) * p->dw / p->sw + 1 + 15) / 16 * 16;
   size_t region = ((size_t)(p->c * hp * p->sw * t) + extra + 15) / 16 * 16; /* 64-byte steps */
   size_t xbn = region * (size_t)nthr;

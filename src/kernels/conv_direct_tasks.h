@@ -15,7 +15,7 @@
  * i * sw + ph - pl (0 outside). */
 DIR_LEAF_ATTR void fill_rows(const kiln_dir_ctx *d, float *reg, int64_t nn, int64_t oy0, int64_t nr) {
   const kiln_conv2d_f32_params *p = d->p;
-  int64_t rows = (nr - 1) * p->sh + (p->kh - 1) * p->dh + 1;
+  int64_t rows = conv_in_rows(p, nr);
   for (int64_t ci = 0; ci < p->c; ci++)
     for (int64_t r = 0; r < rows; r++) {
       int64_t iy = oy0 * p->sh + r - p->pt;

@@ -32,18 +32,11 @@ typedef struct cb_ctx {
   float *bufs;
 } cb_ctx;
 
-/* The padded plane: rows [0, hp) x columns [0, wp), cell (r, q) holds input (r - pt, q - pl). */
-static void cb_dims(const kiln_conv2d_f32_params *p, int64_t *hp, int64_t *wp) {
-  int64_t ry = (p->oh - 1) * p->sh + (p->kh - 1) * p->dh + 1;
-  int64_t rx = (p->ow - 1) * p->sw + (p->kw - 1) * p->dw + 1;
-  *hp = ry > p->pt + p->h ? ry : p->pt + p->h;
-  *wp = rx > p->pl + p->w ? rx : p->pl + p->w;
-}
 
 /* Per-thread buffer floats for p. */
 static size_t cb_buf_floats(const kiln_conv2d_f32_params *p) {
   int64_t hp, wp;
-  cb_dims(p, &hp, &wp);
+  conv_padded_dims(p, &hp, &wp);
   return (size_t)(hp * wp + p->kh * p->kw) * 16;
 }
 
@@ -210,7 +203,7 @@ size_t kiln_dw_cb_f32_scratch(const kiln_conv2d_f32_params *p, int threads) {
 #ifdef KILN_HAVE_X86_KERNELS
 static void cb_run_all(kiln_threadpool *pool, cb_ctx *d, float *scratch) {
   const kiln_conv2d_f32_params *p = d->p;
-  cb_dims(p, &d->hp, &d->wp);
+  conv_padded_dims(p, &d->hp, &d->wp);
   d->buf_floats = cb_buf_floats(p);
   d->bufs = scratch;
   const int64_t hw = p->h * p->w, ohw = p->oh * p->ow, nq = (ohw + 15) / 16 * 16;

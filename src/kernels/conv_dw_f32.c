@@ -54,7 +54,7 @@ V512 __m512 dw_in16(const float *xr, int64_t s, int sw) {
  * every chunk's taps lie inside. */
 static void dw_pad_dims(const kiln_conv2d_f32_params *p, int64_t lanes, int64_t *ph, int64_t *pw) {
   int64_t nch = (p->ow + lanes - 1) / lanes;
-  *ph = (p->oh - 1) * p->sh + (p->kh - 1) * p->dh + 1;
+  *ph = conv_in_rows(p, p->oh);
   *pw = (nch - 1) * lanes * p->sw + (p->kw - 1) * p->dw + lanes * p->sw;
 }
 

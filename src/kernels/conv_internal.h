@@ -25,6 +25,25 @@ static inline void col_range(int64_t off, int64_t sw, int64_t w, int64_t ow, int
   *ox1 = b;
 }
 
+/* Input rows that r output rows of p read, from the first row's first tap to the last row's
+ * last (padded coordinates). */
+static inline int64_t conv_in_rows(const kiln_conv2d_f32_params *p, int64_t r) {
+  return (r - 1) * p->sh + (p->kh - 1) * p->dh + 1;
+}
+
+/* Input columns that n output columns of p read, likewise. */
+static inline int64_t conv_in_cols(const kiln_conv2d_f32_params *p, int64_t n) {
+  return (n - 1) * p->sw + (p->kw - 1) * p->dw + 1;
+}
+
+/* The zero-padded plane inside which every tap of p reads: rows [0, *hp), columns [0, *wp);
+ * padded (r, q) is input (r - pt, q - pl). */
+static inline void conv_padded_dims(const kiln_conv2d_f32_params *p, int64_t *hp, int64_t *wp) {
+  int64_t ry = conv_in_rows(p, p->oh), rx = conv_in_cols(p, p->ow);
+  *hp = ry > p->pt + p->h ? ry : p->pt + p->h;
+  *wp = rx > p->pl + p->w ? rx : p->pl + p->w;
+}
+
 /* y[i] += b (+ r[i]) for i < n. */
 static inline void add_bias_res_c(float *restrict y, int64_t n, float b, const float *r) {
   if (r)
