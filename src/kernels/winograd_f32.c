@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/gemm_amx.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_internal.h"
 #include "kernels/scratch.h"
@@ -35,10 +36,16 @@ int kiln_wino_f32_tile(const kiln_conv2d_f32_params *p) {
 int kiln_wino_f32_pick(const kiln_conv2d_f32_params *p, int cached) {
   if (!kiln_wino_f32_supported(p) || p->c < 16 || p->m < 16) return 0;
   /* Measured on ResNet layers at one thread (AVX-512): with cached weights Winograd wins from
-   * 14x14 planes up (1.2x at 14x14x256, 1.5x-1.6x at 28x28 and 56x56) but loses at 7x7x512,
-   * where few tiles meet 16 weight planes streamed from memory. Transformed per call, the
-   * transform costs about what Winograd saves on a 28x28 plane: only large planes gain. */
-  return p->oh * p->ow >= (cached ? 144 : 1024);
+   * 14x14 planes up (1.2x at 14x14x256, 1.5x-1.6x at 28x28 and 56x56). Transformed per call,
+   * the transform costs about what Winograd saves on a 28x28 plane: only large planes gain.
+   * On 7x7 planes F(2x2) wins too, its 16 weight planes streamed from memory and all: ResNet's
+   * 512 -> 512 layers took 1.17 against 1.44 ms at 1 thread, 0.81 against 0.90 at 2 (kiln
+   * profile, thread time), ResNet-18 0.944 | 0.958 of its time at 1 | 2 threads, ResNet-50
+   * 0.987 | 0.995 (kiln bench, alternating; AMD EPYC Zen 5, avx512), and at KILN_ISA=avx2
+   * 0.872 | 0.919 and - | 0.968. Where AMX runs the convolutions, 7x7 planes keep it
+   * (unmeasured against Winograd there). */
+  int64_t least = !cached ? 1024 : kiln_amx_available() ? 144 : 49;
+  return p->oh * p->ow >= least;
 }
 
 int64_t kiln_wino_f32_weights_size_tile(int e, int64_t m, int64_t c) {

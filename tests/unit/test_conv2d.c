@@ -25,6 +25,7 @@
 #include "kernels/act.h"
 #include "kernels/conv2d_f32.h"
 #include "kernels/cpu.h"
+#include "kernels/gemm_amx.h"
 #include "kernels/gemm.h"
 #include "kernels/conv_internal.h"
 #include "kernels/winograd_f32.h"
@@ -372,6 +373,7 @@ int main(void) {
       {1, 2, 6, 6, 3, 1, 1, 1, 1},       /* few channels */
       {1, 64, 32, 32, 64, 1, 1, 1, 1},   /* picked by the default rule */
       {1, 48, 12, 12, 32, 1, 1, 1, 1},   /* picked with cached weights */
+      {1, 32, 7, 7, 48, 1, 1, 1, 1},     /* 7x7: picked with cached weights where AMX is off */
   };
   for (size_t f = 0; f < sizeof wino / sizeof wino[0]; f++) {
     const int64_t *v = wino[f];
@@ -383,7 +385,10 @@ int main(void) {
                                   {0, 1, {KILN_ACT_LEAKY_RELU, 0.1f, 0}, 1},
                                   {1, 0, {KILN_ACT_HARD_SWISH, 0, 0}, 1}};
     check_levels(pools, &p, cs, sizeof cs / sizeof cs[0]);
-    CHECK(kiln_conv2d_f32_uses_winograd(&p, f == 9));
+    if (f < 10)
+      CHECK(kiln_conv2d_f32_uses_winograd(&p, f == 9));
+    else
+      CHECK(kiln_conv2d_f32_uses_winograd(&p, 1) == !kiln_amx_available() && !kiln_conv2d_f32_uses_winograd(&p, 0));
   }
   /* the transposed GEMM of small planes (C^T = X^T W^T, W^T packed beforehand; 1x1 kernels):
    * direct and im2col (stride, padding), odd channel counts (vector tails), batch 2 */
@@ -463,7 +468,9 @@ int main(void) {
   if (kiln_isa_resolve(KILN_ISA_AVX512) >= 0) CHECK(g_wt_runs > 0);
   printf("transposed path: %d checks\n", g_wt_runs);
   kiln_conv2d_f32_params w7 = {1, 512, 7, 7, 512, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7, 0, 0};
-  CHECK(!kiln_conv2d_f32_uses_winograd(&w7, 1)); /* 7x7: im2col */
+  /* 7x7: Winograd with weights transformed at load, unless AMX runs it */
+  CHECK(kiln_conv2d_f32_uses_winograd(&w7, 1) == !kiln_amx_available());
+  CHECK(!kiln_conv2d_f32_uses_winograd(&w7, 0));
   printf("winograd: max relative error %.3g\n", g_wino_max_rel);
   for (int it = 0; it < 400; it++) {
     kiln_conv2d_f32_params p;
