@@ -262,6 +262,19 @@ static const float *b_panel(const gemm_job *j, const float *bbuf, size_t col, si
   return bbuf + jr * kc;
 }
 
+/* The width of the B panel at column jr of a block of ncb columns: NR, or what is left; where
+ * that would leave a last panel of one vector (NV=1: six FMAs per K step against seven loads,
+ * and six accumulators for four cycles of FMA latency on two pipes), this panel gives up one
+ * vector to it (64 + 4 -> 48 + 20: the same vectors, none of them alone). Packed panels
+ * (weights packed beforehand) keep their widths. The sums are the same either way: each
+ * element's K steps run in the same order whatever the panel's width. */
+static size_t panel_cols(const gemm_job *j, size_t ncb, size_t jr) {
+  const size_t NR = j->ops->nr, G = j->ops->gran;
+  size_t left = ncb - jr;
+  if (left <= NR) return left;
+  return !j->pb && NR >= 3 * G && left - NR <= G ? NR - G : NR;
+}
+
 /* C[m0:m1, n0:n1] for the whole K; n0 is a multiple of NR, m0 of MR. */
 static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size_t n1, float *ws) {
   const kiln_gemm_isa_ops *ops = j->ops;
@@ -283,8 +296,8 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
       size_t kc = min_sz(KC, K - pc);
       t.flags = (pc == 0 ? KILN_GT_FIRST : 0) | (pc + kc == K ? KILN_GT_LAST : 0);
       if (!j->pb && !j->direct_b)
-        for (size_t jr = 0; jr < ncb; jr += NR) {
-          size_t nr = min_sz(NR, ncb - jr);
+        for (size_t jr = 0, nr; jr < ncb; jr += nr) {
+          nr = panel_cols(j, ncb, jr);
           pack_b_panel(bbuf + jr * kc, round_up(nr, G), kc, nr, j->B, j->ldb, j->trans_b, pc, jc + jr);
         }
       /* A read in place by rows (not transposed, gathered or packed): prefetch the next strip */
@@ -314,8 +327,9 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
           size_t n_strips = div_up(mc, MR), base = mc / n_strips, extra = mc % n_strips;
           for (size_t s = 0, ir = 0; s < n_strips; s++) {
             size_t mr = base + (s < extra), row = ic + ir;
-            for (size_t jr = 0; jr < ncb; jr += NR) {
-              size_t nr = min_sz(NR, ncb - jr), col = jc + jr, bld;
+            for (size_t jr = 0, nr; jr < ncb; jr += nr) {
+              nr = panel_cols(j, ncb, jr);
+              size_t col = jc + jr, bld;
               const float *bp = b_panel(j, bbuf, col, jr, pc, kc, nr, &bld);
               t.bias = bias ? bias + col : NULL;
               t.bias_row = brow ? brow + row : NULL;
@@ -331,8 +345,9 @@ static void gemm_region(const gemm_job *j, size_t m0, size_t m1, size_t n0, size
           }
         } else {
           /* B panel (L1) against every A strip of the block (L2) */
-          for (size_t jr = 0; jr < ncb; jr += NR) {
-            size_t nr = min_sz(NR, ncb - jr), col = jc + jr, bld;
+          for (size_t jr = 0, nr; jr < ncb; jr += nr) {
+            nr = panel_cols(j, ncb, jr);
+            size_t col = jc + jr, bld;
             const float *bp = b_panel(j, bbuf, col, jr, pc, kc, nr, &bld);
             t.bias = bias ? bias + col : NULL;
             /* streamed weights (j->stream_b): the next panel comes into L2, each strip's
