@@ -1,5 +1,6 @@
-/* Winograd F(4x4, 3x3) tile transforms, AVX2: 8 tiles at a time, the same operations in the
- * same order as winograd_f32.c's wino4_in_c / wino4_out_c. Entered only from winograd_f32.c
+/* Winograd F(2x2, 3x3) and F(4x4, 3x3) tile transforms, AVX2: 8 tiles at a time, the same
+ * operations in the same order as winograd_f32.c's wino_in_c / wino_out_c and wino4_in_c /
+ * wino4_out_c. Entered only from winograd_f32.c
  * when kiln_cpu_isa() chose AVX2; built with the AVX2 flags (isa_flags.cmake). */
 #include "kernels/winograd_f32.h"
 
@@ -101,6 +102,70 @@ void kiln_wino4_out_avx2(const float *o, int64_t ps, int64_t tw, float *const r[
       lanes_to_tiles(y);
       /* the row has room for whole groups of 8 tiles (rw >= 4 * round_up(tw, 16)) */
       for (int k = 0; k < 4; k++) _mm256_storeu_ps(r[a] + 4 * tx + 8 * k, y[k]);
+    }
+  }
+}
+
+/* ---- F(2x2, 3x3) ------------------------------------------------------------------------ */
+
+/* The even (e) and odd (o) elements of s[0 .. 16), in order: element 2 l and 2 l + 1 of
+ * lane l (the in-lane shuffles give lanes 0 1 4 5 2 3 6 7; one cross-lane permute each). */
+static inline void even_odd8(const float *s, __m256 *e, __m256 *o) {
+  __m256 a = _mm256_loadu_ps(s), b = _mm256_loadu_ps(s + 8);
+  *e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xd8));
+  *o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xdd)), 0xd8));
+}
+
+void kiln_wino_in_avx2(const float *const r[4], int64_t tw, float *out, int64_t ps) {
+  for (int64_t tx = 0; tx < tw; tx += 8) {
+    const int64_t n = tw - tx < 8 ? tw - tx : 8;
+    const __m256i mk = _mm256_loadu_si256((const __m256i *)(w8_mask_table + 8 - n));
+    __m256 d[4][4], t[4][4];
+    for (int i = 0; i < 4; i++) { /* tile tx reads columns 2 tx .. 2 tx + 3 */
+      even_odd8(r[i] + 2 * tx, &d[i][0], &d[i][1]);
+      even_odd8(r[i] + 2 * tx + 2, &d[i][2], &d[i][3]);
+    }
+    for (int j = 0; j < 4; j++) {
+      t[0][j] = _mm256_sub_ps(d[0][j], d[2][j]);
+      t[1][j] = _mm256_add_ps(d[1][j], d[2][j]);
+      t[2][j] = _mm256_sub_ps(d[2][j], d[1][j]);
+      t[3][j] = _mm256_sub_ps(d[1][j], d[3][j]);
+    }
+    for (int i = 0; i < 4; i++) {
+      __m256 v[4] = {_mm256_sub_ps(t[i][0], t[i][2]), _mm256_add_ps(t[i][1], t[i][2]),
+                     _mm256_sub_ps(t[i][2], t[i][1]), _mm256_sub_ps(t[i][1], t[i][3])};
+      for (int j = 0; j < 4; j++) {
+        float *dst = out + (4 * i + j) * ps + tx;
+        if (n == 8)
+          _mm256_storeu_ps(dst, v[j]);
+        else
+          _mm256_maskstore_ps(dst, mk, v[j]);
+      }
+    }
+  }
+}
+
+void kiln_wino_out_avx2(const float *o, int64_t ps, int64_t tw, float *r0, float *r1) {
+  for (int64_t tx = 0; tx < tw; tx += 8) {
+    const int64_t n = tw - tx < 8 ? tw - tx : 8;
+    const __m256i mk = _mm256_loadu_si256((const __m256i *)(w8_mask_table + 8 - n));
+    __m256 m[16], s[2][4];
+    for (int k = 0; k < 16; k++) {
+      const float *src = o + k * ps + tx;
+      m[k] = n == 8 ? _mm256_loadu_ps(src) : _mm256_maskload_ps(src, mk);
+    }
+    for (int j = 0; j < 4; j++) {
+      s[0][j] = _mm256_add_ps(_mm256_add_ps(m[j], m[4 + j]), m[8 + j]);
+      s[1][j] = _mm256_sub_ps(_mm256_sub_ps(m[4 + j], m[8 + j]), m[12 + j]);
+    }
+    float *const rr[2] = {r0, r1};
+    for (int a = 0; a < 2; a++) { /* columns 2 tx (y0) and 2 tx + 1 (y1), interleaved */
+      __m256 y0 = _mm256_add_ps(_mm256_add_ps(s[a][0], s[a][1]), s[a][2]);
+      __m256 y1 = _mm256_sub_ps(_mm256_sub_ps(s[a][1], s[a][2]), s[a][3]);
+      __m256 lo = _mm256_unpacklo_ps(y0, y1), hi = _mm256_unpackhi_ps(y0, y1);
+      /* the row has room for whole groups of 8 tiles (rw >= 2 * round_up(tw, 16)) */
+      _mm256_storeu_ps(rr[a] + 2 * tx, _mm256_permute2f128_ps(lo, hi, 0x20));
+      _mm256_storeu_ps(rr[a] + 2 * tx + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
     }
   }
 }

@@ -397,8 +397,11 @@ static void wino_in_row(const wino_blk *b, const float *const *r, float *out, in
   }
 #endif
 #ifdef KILN_HAVE_X86_KERNELS
-  if (b->isa == KILN_ISA_AVX2 && b->e == 4) {
-    kiln_wino4_in_avx2(r, b->tw, out, ps);
+  if (b->isa == KILN_ISA_AVX2) {
+    if (b->e == 4)
+      kiln_wino4_in_avx2(r, b->tw, out, ps);
+    else
+      kiln_wino_in_avx2(r, b->tw, out, ps);
     return;
   }
 #endif
@@ -411,8 +414,11 @@ static void wino_in_row(const wino_blk *b, const float *const *r, float *out, in
 /* The e output rows r of one tile row from O planes (stride ps). */
 static void wino_out_row(const wino_blk *b, const float *o, int64_t ps, float *const *r) {
 #ifdef KILN_HAVE_X86_KERNELS
-  if (b->isa == KILN_ISA_AVX2 && b->e == 4) {
-    kiln_wino4_out_avx2(o, ps, b->tw, r);
+  if (b->isa == KILN_ISA_AVX2) {
+    if (b->e == 4)
+      kiln_wino4_out_avx2(o, ps, b->tw, r);
+    else
+      kiln_wino_out_avx2(o, ps, b->tw, r[0], r[1]);
     return;
   }
 #endif
