@@ -705,8 +705,13 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
    * the next transform write lines the other read: 128 -> 128 channels on 28x28 took 110 us
    * of transform and 252 us of slices at 2 threads against 71 and 413 at 1 (conv_bench, AMD
    * EPYC Zen 5, avx512). Each thread transforming all channels costs one more transform in
-   * CPU time; at more threads that grows with them, so they keep the shared V. */
-  int priv = !outer && nthr == 2 && wino_slices(p->m) >= 2;
+   * CPU time; at more threads that grows with them, so they keep the shared V. So do blocks
+   * of at most 16 tiles (7x7 planes): their GEMMs are one vector wide and stream the weights,
+   * and a second transform of every channel costs more than reading half of V from the other
+   * core. ResNet-50's 512 -> 512 layers on 7x7 took 0.74 against 0.85 ms at 2 threads (kiln
+   * profile, 4 alternations), the model 0.982 of its time, ResNet-18 0.985-0.993 (kiln bench;
+   * AMD EPYC Zen 5, avx512); on 14x14 planes (49 tiles) the shared V was 4-7% slower. */
+  int priv = !outer && nthr == 2 && wino_slices(p->m) >= 2 && nt > 16;
   size_t vf = (size_t)(np * p->c * nt), of = (size_t)(np * p->m * nt);
   int64_t scr_per = (e * bt + 2) * rw; /* the input rows of a block; >= 4 output rows */
   size_t per_thread = (priv ? 2 : 1) * vf + of + (size_t)(outer ? 1 : nthr) * (size_t)scr_per;
