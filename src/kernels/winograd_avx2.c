@@ -41,6 +41,17 @@ static inline void lanes_to_tiles(__m256 v[4]) {
 
 static const int32_t w8_mask_table[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
 
+/* n <= 8 tiles' values at p (the lanes past n masked by mk: neither read nor written). */
+static inline __m256 ld_tiles8(const float *p, int64_t n, __m256i mk) {
+  return n == 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mk);
+}
+static inline void st_tiles8(float *p, int64_t n, __m256i mk, __m256 v) {
+  if (n == 8)
+    _mm256_storeu_ps(p, v);
+  else
+    _mm256_maskstore_ps(p, mk, v);
+}
+
 void kiln_wino4_in_avx2(const float *const r[6], int64_t tw, float *out, int64_t ps) {
   const __m256 k4 = _mm256_set1_ps(4.0f), k5 = _mm256_set1_ps(5.0f), k2 = _mm256_set1_ps(2.0f);
   for (int64_t tx = 0; tx < tw; tx += 8) {
@@ -70,13 +81,7 @@ void kiln_wino4_in_avx2(const float *const r[6], int64_t tw, float *out, int64_t
     for (int i = 0; i < 6; i++) {
       __m256 o[6];
       WINO_BT6(__m256, t[i], o, W8_ADD, W8_SUB, W8_MUL, k4, k5, k2);
-      for (int j = 0; j < 6; j++) {
-        float *dst = out + (6 * i + j) * ps + tx;
-        if (n == 8)
-          _mm256_storeu_ps(dst, o[j]);
-        else
-          _mm256_maskstore_ps(dst, mk, o[j]);
-      }
+      for (int j = 0; j < 6; j++) st_tiles8(out + (6 * i + j) * ps + tx, n, mk, o[j]);
     }
   }
 }
@@ -89,10 +94,7 @@ void kiln_wino4_out_avx2(const float *o, int64_t ps, int64_t tw, float *const r[
     __m256 s[4][6];
     for (int j = 0; j < 6; j++) {
       __m256 m[6], y[4];
-      for (int i = 0; i < 6; i++) {
-        const float *src = o + (6 * i + j) * ps + tx;
-        m[i] = n == 8 ? _mm256_loadu_ps(src) : _mm256_maskload_ps(src, mk);
-      }
+      for (int i = 0; i < 6; i++) m[i] = ld_tiles8(o + (6 * i + j) * ps + tx, n, mk);
       WINO_AT6(__m256, m, y, W8_ADD, W8_SUB, W8_MUL, k2, k4, k8);
       for (int a = 0; a < 4; a++) s[a][j] = y[a];
     }
@@ -125,22 +127,12 @@ void kiln_wino_in_avx2(const float *const r[4], int64_t tw, float *out, int64_t 
       even_odd8(r[i] + 2 * tx, &d[i][0], &d[i][1]);
       even_odd8(r[i] + 2 * tx + 2, &d[i][2], &d[i][3]);
     }
-    for (int j = 0; j < 4; j++) {
-      t[0][j] = _mm256_sub_ps(d[0][j], d[2][j]);
-      t[1][j] = _mm256_add_ps(d[1][j], d[2][j]);
-      t[2][j] = _mm256_sub_ps(d[2][j], d[1][j]);
-      t[3][j] = _mm256_sub_ps(d[1][j], d[3][j]);
-    }
+    for (int j = 0; j < 4; j++)
+      WINO_BT4(t[0][j], t[1][j], t[2][j], t[3][j], d[0][j], d[1][j], d[2][j], d[3][j], W8_ADD, W8_SUB);
     for (int i = 0; i < 4; i++) {
-      __m256 v[4] = {_mm256_sub_ps(t[i][0], t[i][2]), _mm256_add_ps(t[i][1], t[i][2]),
-                     _mm256_sub_ps(t[i][2], t[i][1]), _mm256_sub_ps(t[i][1], t[i][3])};
-      for (int j = 0; j < 4; j++) {
-        float *dst = out + (4 * i + j) * ps + tx;
-        if (n == 8)
-          _mm256_storeu_ps(dst, v[j]);
-        else
-          _mm256_maskstore_ps(dst, mk, v[j]);
-      }
+      __m256 v[4];
+      WINO_BT4(v[0], v[1], v[2], v[3], t[i][0], t[i][1], t[i][2], t[i][3], W8_ADD, W8_SUB);
+      for (int j = 0; j < 4; j++) st_tiles8(out + (4 * i + j) * ps + tx, n, mk, v[j]);
     }
   }
 }
@@ -150,18 +142,12 @@ void kiln_wino_out_avx2(const float *o, int64_t ps, int64_t tw, float *r0, float
     const int64_t n = tw - tx < 8 ? tw - tx : 8;
     const __m256i mk = _mm256_loadu_si256((const __m256i *)(w8_mask_table + 8 - n));
     __m256 m[16], s[2][4];
-    for (int k = 0; k < 16; k++) {
-      const float *src = o + k * ps + tx;
-      m[k] = n == 8 ? _mm256_loadu_ps(src) : _mm256_maskload_ps(src, mk);
-    }
-    for (int j = 0; j < 4; j++) {
-      s[0][j] = _mm256_add_ps(_mm256_add_ps(m[j], m[4 + j]), m[8 + j]);
-      s[1][j] = _mm256_sub_ps(_mm256_sub_ps(m[4 + j], m[8 + j]), m[12 + j]);
-    }
+    for (int k = 0; k < 16; k++) m[k] = ld_tiles8(o + k * ps + tx, n, mk);
+    for (int j = 0; j < 4; j++) WINO_AT4(s[0][j], s[1][j], m[j], m[4 + j], m[8 + j], m[12 + j], W8_ADD, W8_SUB);
     float *const rr[2] = {r0, r1};
     for (int a = 0; a < 2; a++) { /* columns 2 tx (y0) and 2 tx + 1 (y1), interleaved */
-      __m256 y0 = _mm256_add_ps(_mm256_add_ps(s[a][0], s[a][1]), s[a][2]);
-      __m256 y1 = _mm256_sub_ps(_mm256_sub_ps(s[a][1], s[a][2]), s[a][3]);
+      __m256 y0, y1;
+      WINO_AT4(y0, y1, s[a][0], s[a][1], s[a][2], s[a][3], W8_ADD, W8_SUB);
       __m256 lo = _mm256_unpacklo_ps(y0, y1), hi = _mm256_unpackhi_ps(y0, y1);
       /* the row has room for whole groups of 8 tiles (rw >= 2 * round_up(tw, 16)) */
       _mm256_storeu_ps(rr[a] + 2 * tx, _mm256_permute2f128_ps(lo, hi, 0x20));

@@ -114,6 +114,15 @@ void kiln_wino_f32_weights(const float *w, int64_t m, int64_t c, float *u) {
 
 /* ---- tile transforms ------------------------------------------------------------------- */
 
+#define WF_ADD(a, b) ((a) + (b))
+#define WF_SUB(a, b) ((a) - (b))
+#define WF_MUL(a, b) ((a) * (b))
+#ifdef KILN_HAVE_X86_KERNELS
+#define WV_ADD(a, b) _mm512_add_ps(a, b)
+#define WV_SUB(a, b) _mm512_sub_ps(a, b)
+#define WV_MUL(a, b) _mm512_mul_ps(a, b)
+#endif
+
 /* V planes (stride ps) for tiles [0, tw) of one tile row: tile tx reads padded columns
  * [2tx, 2tx + 4) of rows r[0..3]. */
 static void wino_in_c(const float *const r[4], int64_t tw, float *out, int64_t ps) {
@@ -121,18 +130,11 @@ static void wino_in_c(const float *const r[4], int64_t tw, float *out, int64_t p
     float d[4][4], t[4][4];
     for (int i = 0; i < 4; i++)
       for (int j = 0; j < 4; j++) d[i][j] = r[i][2 * tx + j];
-    for (int j = 0; j < 4; j++) {
-      t[0][j] = d[0][j] - d[2][j];
-      t[1][j] = d[1][j] + d[2][j];
-      t[2][j] = d[2][j] - d[1][j];
-      t[3][j] = d[1][j] - d[3][j];
-    }
-    for (int i = 0; i < 4; i++) {
-      out[(4 * i + 0) * ps + tx] = t[i][0] - t[i][2];
-      out[(4 * i + 1) * ps + tx] = t[i][1] + t[i][2];
-      out[(4 * i + 2) * ps + tx] = t[i][2] - t[i][1];
-      out[(4 * i + 3) * ps + tx] = t[i][1] - t[i][3];
-    }
+    for (int j = 0; j < 4; j++)
+      WINO_BT4(t[0][j], t[1][j], t[2][j], t[3][j], d[0][j], d[1][j], d[2][j], d[3][j], WF_ADD, WF_SUB);
+    for (int i = 0; i < 4; i++)
+      WINO_BT4(out[(4 * i + 0) * ps + tx], out[(4 * i + 1) * ps + tx], out[(4 * i + 2) * ps + tx],
+               out[(4 * i + 3) * ps + tx], t[i][0], t[i][1], t[i][2], t[i][3], WF_ADD, WF_SUB);
   }
 }
 
@@ -141,14 +143,9 @@ static void wino_out_c(const float *o, int64_t ps, int64_t tw, float *r0, float 
   for (int64_t tx = 0; tx < tw; tx++) {
     float m[16], s[2][4];
     for (int k = 0; k < 16; k++) m[k] = o[k * ps + tx];
-    for (int j = 0; j < 4; j++) {
-      s[0][j] = m[j] + m[4 + j] + m[8 + j];
-      s[1][j] = m[4 + j] - m[8 + j] - m[12 + j];
-    }
-    r0[2 * tx] = s[0][0] + s[0][1] + s[0][2];
-    r0[2 * tx + 1] = s[0][1] - s[0][2] - s[0][3];
-    r1[2 * tx] = s[1][0] + s[1][1] + s[1][2];
-    r1[2 * tx + 1] = s[1][1] - s[1][2] - s[1][3];
+    for (int j = 0; j < 4; j++) WINO_AT4(s[0][j], s[1][j], m[j], m[4 + j], m[8 + j], m[12 + j], WF_ADD, WF_SUB);
+    WINO_AT4(r0[2 * tx], r0[2 * tx + 1], s[0][0], s[0][1], s[0][2], s[0][3], WF_ADD, WF_SUB);
+    WINO_AT4(r1[2 * tx], r1[2 * tx + 1], s[1][0], s[1][1], s[1][2], s[1][3], WF_ADD, WF_SUB);
   }
 }
 
@@ -169,17 +166,12 @@ T512 static void wino_in_avx512(const float *const r[4], int64_t tw, float *out,
       d[i][2] = _mm512_permutex2var_ps(c, ev, e);
       d[i][3] = _mm512_permutex2var_ps(c, od, e);
     }
-    for (int j = 0; j < 4; j++) {
-      t[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
-      t[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
-      t[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
-      t[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
-    }
+    for (int j = 0; j < 4; j++)
+      WINO_BT4(t[0][j], t[1][j], t[2][j], t[3][j], d[0][j], d[1][j], d[2][j], d[3][j], WV_ADD, WV_SUB);
     for (int i = 0; i < 4; i++) {
-      _mm512_mask_storeu_ps(out + (4 * i + 0) * ps + tx, mk, _mm512_sub_ps(t[i][0], t[i][2]));
-      _mm512_mask_storeu_ps(out + (4 * i + 1) * ps + tx, mk, _mm512_add_ps(t[i][1], t[i][2]));
-      _mm512_mask_storeu_ps(out + (4 * i + 2) * ps + tx, mk, _mm512_sub_ps(t[i][2], t[i][1]));
-      _mm512_mask_storeu_ps(out + (4 * i + 3) * ps + tx, mk, _mm512_sub_ps(t[i][1], t[i][3]));
+      __m512 v[4];
+      WINO_BT4(v[0], v[1], v[2], v[3], t[i][0], t[i][1], t[i][2], t[i][3], WV_ADD, WV_SUB);
+      for (int j = 0; j < 4; j++) _mm512_mask_storeu_ps(out + (4 * i + j) * ps + tx, mk, v[j]);
     }
   }
 }
@@ -214,13 +206,10 @@ T512 static void wino_out_avx512(const float *o, int64_t ps, int64_t tw, const w
     __mmask16 mk = tw - tx >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (tw - tx)) - 1);
     __m512 m[16], s[2][4];
     for (int k = 0; k < 16; k++) m[k] = _mm512_maskz_loadu_ps(mk, o + k * ps + tx);
-    for (int j = 0; j < 4; j++) {
-      s[0][j] = _mm512_add_ps(_mm512_add_ps(m[j], m[4 + j]), m[8 + j]);
-      s[1][j] = _mm512_sub_ps(_mm512_sub_ps(m[4 + j], m[8 + j]), m[12 + j]);
-    }
+    for (int j = 0; j < 4; j++) WINO_AT4(s[0][j], s[1][j], m[j], m[4 + j], m[8 + j], m[12 + j], WV_ADD, WV_SUB);
     for (int a = 0; a < 2; a++) {
-      __m512 y0 = _mm512_add_ps(_mm512_add_ps(s[a][0], s[a][1]), s[a][2]);
-      __m512 y1 = _mm512_sub_ps(_mm512_sub_ps(s[a][1], s[a][2]), s[a][3]);
+      __m512 y0, y1;
+      WINO_AT4(y0, y1, s[a][0], s[a][1], s[a][2], s[a][3], WV_ADD, WV_SUB);
       wino_put(d, a, 2 * tx, _mm512_permutex2var_ps(y0, lo, y1));
       wino_put(d, a, 2 * tx + 16, _mm512_permutex2var_ps(y0, hi, y1));
     }
@@ -229,10 +218,6 @@ T512 static void wino_out_avx512(const float *o, int64_t ps, int64_t tw, const w
 #endif
 
 /* ---- F(4x4, 3x3) tile transforms --------------------------------------------------------- */
-
-#define WF_ADD(a, b) ((a) + (b))
-#define WF_SUB(a, b) ((a) - (b))
-#define WF_MUL(a, b) ((a) * (b))
 
 /* V planes (stride ps) for tiles [0, tw) of one tile row: tile tx reads padded columns
  * [4tx, 4tx + 6) of rows r[0..5]. */
@@ -272,10 +257,6 @@ static void wino4_out_c(const float *o, int64_t ps, int64_t tw, float *const r[4
 }
 
 #ifdef KILN_HAVE_X86_KERNELS
-#define WV_ADD(a, b) _mm512_add_ps(a, b)
-#define WV_SUB(a, b) _mm512_sub_ps(a, b)
-#define WV_MUL(a, b) _mm512_mul_ps(a, b)
-
 /* s[4k + j] for k = 0..15 (reads s[0 .. 64)); ix holds j, j + 4, ..., j + 28 in lanes 0..7. */
 /* Lanes 0..7 from s[0 .. 32) and lanes 8..15 from s2[0 .. 32) (s2 = s + 32: 16 tiles of one row;
  * else 8 tiles each of two rows). */

@@ -1,7 +1,26 @@
-/* The F(4x4, 3x3) Winograd transforms of one 6-vector, for any element type T with its add,
- * subtract and multiply (float in winograd_f32.c, vectors in the per-ISA files). */
+/* The F(2x2, 3x3) Winograd transforms of one 4-vector and the F(4x4, 3x3) ones of one
+ * 6-vector, for any element type T with its add, subtract and multiply (float in
+ * winograd_f32.c, vectors in the per-ISA files): one definition, so every ISA computes the
+ * same operations in the same order. */
 #ifndef KILN_KERNELS_WINOGRAD_TF_H
 #define KILN_KERNELS_WINOGRAD_TF_H
+
+/* o = B^T x for one 4-vector (rows of B^T: 1 0 -1 0 / 0 1 1 0 / 0 -1 1 0 / 0 1 0 -1); the
+ * outputs are lvalues other than the inputs. */
+#define WINO_BT4(o0, o1, o2, o3, x0, x1, x2, x3, ADD, SUB) \
+  do {                                                   \
+    o0 = SUB(x0, x2);                                    \
+    o1 = ADD(x1, x2);                                    \
+    o2 = SUB(x2, x1);                                    \
+    o3 = SUB(x1, x3);                                    \
+  } while (0)
+
+/* y = A^T x for one 4-vector (rows of A^T: 1 1 1 0 / 0 1 -1 -1). */
+#define WINO_AT4(y0, y1, x0, x1, x2, x3, ADD, SUB) \
+  do {                                            \
+    y0 = ADD(ADD(x0, x1), x2);                    \
+    y1 = SUB(SUB(x1, x2), x3);                    \
+  } while (0)
 
 /* o = B^T d for one 6-vector (rows of B^T: 4 0 -5 0 1 0 / 0 -4 -4 1 1 0 / 0 4 -4 -1 1 0 /
  * 0 -2 -1 2 1 0 / 0 2 -1 -2 1 0 / 0 4 0 -5 0 1). */
