@@ -1,7 +1,7 @@
 /* Winograd F(2x2, 3x3) and F(4x4, 3x3) tile transforms, AVX2: 8 tiles at a time, the same
  * operations in the same order as winograd_f32.c's wino_in_c / wino_out_c and wino4_in_c /
- * wino4_out_c. Entered only from winograd_f32.c
- * when kiln_cpu_isa() chose AVX2; built with the AVX2 flags (isa_flags.cmake). */
+ * wino4_out_c. Entered only from winograd_f32.c when kiln_cpu_isa() chose AVX2; built with
+ * the AVX2 flags (isa_flags.cmake). */
 #include "kernels/winograd_f32.h"
 
 #include "kernels/gemm_internal.h"

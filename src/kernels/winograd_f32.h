@@ -55,10 +55,10 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
  * padded input rows r (read up to 4 * round_up(tw, 8) + 8), and the output rows r (written up
  * to 4 * round_up(tw, 8)) from the O planes. Call only when kiln_cpu_isa() chose AVX2 or more. */
 void kiln_wino4_in_avx2(const float *const r[6], int64_t tw, float *out, int64_t ps);
+void kiln_wino4_out_avx2(const float *o, int64_t ps, int64_t tw, float *const r[4]);
 /* F(2x2, 3x3) likewise: V planes of one tile row from the padded input rows r (read up to
  * 2 * round_up(tw, 8) + 2), output rows r0, r1 (written up to 2 * round_up(tw, 8)). */
 void kiln_wino_in_avx2(const float *const r[4], int64_t tw, float *out, int64_t ps);
 void kiln_wino_out_avx2(const float *o, int64_t ps, int64_t tw, float *r0, float *r1);
-void kiln_wino4_out_avx2(const float *o, int64_t ps, int64_t tw, float *const r[4]);
 
 #endif
