@@ -624,11 +624,11 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
    * layers on 56x56 alternated between the threads, and the next node read half its band
    * from the other core's cache (with the GEMM's halves, plan_grid in gemm.c, the model took
    * 0.976-0.983 of its time at 2 threads; kiln bench, 34 alternations, AMD EPYC Zen 5,
-   * avx512). With few
-   * tiles, only when the tiles keep EVEN_MIN_COLS columns: each thread then writes and reads
-   * its own im2col block (in its own cache) with one barrier in all, instead of every loop
-   * being split over the pool and the block crossing between cores. (Direct: only for few
-   * output channels; with many the GEMM's own split does as well, measured neutral.) */
+   * avx512). With few tiles, only when the tiles keep EVEN_MIN_COLS columns: each thread then
+   * writes and reads its own im2col block (in its own cache) with one barrier in all, instead
+   * of every loop being split over the pool and the block crossing between cores. (Direct:
+   * only for few output channels; with many the GEMM's own split does as well, measured
+   * neutral.) */
   int64_t even_cols = 0;
   if (outer)
     even_cols = even_tile_cols(planes, ohw, ntiles, nthr, 16);

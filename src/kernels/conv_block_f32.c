@@ -12,7 +12,9 @@
  * GEMMs on the pool. Larger ones run in bands of output rows, each thread its own rows: a
  * band's expanded rows stay in L2 (MobileNetV2's whole 96 x 112x112 is 4.8 MB), and at several
  * threads each core reads the rows it wrote (the convolutions one by one split the channels,
- * so every node reads what the other core wrote). Floats of expanded input rows per band (640 KiB: with the band's depthwise rows within a
+ * so every node reads what the other core wrote). */
+
+/* Floats of expanded input rows per band (640 KiB: with the band's depthwise rows within a
  * 1 MiB L2). */
 enum { BAND_FLOATS = 160 * 1024 };
 

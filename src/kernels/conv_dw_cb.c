@@ -32,7 +32,6 @@ typedef struct cb_ctx {
   float *bufs;
 } cb_ctx;
 
-
 /* Per-thread buffer floats for p. */
 static size_t cb_buf_floats(const kiln_conv2d_f32_params *p) {
   int64_t hp, wp;
