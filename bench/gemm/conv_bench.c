@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
     float **wu = calloc((size_t)copies, sizeof(float *));
     for (int i = 0; nv == 3 && i < copies; i++) {
       wu[i] = malloc(sizeof(float) * (size_t)kiln_wino_f32_weights_size_tile(tile, m, c));
-      kiln_wino_f32_weights_tile(tile, wc[i], m, c, wu[i]);
+      kiln_wino_f32_weights_tile(tile, kiln_wino_f32_trans(&p, isa), wc[i], m, c, wu[i]);
     }
     static const char *const names[3] = {"usual", "transposed", "winograd"};
     for (int use_res = 0; use_res < 2; use_res++) {

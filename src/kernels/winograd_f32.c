@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "kernels/conv_internal.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm_amx.h"
 #include "kernels/gemm.h"
@@ -13,7 +14,6 @@
 
 #ifdef KILN_HAVE_X86_KERNELS
 #include <immintrin.h>
-#define T512 KILN_TARGET_AVX512
 #endif
 
 int kiln_wino_f32_supported(const kiln_conv2d_f32_params *p) {
@@ -23,7 +23,7 @@ int kiln_wino_f32_supported(const kiln_conv2d_f32_params *p) {
 
 /* Transformed weights start with a header of WINO_HDR floats whose first holds a tag with the
  * output tile size, so kiln_wino_f32_conv takes whichever variant the weights were made for. */
-enum { WINO_HDR = 16, WINO_TAG = 0x57490000 };
+enum { WINO_HDR = 16, WINO_TAG = 0x57490000, WINO_TRANS = 0x100 };
 
 int kiln_wino_f32_tile(const kiln_conv2d_f32_params *p) {
   /* Measured on ResNet layers at one thread (AVX-512, cached weights): F(4x4) is 1.2x-1.3x
@@ -31,6 +31,17 @@ int kiln_wino_f32_tile(const kiln_conv2d_f32_params *p) {
    * tiles fill a quarter of the GEMM micro-kernel's 64 columns and its 36 weight planes
    * (2.25x those of F(2x2)) stream from memory. */
   return p->oh * p->ow >= 576 ? 4 : 2;
+}
+
+int kiln_wino_f32_trans(const kiln_conv2d_f32_params *p, int isa) {
+  /* The GEMMs run as O^T = V^T U^T, tiles as rows and output channels as the 64-wide
+   * columns, where AVX-512 reads V transposed in place (f32_gemm_6x64_at__avx512) and a plane
+   * has more tiles than one vector holds: blocks of 21-56 tiles fill the columns of the usual
+   * orientation badly (2 vectors for 21-32 tiles). TODO figures. Not at AVX2, whose GEMM
+   * would pack V^T, nor on 7x7 planes (16 tiles: one whole vector either way, the weights
+   * streamed from memory). */
+  int e = kiln_wino_f32_tile(p);
+  return isa >= KILN_ISA_AVX512 && ((p->oh + e - 1) / e) * ((p->ow + e - 1) / e) > 16;
 }
 
 int kiln_wino_f32_pick(const kiln_conv2d_f32_params *p, int cached) {
@@ -64,10 +75,9 @@ static const double wino_g4[6][3] = {{1.0 / 4, 0, 0},
                                      {0, 0, 1}};
 
 #ifdef KILN_HAVE_X86_KERNELS
-/* Filters [i0, i0 + 8) of the loop below at once, in the same double operations in the same
- * order (so the same results). */
-T512 static void wino_weights8_avx512(int a, const double (*gm)[3], const float *w, int64_t i0,
-                                      int64_t ps, float *u) {
+/* The a x a planes of filters [i0, i0 + 8) to out[plane][8], in the same double operations in
+ * the same order as wino_filter (so the same results). */
+T512 static void wino_filter8_avx512(int a, const double (*gm)[3], const float *w, int64_t i0, float out[36][8]) {
   const __m256i idx = _mm256_setr_epi32(0, 9, 18, 27, 36, 45, 54, 63);
   __m512d g[9], t[6][3];
   for (int k = 0; k < 9; k++) g[k] = _mm512_cvtps_pd(_mm256_i32gather_ps(w + i0 * 9 + k, idx, 4));
@@ -78,38 +88,49 @@ T512 static void wino_weights8_avx512(int a, const double (*gm)[3], const float 
   for (int r = 0; r < a; r++)
     for (int k = 0; k < 3; k++) t[r][k] = WINO_ROW(gm[r], g[k], g[3 + k], g[6 + k]);
   for (int r = 0; r < a; r++)
-    for (int s = 0; s < a; s++)
-      _mm256_storeu_ps(u + (a * r + s) * ps + i0,
-                       _mm512_cvtpd_ps(WINO_ROW(gm[s], t[r][0], t[r][1], t[r][2])));
+    for (int s = 0; s < a; s++) _mm256_storeu_ps(out[a * r + s], _mm512_cvtpd_ps(WINO_ROW(gm[s], t[r][0], t[r][1], t[r][2])));
 #undef WINO_ROW
 }
 #endif
 
-void kiln_wino_f32_weights_tile(int e, const float *w, int64_t m, int64_t c, float *u) {
-  int a = e + 2;
+/* The a x a planes G g G^T of one 3x3 filter g to out[plane]. */
+static void wino_filter(int a, const double (*gm)[3], const float *g, float out[36]) {
+  double t[6][3];
+  for (int r = 0; r < a; r++)
+    for (int k = 0; k < 3; k++) t[r][k] = gm[r][0] * g[k] + gm[r][1] * g[3 + k] + gm[r][2] * g[6 + k];
+  for (int r = 0; r < a; r++)
+    for (int s = 0; s < a; s++) out[a * r + s] = (float)(gm[s][0] * t[r][0] + gm[s][1] * t[r][1] + gm[s][2] * t[r][2]);
+}
+
+void kiln_wino_f32_weights_tile(int e, int trans, const float *w, int64_t m, int64_t c, float *u) {
+  int a = e + 2, np = a * a;
   const double(*gm)[3] = e == 4 ? wino_g4 : wino_g2;
-  int32_t tag = WINO_TAG | e;
+  int32_t tag = WINO_TAG | e | (trans ? WINO_TRANS : 0);
   memset(u, 0, sizeof(float) * WINO_HDR);
   memcpy(u, &tag, sizeof tag);
   u += WINO_HDR;
   int64_t ps = m * c, i = 0;
+  float out[36][8];
+  /* filter i = (mi, ci) goes to element i of each plane [m, c], or to ci * m + mi of [c, m] */
+#define WINO_AT(i) (trans ? (i) % c * m + (i) / c : (i))
 #ifdef KILN_HAVE_X86_KERNELS
   if (kiln_cpu_isa() >= KILN_ISA_AVX512)
-    for (; i + 8 <= ps; i += 8) wino_weights8_avx512(a, gm, w, i, ps, u);
+    for (; i + 8 <= ps; i += 8) {
+      wino_filter8_avx512(a, gm, w, i, out);
+      for (int k = 0; k < np; k++)
+        for (int j = 0; j < 8; j++) u[k * ps + WINO_AT(i + j)] = out[k][j];
+    }
 #endif
   for (; i < ps; i++) {
-    const float *g = w + i * 9;
-    double t[6][3];
-    for (int r = 0; r < a; r++)
-      for (int k = 0; k < 3; k++) t[r][k] = gm[r][0] * g[k] + gm[r][1] * g[3 + k] + gm[r][2] * g[6 + k];
-    for (int r = 0; r < a; r++)
-      for (int s = 0; s < a; s++)
-        u[(a * r + s) * ps + i] = (float)(gm[s][0] * t[r][0] + gm[s][1] * t[r][1] + gm[s][2] * t[r][2]);
+    float one[36];
+    wino_filter(a, gm, w + i * 9, one);
+    for (int k = 0; k < np; k++) u[k * ps + WINO_AT(i)] = one[k];
   }
+#undef WINO_AT
 }
 
 void kiln_wino_f32_weights(const float *w, int64_t m, int64_t c, float *u) {
-  kiln_wino_f32_weights_tile(2, w, m, c, u);
+  kiln_wino_f32_weights_tile(2, 0, w, m, c, u);
 }
 
 /* ---- tile transforms ------------------------------------------------------------------- */
@@ -138,11 +159,12 @@ static void wino_in_c(const float *const r[4], int64_t tw, float *out, int64_t p
   }
 }
 
-/* Output rows r0, r1 (2 * tw values each) of one tile row from O planes (stride ps). */
-static void wino_out_c(const float *o, int64_t ps, int64_t tw, float *r0, float *r1) {
+/* Output rows r0, r1 (2 * tw values each) of one tile row from O planes (stride ps; tile tx
+ * at tx * ts). */
+static void wino_out_c(const float *o, int64_t ps, int64_t ts, int64_t tw, float *r0, float *r1) {
   for (int64_t tx = 0; tx < tw; tx++) {
     float m[16], s[2][4];
-    for (int k = 0; k < 16; k++) m[k] = o[k * ps + tx];
+    for (int k = 0; k < 16; k++) m[k] = o[k * ps + tx * ts];
     for (int j = 0; j < 4; j++) WINO_AT4(s[0][j], s[1][j], m[j], m[4 + j], m[8 + j], m[12 + j], WF_ADD, WF_SUB);
     WINO_AT4(r0[2 * tx], r0[2 * tx + 1], s[0][0], s[0][1], s[0][2], s[0][3], WF_ADD, WF_SUB);
     WINO_AT4(r1[2 * tx], r1[2 * tx + 1], s[1][0], s[1][1], s[1][2], s[1][3], WF_ADD, WF_SUB);
@@ -186,16 +208,19 @@ typedef struct wino_dst {
   int64_t ow;              /* columns to write */
 } wino_dst;
 
+/* y[0, min(n, 16)) = act(v + bias + res) for ReLU or none (res NULL: no residual). */
+T512 static inline void wino_store(float *y, const float *res, float bias, int relu, int64_t n, __m512 v) {
+  __mmask16 mk = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+  v = _mm512_add_ps(v, _mm512_set1_ps(bias));
+  if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, res));
+  if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
+  _mm512_mask_storeu_ps(y, mk, v);
+}
+
 /* y row a, columns [col, col + 16) clipped to ow, = act(v + bias + residual). */
 T512 static inline void wino_put(const wino_dst *d, int a, int64_t col, __m512 v) {
-  float *y = d->y[a];
-  if (!y || col >= d->ow) return;
-  int64_t n = d->ow - col;
-  __mmask16 mk = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
-  v = _mm512_add_ps(v, _mm512_set1_ps(d->bias));
-  if (d->res[a]) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, d->res[a] + col));
-  if (d->relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
-  _mm512_mask_storeu_ps(y + col, mk, v);
+  if (!d->y[a] || col >= d->ow) return;
+  wino_store(d->y[a] + col, d->res[a] ? d->res[a] + col : NULL, d->bias, d->relu, d->ow - col, v);
 }
 
 /* As wino_out_c, 16 tiles at a time, stored through d. */
@@ -238,13 +263,14 @@ static void wino4_in_c(const float *const r[6], int64_t tw, float *out, int64_t 
   }
 }
 
-/* Output rows r[0..3] (4 * tw values each) of one tile row from O planes (stride ps). */
-static void wino4_out_c(const float *o, int64_t ps, int64_t tw, float *const r[4]) {
+/* Output rows r[0..3] (4 * tw values each) of one tile row from O planes (stride ps; tile tx
+ * at tx * ts). */
+static void wino4_out_c(const float *o, int64_t ps, int64_t ts, int64_t tw, float *const r[4]) {
   for (int64_t tx = 0; tx < tw; tx++) {
     float s[4][6];
     for (int j = 0; j < 6; j++) {
       float m[6], y[4];
-      for (int i = 0; i < 6; i++) m[i] = o[(6 * i + j) * ps + tx];
+      for (int i = 0; i < 6; i++) m[i] = o[(6 * i + j) * ps + tx * ts];
       WINO_AT6(float, m, y, WF_ADD, WF_SUB, WF_MUL, 2.0f, 4.0f, 8.0f);
       for (int a = 0; a < 4; a++) s[a][j] = y[a];
     }
@@ -353,8 +379,9 @@ typedef struct wino_blk {
   const float *x, *u; /* x: image nn; u: np weight planes [m, c] (past the header) */
   float *y;
   int e, a, np;       /* output tile e x e, input tile a x a (a = e + 2), np = a * a planes */
+  int trans;          /* O and U transposed: O [np][nt][m], u [np][c][m] (WINO_TRANS) */
   int64_t nn, tw, ty0, ty1, nt;
-  float *v, *o;       /* [np][c][nt], [np][m][nt] */
+  float *v, *o;       /* [np][c][nt], [np][m][nt] (or [np][nt][m]) */
   float *scr;         /* per thread: scr_per floats (rows of rw floats) */
   int64_t rw, scr_per;
   atomic_int *err;    /* the first error of the convolution's GEMMs, any thread (KILN_OK: none) */
@@ -392,10 +419,10 @@ static void wino_in_row(const wino_blk *b, const float *const *r, float *out, in
     wino_in_c(r, b->tw, out, ps);
 }
 
-/* The e output rows r of one tile row from O planes (stride ps). */
-static void wino_out_row(const wino_blk *b, const float *o, int64_t ps, float *const *r) {
+/* The e output rows r of one tile row from O planes (stride ps; tile tx at tx * ts). */
+static void wino_out_row(const wino_blk *b, const float *o, int64_t ps, int64_t ts, float *const *r) {
 #ifdef KILN_HAVE_X86_KERNELS
-  if (b->isa == KILN_ISA_AVX2) {
+  if (b->isa == KILN_ISA_AVX2 && ts == 1) {
     if (b->e == 4)
       kiln_wino4_out_avx2(o, ps, b->tw, r);
     else
@@ -404,9 +431,9 @@ static void wino_out_row(const wino_blk *b, const float *o, int64_t ps, float *c
   }
 #endif
   if (b->e == 4)
-    wino4_out_c(o, ps, b->tw, r);
+    wino4_out_c(o, ps, ts, b->tw, r);
   else
-    wino_out_c(o, ps, b->tw, r[0], r[1]);
+    wino_out_c(o, ps, ts, b->tw, r[0], r[1]);
 }
 
 #ifdef KILN_HAVE_X86_KERNELS
@@ -487,11 +514,17 @@ static void wino_slice_task(void *ctx, size_t begin, size_t end, int ti) {
   kiln_gemm_ctx g = {NULL, b->isa};
   size_t m0 = begin * WINO_SLICE, m1 = end == wino_slices(p->m) ? (size_t)p->m : end * WINO_SLICE;
   kiln_code rc = KILN_OK;
-  for (int64_t k = 0; k < b->np && !rc; k++)
-    rc = kiln_gemm_f32(&g, 0, 0, m1 - m0, (size_t)b->nt, (size_t)p->c, 1.0f,
-                       b->u + (k * p->m + (int64_t)m0) * p->c, (size_t)p->c,
-                       b->v + k * p->c * b->nt, (size_t)b->nt, 0.0f,
-                       b->o + (k * p->m + (int64_t)m0) * b->nt, (size_t)b->nt, NULL, NULL);
+  for (int64_t k = 0; k < b->np && !rc; k++) {
+    const float *v = b->v + k * p->c * b->nt;
+    if (b->trans) /* O^T = V^T U^T: tiles as rows (V read transposed in place), channels as columns */
+      rc = kiln_gemm_f32(&g, 1, 0, (size_t)b->nt, m1 - m0, (size_t)p->c, 1.0f, v, (size_t)b->nt,
+                         b->u + k * p->m * p->c + (int64_t)m0, (size_t)p->m, 0.0f,
+                         b->o + k * p->m * b->nt + (int64_t)m0, (size_t)p->m, NULL, NULL);
+    else
+      rc = kiln_gemm_f32(&g, 0, 0, m1 - m0, (size_t)b->nt, (size_t)p->c, 1.0f,
+                         b->u + (k * p->m + (int64_t)m0) * p->c, (size_t)p->c, v, (size_t)b->nt, 0.0f,
+                         b->o + (k * p->m + (int64_t)m0) * b->nt, (size_t)b->nt, NULL, NULL);
+  }
   if (rc) {
     int none = KILN_OK;
     atomic_compare_exchange_strong(b->err, &none, (int)rc);
@@ -499,6 +532,70 @@ static void wino_slice_task(void *ctx, size_t begin, size_t end, int ti) {
     wino_out_task(ctx, m0, m1, ti);
   }
 }
+
+#ifdef KILN_HAVE_X86_KERNELS
+/* As wino_out_task's AVX-512 path for the transposed O (b->trans: plane k's tile t, channel mo
+ * at o[k * ps + t * m + mo]), output channels [m0, m1): 16 channels a vector, 16 / e tiles
+ * (16 output columns) at a time, turned into rows of the channels by 16 x 16 transposes. The
+ * transforms are the same operations in the same order. */
+T512 static void wino_out_tr_avx512(const wino_blk *b, int64_t m0, int64_t m1) {
+  const kiln_conv2d_f32_params *p = b->p;
+  const kiln_conv2d_f32_epilogue *ep = b->ep;
+  const int e = b->e, relu = ep->act.kind == KILN_ACT_RELU;
+  const int64_t m = p->m, ps = m * b->nt, ohw = p->oh * p->ow, per = 16 / e;
+  const __m512 k2 = _mm512_set1_ps(2.0f), k4 = _mm512_set1_ps(4.0f), k8 = _mm512_set1_ps(8.0f);
+  for (int64_t mo0 = m0; mo0 < m1; mo0 += 16) {
+    int64_t nc = m1 - mo0 < 16 ? m1 - mo0 : 16;
+    __mmask16 cm = nc >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nc) - 1);
+    float *yc = b->y + (b->nn * m + mo0) * ohw;
+    const float *rc = ep->residual ? ep->residual + (b->nn * m + mo0) * ohw : NULL;
+    for (int64_t ty = b->ty0; ty < b->ty1; ty++) {
+      int64_t oy = e * ty, rows = p->oh - oy < e ? p->oh - oy : e;
+      for (int64_t tx0 = 0; tx0 < b->tw; tx0 += per) {
+        int64_t n = b->tw - tx0 < per ? b->tw - tx0 : per;
+        __m512 col[4][16]; /* col[a][j]: output row a, column e * tx0 + j, 16 channels */
+        for (int a = 0; a < 4; a++)
+          for (int64_t j = e * n; j < 16; j++) col[a][j] = _mm512_setzero_ps();
+        for (int64_t i = 0; i < n; i++) {
+          const float *o = b->o + ((ty - b->ty0) * b->tw + tx0 + i) * m + mo0;
+          if (e == 2) {
+            __m512 v[16], s[2][4];
+            for (int k = 0; k < 16; k++) v[k] = _mm512_maskz_loadu_ps(cm, o + k * ps);
+            for (int j = 0; j < 4; j++) WINO_AT4(s[0][j], s[1][j], v[j], v[4 + j], v[8 + j], v[12 + j], WV_ADD, WV_SUB);
+            for (int a = 0; a < 2; a++)
+              WINO_AT4(col[a][2 * i], col[a][2 * i + 1], s[a][0], s[a][1], s[a][2], s[a][3], WV_ADD, WV_SUB);
+            continue;
+          }
+          __m512 s[4][6];
+          for (int j = 0; j < 6; j++) {
+            __m512 v[6], y[4];
+            for (int r = 0; r < 6; r++) v[r] = _mm512_maskz_loadu_ps(cm, o + (6 * r + j) * ps);
+            WINO_AT6(__m512, v, y, WV_ADD, WV_SUB, WV_MUL, k2, k4, k8);
+            for (int a = 0; a < 4; a++) s[a][j] = y[a];
+          }
+          for (int a = 0; a < 4; a++) {
+            __m512 y[4];
+            WINO_AT6(__m512, s[a], y, WV_ADD, WV_SUB, WV_MUL, k2, k4, k8);
+            for (int c = 0; c < 4; c++) col[a][4 * i + c] = y[c];
+          }
+        }
+        for (int64_t a = 0; a < rows; a++) {
+          transpose16_avx512(col[a]); /* col[a][j]: channel mo0 + j's 16 columns */
+          int64_t off = (oy + a) * p->ow + e * tx0;
+          for (int64_t j = 0; j < nc; j++)
+            wino_store(yc + j * ohw + off, rc ? rc + j * ohw + off : NULL, ep->bias ? ep->bias[mo0 + j] : 0.0f,
+                       relu, p->ow - e * tx0, col[a][j]);
+        }
+      }
+    }
+    if (ep->act.kind != KILN_ACT_NONE && !relu) {
+      int64_t oy0 = e * b->ty0, oy1 = e * b->ty1 < p->oh ? e * b->ty1 : p->oh;
+      for (int64_t j = 0; j < nc; j++)
+        kiln_f32_act(b->isa, yc + j * ohw + oy0 * p->ow, (size_t)((oy1 - oy0) * p->ow), &ep->act);
+    }
+  }
+}
+#endif
 
 static void wino_out_task(void *ctx, size_t begin, size_t end, int ti) {
   const wino_blk *b = ctx;
@@ -508,13 +605,19 @@ static void wino_out_task(void *ctx, size_t begin, size_t end, int ti) {
   for (int i = 0; i < 4; i++) r[i] = b->scr + (int64_t)ti * b->scr_per + i * b->rw;
   int64_t ohw = p->oh * p->ow, e = b->e;
   int64_t oy0 = e * b->ty0, oy1 = e * b->ty1 < p->oh ? e * b->ty1 : p->oh;
+#ifdef KILN_HAVE_X86_KERNELS
+  if (b->trans && b->isa >= KILN_ISA_AVX512) {
+    wino_out_tr_avx512(b, (int64_t)begin, (int64_t)end);
+    return;
+  }
+#endif
   for (size_t mo = begin; mo < end; mo++) {
     float bv = ep->bias ? ep->bias[mo] : 0.0f;
     int64_t off = (b->nn * p->m + (int64_t)mo) * ohw;
     float *yp = b->y + off;
     const float *rp = ep->residual ? ep->residual + off : NULL;
 #ifdef KILN_HAVE_X86_KERNELS
-    if (b->isa >= KILN_ISA_AVX512) { /* straight into y, the epilogue in registers */
+    if (!b->trans && b->isa >= KILN_ISA_AVX512) { /* straight into y, the epilogue in registers */
       wino_dst d;
       memset(&d, 0, sizeof d);
       d.bias = bv;
@@ -543,7 +646,11 @@ static void wino_out_task(void *ctx, size_t begin, size_t end, int ti) {
     }
 #endif
     for (int64_t ty = b->ty0; ty < b->ty1; ty++) {
-      wino_out_row(b, b->o + (int64_t)mo * b->nt + (ty - b->ty0) * b->tw, p->m * b->nt, r);
+      int64_t t0 = (ty - b->ty0) * b->tw; /* the tile row's first tile in the block */
+      if (b->trans)
+        wino_out_row(b, b->o + t0 * p->m + (int64_t)mo, p->m * b->nt, p->m, r);
+      else
+        wino_out_row(b, b->o + (int64_t)mo * b->nt + t0, p->m * b->nt, 1, r);
       for (int64_t a = 0; a < e && e * ty + a < p->oh; a++) {
         const float *restrict s = r[a];
         float *restrict yr = yp + (e * ty + a) * p->ow;
@@ -651,8 +758,8 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
                              float *y) {
   int32_t tag;
   memcpy(&tag, u, sizeof tag);
-  int e = tag == (WINO_TAG | 4) ? 4 : 2, a = e + 2, np = a * a;
-  if (tag != (WINO_TAG | e)) return KILN_ERR_INVALID_ARG;
+  int e = (tag & 0xff) == 4 ? 4 : 2, a = e + 2, np = a * a, trans = (tag & WINO_TRANS) != 0;
+  if (tag != (WINO_TAG | e | (trans ? WINO_TRANS : 0))) return KILN_ERR_INVALID_ARG;
   int64_t tw = (p->ow + e - 1) / e, th = (p->oh + e - 1) / e;
   int64_t bt = WINO_BLOCK_FLOATS / (np * (p->c + p->m) * tw);
   int64_t min_bt = (48 + tw - 1) / tw; /* GEMMs of at least 48 columns */
@@ -709,6 +816,7 @@ kiln_code kiln_wino_f32_conv(kiln_threadpool *pool, int isa, const kiln_conv2d_f
   b.e = e;
   b.a = a;
   b.np = np;
+  b.trans = trans;
   b.tw = tw;
   b.v = mem;
   b.o = mem + (priv ? 2 : 1) * vf;

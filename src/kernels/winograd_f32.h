@@ -37,8 +37,12 @@ int kiln_wino_f32_tile(const kiln_conv2d_f32_params *p);
 /* Floats of transformed weights with output tiles e x e (e = 2 or 4) for m output and c input
  * channels (a small header + (e + 2)^2 * m * c). */
 int64_t kiln_wino_f32_weights_size_tile(int e, int64_t m, int64_t c);
-/* u (kiln_wino_f32_weights_size_tile floats) = the transform of w [m, c, 3, 3] for tiles e x e. */
-void kiln_wino_f32_weights_tile(int e, const float *w, int64_t m, int64_t c, float *u);
+/* 1 when p's GEMMs should run transposed at ISA level isa (kiln_wino_f32_weights_tile's
+ * trans): tiles as rows, output channels as columns. */
+int kiln_wino_f32_trans(const kiln_conv2d_f32_params *p, int isa);
+/* u (kiln_wino_f32_weights_size_tile floats) = the transform of w [m, c, 3, 3] for tiles e x e,
+ * planes [m, c], or with trans [c, m] (the GEMMs then run transposed). */
+void kiln_wino_f32_weights_tile(int e, int trans, const float *w, int64_t m, int64_t c, float *u);
 /* As the two above with e = 2 (F(2x2, 3x3): the cheapest transform, for weights made per call). */
 int64_t kiln_wino_f32_weights_size(int64_t m, int64_t c);
 void kiln_wino_f32_weights(const float *w, int64_t m, int64_t c, float *u);

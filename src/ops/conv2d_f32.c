@@ -21,7 +21,8 @@ typedef struct wino_weights {
 /* The transformed weights of this node when W is an initializer (or folded constant): made on
  * first use and published in the node's cache (kiln_cache_publish); NULL otherwise (W
  * computed or fed, no memory, the cache holding another kind). */
-static const float *node_wino_weights(kiln_kctx *c, const kiln_tensor *w, const kiln_conv2d_f32_params *p) {
+static const float *node_wino_weights(kiln_kctx *c, const kiln_tensor *w, const kiln_conv2d_f32_params *p,
+                                      int isa) {
   if (!c->state || !kiln_in_const(c, 1, w)) return NULL;
   wino_weights *ww = kiln_cache_get(c);
   if (!ww) {
@@ -30,7 +31,7 @@ static const float *node_wino_weights(kiln_kctx *c, const kiln_tensor *w, const 
         kiln_malloc_weights(sizeof *mine + sizeof(float) * (size_t)kiln_wino_f32_weights_size_tile(e, p->m, p->c));
     if (!mine) return NULL;
     mine->source = w->data;
-    kiln_wino_f32_weights_tile(e, w->data, p->m, p->c, mine->u);
+    kiln_wino_f32_weights_tile(e, kiln_wino_f32_trans(p, isa), w->data, p->m, p->c, mine->u);
     ww = kiln_cache_publish(c, mine, free);
   }
   return ww && ww->source == w->data ? ww->u : NULL;
@@ -109,7 +110,7 @@ static const kiln_amx_w *node_amx_w(kiln_kctx *c, const kiln_tensor *w, const ki
 static void conv2d_weights(kiln_kctx *c, const kiln_tensor *w, const kiln_conv2d_f32_params *p,
                            int isa, const float **wu, const kiln_amx_w **wa,
                            const kiln_gemm_packed_b **wt) {
-  *wu = kiln_conv2d_f32_uses_winograd(p, 1) ? node_wino_weights(c, w, p) : NULL;
+  *wu = kiln_conv2d_f32_uses_winograd(p, 1) ? node_wino_weights(c, w, p, isa) : NULL;
   *wa = kiln_kamx(c) && kiln_conv2d_f32_uses_amx(p, isa) ? node_amx_w(c, w, p) : NULL;
   *wt = !*wa && kiln_conv2d_f32_uses_transposed(p, isa) ? node_packed_wt(c, w, p, isa) : NULL;
 }

@@ -208,7 +208,7 @@ static void check_scratch_reused(kiln_threadpool *pool, const kiln_conv2d_f32_pa
   if (kiln_conv2d_f32_uses_winograd(p, 1)) {
     int e = kiln_wino_f32_tile(p);
     u = malloc(sizeof(float) * (size_t)kiln_wino_f32_weights_size_tile(e, p->m, p->c));
-    kiln_wino_f32_weights_tile(e, w, p->m, p->c, u);
+    kiln_wino_f32_weights_tile(e, kiln_wino_f32_trans(p, kiln_isa_resolve(KILN_ISA_AUTO)), w, p->m, p->c, u);
   }
   kiln_conv2d_f32_args a = {.x = x, .w = w, .y = y, .wu = u};
   CHECK(kiln_conv2d_f32(pool, KILN_ISA_AUTO, p, &a) == KILN_OK);

@@ -41,8 +41,9 @@ static void reference(const kiln_conv2d_f32_params *p, const float *x, const flo
 
 static double g_max_rel[5]; /* largest normwise relative error per tile size */
 
-/* One shape, one tile size, one ISA: 1 and 2 threads against the reference. */
-static void check_one(kiln_threadpool *pools[2], int isa, int e, const kiln_conv2d_f32_params *p,
+/* One shape, one tile size, one weight layout (trans: the GEMMs transposed), one ISA: 1 and 2
+ * threads against the reference. */
+static void check_one(kiln_threadpool *pools[2], int isa, int e, int trans, const kiln_conv2d_f32_params *p,
                       int with_bias, int with_res, kiln_act act) {
   int64_t xn = p->n * p->c * p->h * p->w, wn = p->m * p->c * 9, yn = p->n * p->m * p->oh * p->ow;
   float *x = malloc(sizeof(float) * (size_t)xn), *w = malloc(sizeof(float) * (size_t)wn);
@@ -57,7 +58,7 @@ static void check_one(kiln_threadpool *pools[2], int isa, int e, const kiln_conv
   for (int64_t i = 0; i < yn; i++) r[i] = kt_frand(), y[0][i] = y[1][i] = NAN;
   kiln_conv2d_f32_epilogue ep = {with_bias ? b : NULL, with_res ? r : NULL, act};
   reference(p, x, w, &ep, ref);
-  kiln_wino_f32_weights_tile(e, w, p->m, p->c, u);
+  kiln_wino_f32_weights_tile(e, trans, w, p->m, p->c, u);
   for (int t = 0; t < 2; t++) {
     kiln_code rc = kiln_wino_f32_conv(pools[t], isa, p, x, u, &ep, y[t]);
     CHECK_MSG(rc == KILN_OK, "rc %d", (int)rc);
@@ -70,11 +71,12 @@ static void check_one(kiln_threadpool *pools[2], int isa, int e, const kiln_conv
   }
   double rel = rmax > 0 ? emax / rmax : emax;
   if (!(rel <= g_max_rel[e])) g_max_rel[e] = rel;
-  CHECK_MSG(rel <= 1e-4, "F(%dx%d) isa %d n%lld c%lld %lldx%lld m%lld p%lld,%lld o%lldx%lld: relative error %g", e, e,
-            isa, (long long)p->n, (long long)p->c, (long long)p->h, (long long)p->w, (long long)p->m,
+  CHECK_MSG(rel <= 1e-4, "F(%dx%d)%s isa %d n%lld c%lld %lldx%lld m%lld p%lld,%lld o%lldx%lld: relative error %g", e, e,
+            trans ? " transposed" : "", isa, (long long)p->n, (long long)p->c, (long long)p->h, (long long)p->w, (long long)p->m,
             (long long)p->pt, (long long)p->pl, (long long)p->oh, (long long)p->ow, rel);
   CHECK_MSG(memcmp(y[0], y[1], sizeof(float) * (size_t)yn) == 0,
-            "F(%dx%d) isa %d c%lld %lldx%lld m%lld: 1 and 2 threads differ", e, e, isa, (long long)p->c,
+            "F(%dx%d)%s isa %d c%lld %lldx%lld m%lld: 1 and 2 threads differ", e, e, trans ? " transposed" : "",
+            isa, (long long)p->c,
             (long long)p->h, (long long)p->w, (long long)p->m);
   free(x);
   free(w);
@@ -87,8 +89,9 @@ static void check_one(kiln_threadpool *pools[2], int isa, int e, const kiln_conv
 }
 
 /* The weight transform G g G^T (the part after the header) against the same product in
- * double, for m x c filters (a count that is not a multiple of the vector width too). */
-static void check_weights(int e, int64_t m, int64_t c) {
+ * double, for m x c filters (a count that is not a multiple of the vector width too), in
+ * planes [m, c] or (trans) [c, m]. */
+static void check_weights(int e, int trans, int64_t m, int64_t c) {
   static const double g2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
   static const double g4[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6},
                                   {-1.0 / 6, 1.0 / 6, -1.0 / 6}, {1.0 / 24, 1.0 / 12, 1.0 / 6},
@@ -98,7 +101,7 @@ static void check_weights(int e, int64_t m, int64_t c) {
   int64_t ps = m * c, size = kiln_wino_f32_weights_size_tile(e, m, c);
   float *w = malloc(sizeof(float) * (size_t)ps * 9), *u = malloc(sizeof(float) * (size_t)size);
   for (int64_t i = 0; i < ps * 9; i++) w[i] = kt_frand();
-  kiln_wino_f32_weights_tile(e, w, m, c, u);
+  kiln_wino_f32_weights_tile(e, trans, w, m, c, u);
   const float *planes = u + (size - (int64_t)a * a * ps);
   double worst = 0;
   for (int64_t i = 0; i < ps; i++)
@@ -107,11 +110,12 @@ static void check_weights(int e, int64_t m, int64_t c) {
         double ref = 0;
         for (int y = 0; y < 3; y++)
           for (int x = 0; x < 3; x++) ref += gm[r][y] * (double)w[i * 9 + y * 3 + x] * gm[s][x];
-        double d = fabs(planes[(a * r + s) * ps + i] - ref) / fmax(fabs(ref), 1e-3);
+        int64_t at = trans ? i % c * m + i / c : i;
+        double d = fabs(planes[(a * r + s) * ps + at] - ref) / fmax(fabs(ref), 1e-3);
         if (d > worst) worst = d;
       }
-  CHECK_MSG(worst <= 1e-6, "weight transform F(%dx%d) %lld x %lld: relative error %.3g", e, e,
-            (long long)m, (long long)c, worst);
+  CHECK_MSG(worst <= 1e-6, "weight transform F(%dx%d)%s %lld x %lld: relative error %.3g", e, e,
+            trans ? " transposed" : "", (long long)m, (long long)c, worst);
   free(w);
   free(u);
 }
@@ -145,18 +149,20 @@ int main(void) {
     p.ow = p.w + v[6] + v[8] - 2;
     CHECK(kiln_wino_f32_supported(&p));
     for (int e = 2; e <= 4; e += 2)
-      for (int i = 0; i < 3; i++) {
-        if (kiln_isa_resolve(isas[i]) < 0) continue;
-        int isa = kiln_isa_resolve(isas[i]);
-        check_one(pools, isa, e, &p, 0, 0, none);
-        check_one(pools, isa, e, &p, 1, 1, relu);
-        check_one(pools, isa, e, &p, 1, 0, hs);
-      }
+      for (int trans = 0; trans < 2; trans++)
+        for (int i = 0; i < 3; i++) {
+          if (kiln_isa_resolve(isas[i]) < 0) continue;
+          int isa = kiln_isa_resolve(isas[i]);
+          check_one(pools, isa, e, trans, &p, 0, 0, none);
+          check_one(pools, isa, e, trans, &p, 1, 1, relu);
+          check_one(pools, isa, e, trans, &p, 1, 0, hs);
+        }
   }
-  for (int e = 2; e <= 4; e += 2) {
-    check_weights(e, 5, 3);   /* 15 filters: one group of 8 and a tail of 7 */
-    check_weights(e, 16, 24); /* whole groups */
-  }
+  for (int e = 2; e <= 4; e += 2)
+    for (int trans = 0; trans < 2; trans++) {
+      check_weights(e, trans, 5, 3);   /* 15 filters: one group of 8 and a tail of 7 */
+      check_weights(e, trans, 16, 24); /* whole groups */
+    }
   /* The weights made per call (kiln_wino_f32_weights) are F(2x2) and run as such. */
   CHECK(kiln_wino_f32_weights_size(8, 4) == kiln_wino_f32_weights_size_tile(2, 8, 4));
   CHECK(kiln_wino_f32_weights_size_tile(4, 8, 4) > 36 * 8 * 4);
@@ -165,6 +171,10 @@ int main(void) {
   kiln_conv2d_f32_params r7 = {1, 512, 7, 7, 512, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7, 0, 0};
   CHECK(kiln_wino_f32_tile(&r56) == 4);
   CHECK(kiln_wino_f32_tile(&r7) == 2);
+  /* GEMMs transposed at AVX-512 only, and not on 7x7 planes (16 tiles). */
+  kiln_conv2d_f32_params r13 = {1, 64, 13, 13, 256, 1, 3, 3, 1, 1, 1, 1, 1, 1, 13, 13, 0, 0};
+  CHECK(kiln_wino_f32_trans(&r13, KILN_ISA_AVX512) && kiln_wino_f32_trans(&r56, KILN_ISA_AVX512));
+  CHECK(!kiln_wino_f32_trans(&r7, KILN_ISA_AVX512) && !kiln_wino_f32_trans(&r13, KILN_ISA_AVX2));
   printf("winograd: max relative error F(2x2) %.3g, F(4x4) %.3g\n", g_max_rel[2], g_max_rel[4]);
   kiln_threadpool_free(pools[1]);
   return kt_finish("test_winograd");
