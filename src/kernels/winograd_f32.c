@@ -36,10 +36,18 @@ int kiln_wino_f32_tile(const kiln_conv2d_f32_params *p) {
 int kiln_wino_f32_trans(const kiln_conv2d_f32_params *p, int isa) {
   /* The GEMMs run as O^T = V^T U^T, tiles as rows and output channels as the 64-wide
    * columns, where AVX-512 reads V transposed in place (f32_gemm_6x64_at__avx512) and a plane
-   * has more tiles than one vector holds: blocks of 21-56 tiles fill the columns of the usual
-   * orientation badly (2 vectors for 21-32 tiles). TODO figures. Not at AVX2, whose GEMM
-   * would pack V^T, nor on 7x7 planes (16 tiles: one whole vector either way, the weights
-   * streamed from memory). */
+   * has more tiles than one vector holds. The usual orientation fills its columns badly with
+   * blocks of 21-56 tiles (2 vectors for 21-32). The 16 GEMMs of 64 -> 256 channels on 13x13
+   * took 0.061 against 0.089 ms for a 2-thread block of 21 tiles, 0.139 against 0.171 for all
+   * 49 (1 thread, hot). Whole convolutions (conv_bench, medians): 64 -> 256 on 13x13 0.184
+   * against 0.213 ms at 1 thread, 0.120 against 0.224 at 2; 48 -> 192 on 13x13 0.107 against
+   * 0.135 and 0.069 against 0.148; 32 -> 128 on 27x27 0.138 against 0.173 and 0.073 against
+   * 0.099; 16 -> 64 on 55x55 (F(4x4)) 0.185 against 0.217 and 0.094 against 0.110; ResNet's
+   * 256 -> 256 on 14x14 and 128 -> 128 on 28x28 within the noise. SqueezeNet 1.1 took 0.962 |
+   * 0.927 of its time at 1 | 2 threads, ResNet-18 0.983 | 1.003, ResNet-50 0.990 | 0.998
+   * (kiln bench, alternating; AMD EPYC Zen 5, avx512). Not at AVX2, whose GEMM packs V^T
+   * (0.93-1.15 of the usual time, the same GEMMs at KILN_ISA=avx2), nor on 7x7 planes (16
+   * tiles: one vector either way; 1.10 of the time). */
   int e = kiln_wino_f32_tile(p);
   return isa >= KILN_ISA_AVX512 && ((p->oh + e - 1) / e) * ((p->ow + e - 1) / e) > 16;
 }
