@@ -22,7 +22,8 @@ int kiln_wino_f32_supported(const kiln_conv2d_f32_params *p) {
 }
 
 /* Transformed weights start with a header of WINO_HDR floats whose first holds a tag with the
- * output tile size, so kiln_wino_f32_conv takes whichever variant the weights were made for. */
+ * output tile size and WINO_TRANS for planes [c, m] (GEMMs transposed), so kiln_wino_f32_conv
+ * takes whichever variant the weights were made for. */
 enum { WINO_HDR = 16, WINO_TAG = 0x57490000, WINO_TRANS = 0x100 };
 
 int kiln_wino_f32_tile(const kiln_conv2d_f32_params *p) {
@@ -384,7 +385,7 @@ enum { WINO_BLOCK_FLOATS = 192 * 1024 };
 typedef struct wino_blk {
   const kiln_conv2d_f32_params *p;
   const kiln_conv2d_f32_epilogue *ep;
-  const float *x, *u; /* x: image nn; u: np weight planes [m, c] (past the header) */
+  const float *x, *u; /* x: image nn; u: np weight planes [m, c] or [c, m] (past the header) */
   float *y;
   int e, a, np;       /* output tile e x e, input tile a x a (a = e + 2), np = a * a planes */
   int trans;          /* O and U transposed: O [np][nt][m], u [np][c][m] (WINO_TRANS) */
