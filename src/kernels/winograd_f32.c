@@ -45,12 +45,17 @@ int kiln_wino_f32_trans(const kiln_conv2d_f32_params *p, int isa) {
    * 0.135 and 0.069 against 0.148; 32 -> 128 on 27x27 0.138 against 0.173 and 0.073 against
    * 0.099; 16 -> 64 on 55x55 (F(4x4)) 0.185 against 0.217 and 0.094 against 0.110; ResNet's
    * 256 -> 256 on 14x14 and 128 -> 128 on 28x28 within the noise. SqueezeNet 1.1 took 0.962 |
-   * 0.927 of its time at 1 | 2 threads, ResNet-18 0.983 | 1.003, ResNet-50 0.990 | 0.998
-   * (kiln bench, alternating; AMD EPYC Zen 5, avx512). Not at AVX2, whose GEMM packs V^T
-   * (0.93-1.15 of the usual time, the same GEMMs at KILN_ISA=avx2), nor on 7x7 planes (16
-   * tiles: one vector either way; 1.10 of the time). */
+   * 0.927 of its time at 1 | 2 threads (kiln bench, alternating; AMD EPYC Zen 5, avx512).
+   * Only up to 64 input channels: with K = 128 and more the weights' stream is the larger
+   * cost, and planes [c, m] stream worse than [m, c] where a thread takes half the output
+   * channels (half of each row) or the weights come from L3. In ResNet-50 at 2 threads the
+   * transposed GEMMs on every plane took 1.045 of the usual time, those up to 64 channels
+   * (its 56x56 layers) 0.971; ResNet-18 0.940 against 0.925; at 1 thread 1.008 against 0.989
+   * and 1.024 against 0.983 (kiln bench, 6 alternations; AMD EPYC Zen 5, avx512). Not at AVX2,
+   * whose GEMM packs V^T (0.93-1.15 of the usual time, the same GEMMs at KILN_ISA=avx2), nor
+   * on 7x7 planes (16 tiles: one vector either way; 1.10 of the time). */
   int e = kiln_wino_f32_tile(p);
-  return isa >= KILN_ISA_AVX512 && ((p->oh + e - 1) / e) * ((p->ow + e - 1) / e) > 16;
+  return isa >= KILN_ISA_AVX512 && p->c <= 64 && ((p->oh + e - 1) / e) * ((p->ow + e - 1) / e) > 16;
 }
 
 int kiln_wino_f32_pick(const kiln_conv2d_f32_params *p, int cached) {

@@ -6,9 +6,9 @@
  *   O[xi] = U[xi] V[xi]        np GEMMs (kiln_gemm_f32) [m x c] x [c x tiles]
  *   y     = A^T O A + bias (+ residual), then the activation, per e x e output tile
  *
- * At AVX-512, on planes of more than 16 tiles, the GEMMs run transposed (kiln_wino_f32_trans):
- * U planes [c, m], O^T = V^T U^T with tiles as rows and output channels as columns, and the
- * output transform takes 16 channels a vector.
+ * At AVX-512, on planes of more than 16 tiles with up to 64 input channels, the GEMMs run
+ * transposed (kiln_wino_f32_trans): U planes [c, m], O^T = V^T U^T with tiles as rows and
+ * output channels as columns, and the output transform takes 16 channels a vector.
  *
  * F(4x4) (interpolation points 0, +-1, +-2, inf) does 4x fewer multiplies than direct
  * convolution against 2.25x for F(2x2), at a larger but still small rounding error (normwise

@@ -171,10 +171,12 @@ int main(void) {
   kiln_conv2d_f32_params r7 = {1, 512, 7, 7, 512, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7, 0, 0};
   CHECK(kiln_wino_f32_tile(&r56) == 4);
   CHECK(kiln_wino_f32_tile(&r7) == 2);
-  /* GEMMs transposed at AVX-512 only, and not on 7x7 planes (16 tiles). */
+  /* GEMMs transposed at AVX-512 only, up to 64 input channels, not on 7x7 planes (16 tiles). */
   kiln_conv2d_f32_params r13 = {1, 64, 13, 13, 256, 1, 3, 3, 1, 1, 1, 1, 1, 1, 13, 13, 0, 0};
+  kiln_conv2d_f32_params r14 = {1, 256, 14, 14, 256, 1, 3, 3, 1, 1, 1, 1, 1, 1, 14, 14, 0, 0};
   CHECK(kiln_wino_f32_trans(&r13, KILN_ISA_AVX512) && kiln_wino_f32_trans(&r56, KILN_ISA_AVX512));
   CHECK(!kiln_wino_f32_trans(&r7, KILN_ISA_AVX512) && !kiln_wino_f32_trans(&r13, KILN_ISA_AVX2));
+  CHECK(!kiln_wino_f32_trans(&r14, KILN_ISA_AVX512));
   printf("winograd: max relative error F(2x2) %.3g, F(4x4) %.3g\n", g_max_rel[2], g_max_rel[4]);
   kiln_threadpool_free(pools[1]);
   return kt_finish("test_winograd");
