@@ -42,8 +42,8 @@ int kiln_wino_f32_trans(const kiln_conv2d_f32_params *p, int isa) {
    * took 0.061 against 0.089 ms for a 2-thread block of 21 tiles, 0.139 against 0.171 for all
    * 49 (1 thread, hot). Whole convolutions (conv_bench, medians): 64 -> 256 on 13x13 0.184
    * against 0.213 ms at 1 thread, 0.120 against 0.224 at 2; 48 -> 192 on 13x13 0.107 against
-   * 0.135 and 0.069 against 0.148; 32 -> 128 on 27x27 0.138 against 0.173 and 0.073 against
-   * 0.099; 16 -> 64 on 55x55 (F(4x4)) 0.185 against 0.217 and 0.094 against 0.110; ResNet's
+   * 0.135 and 0.069 against 0.150; 32 -> 128 on 27x27 0.138 against 0.173 and 0.073 against
+   * 0.099; 16 -> 64 on 55x55 (F(4x4)) 0.188 against 0.217 and 0.094 against 0.111; ResNet's
    * 256 -> 256 on 14x14 and 128 -> 128 on 28x28 within the noise. SqueezeNet 1.1 took 0.962 |
    * 0.927 of its time at 1 | 2 threads (kiln bench, alternating; AMD EPYC Zen 5, avx512).
    * Only up to 64 input channels: with K = 128 and more the weights' stream is the larger
