@@ -51,11 +51,13 @@ int kiln_wino_f32_trans(const kiln_conv2d_f32_params *p, int isa) {
    * channels (half of each row) or the weights come from L3. In ResNet-50 at 2 threads the
    * transposed GEMMs on every plane took 1.045 of the usual time, those up to 64 channels
    * (its 56x56 layers) 0.971; ResNet-18 0.940 against 0.925; at 1 thread 1.008 against 0.989
-   * and 1.024 against 0.983 (kiln bench, 6 alternations; AMD EPYC Zen 5, avx512). Not at AVX2,
-   * whose GEMM packs V^T (0.93-1.15 of the usual time, the same GEMMs at KILN_ISA=avx2), nor
-   * on 7x7 planes (16 tiles: one vector either way; 1.10 of the time). */
-  int e = kiln_wino_f32_tile(p);
-  return isa >= KILN_ISA_AVX512 && p->c <= 64 && ((p->oh + e - 1) / e) * ((p->ow + e - 1) / e) > 16;
+   * and 1.024 against 0.983 (kiln bench, 6 alternations; AMD EPYC Zen 5, avx512). Only where
+   * the GEMM reads A transposed in place (AVX-512's ukernel_at): AVX2's packs V^T (0.93-1.15
+   * of the usual time, the same GEMMs at KILN_ISA=avx2; AMD EPYC Zen 5). Not on 7x7 planes
+   * (16 tiles: one vector either way; 1.10 of the time; AMD EPYC Zen 5, avx512). */
+  int e = kiln_wino_f32_tile(p); /* the level's kernels, whether or not this CPU runs them */
+  return kiln_gemm_ops_for(isa)->ukernel_at && p->c <= 64 &&
+         ((p->oh + e - 1) / e) * ((p->ow + e - 1) / e) > 16;
 }
 
 int kiln_wino_f32_pick(const kiln_conv2d_f32_params *p, int cached) {
@@ -124,12 +126,12 @@ void kiln_wino_f32_weights_tile(int e, int trans, const float *w, int64_t m, int
   memcpy(u, &tag, sizeof tag);
   u += WINO_HDR;
   int64_t ps = m * c, i = 0;
-  float out[36][8];
   /* filter i = (mi, ci) goes to element i of each plane [m, c], or to ci * m + mi of [c, m] */
 #define WINO_AT(i) (trans ? (i) % c * m + (i) / c : (i))
 #ifdef KILN_HAVE_X86_KERNELS
   if (kiln_cpu_isa() >= KILN_ISA_AVX512)
     for (; i + 8 <= ps; i += 8) {
+      float out[36][8];
       wino_filter8_avx512(a, gm, w, i, out);
       for (int k = 0; k < np; k++)
         for (int j = 0; j < 8; j++) u[k * ps + WINO_AT(i + j)] = out[k][j];
@@ -568,7 +570,7 @@ T512 static void wino_out_tr_avx512(const wino_blk *b, int64_t m0, int64_t m1) {
       for (int64_t tx0 = 0; tx0 < b->tw; tx0 += per) {
         int64_t n = b->tw - tx0 < per ? b->tw - tx0 : per;
         __m512 col[4][16]; /* col[a][j]: output row a, column e * tx0 + j, 16 channels */
-        for (int a = 0; a < 4; a++)
+        for (int a = 0; a < e; a++) /* columns past the tile row: clipped at ow when stored */
           for (int64_t j = e * n; j < 16; j++) col[a][j] = _mm512_setzero_ps();
         for (int64_t i = 0; i < n; i++) {
           const float *o = b->o + ((ty - b->ty0) * b->tw + tx0 + i) * m + mo0;

@@ -41,8 +41,8 @@ int kiln_wino_f32_tile(const kiln_conv2d_f32_params *p);
 /* Floats of transformed weights with output tiles e x e (e = 2 or 4) for m output and c input
  * channels (a small header + (e + 2)^2 * m * c). */
 int64_t kiln_wino_f32_weights_size_tile(int e, int64_t m, int64_t c);
-/* 1 when p's GEMMs should run transposed at ISA level isa (kiln_wino_f32_weights_tile's
- * trans): tiles as rows, output channels as columns. */
+/* 1 when p's GEMMs should run transposed at ISA level isa (a level, not KILN_ISA_AUTO;
+ * kiln_wino_f32_weights_tile's trans): tiles as rows, output channels as columns. */
 int kiln_wino_f32_trans(const kiln_conv2d_f32_params *p, int isa);
 /* u (kiln_wino_f32_weights_size_tile floats) = the transform of w [m, c, 3, 3] for tiles e x e,
  * planes [m, c], or with trans [c, m] (the GEMMs then run transposed). */
