@@ -145,6 +145,10 @@ typedef struct kiln_conv_block_f32_args {
   const kiln_gemm_packed_b *wp_t; /* Wp^T: kiln_gemm_pack_b(isa, 1, ce, m, wp, ce, ...) */
   kiln_conv2d_f32_epilogue p_ep;  /* the projection's bias, residual [n, m, oh, ow], activation */
   float *y;                       /* [n, m, oh, ow] */
+  /* NULL: the expansion is 1x1. Else it is this direct convolution (a network's first layer,
+   * kiln_conv2d_f32_uses_direct: x [n, c, H, W] -> [n, ce, h, w], we [ce, c, kh, kw]), its rows
+   * computed band by band as the 1x1 expansion's are (larger planes only). */
+  const kiln_conv2d_f32_params *e_conv;
 } kiln_conv_block_f32_args;
 
 /* Input planes of at most this many pixels run whole, channels-last; larger ones in bands of
@@ -155,9 +159,11 @@ enum { KILN_CONV_BLOCK_WHOLE_PLANE = 256 };
  * -> [n, ce, oh, ow]), with c input and m output channels and these activations, at ISA level
  * isa: AVX-512, relu/clip/none before the projection; on small planes the depthwise kernel's
  * blocks of 16 channels (kiln_conv2d_f32 takes them on the same planes), on larger ones a
- * channel multiplier of 1, two columns or more in and out, ce and m of 2 or more. */
+ * channel multiplier of 1, two columns or more in and out, ce and m of 2 or more. With e_conv
+ * (the expansion a direct convolution; NULL: 1x1): larger planes only, e_conv a direct shape at
+ * isa whose output is d's input (n, c -> ce, h x w). */
 int kiln_conv_block_f32_ok(const kiln_conv2d_f32_params *d, int64_t c, int64_t m, const kiln_act *e_act,
-                           const kiln_act *d_act, int isa);
+                           const kiln_act *d_act, const kiln_conv2d_f32_params *e_conv, int isa);
 /* The block; KILN_ERR_UNSUPPORTED (nothing written) where kiln_conv_block_f32_ok does not hold,
  * the packs do not match c, ce, m and isa (small planes) or we, wp are NULL (larger ones);
  * KILN_ERR_NOMEM when scratch cannot be had. */

@@ -18,10 +18,17 @@
  * 1 MiB L2). */
 enum { BAND_FLOATS = 160 * 1024 };
 
+/* The expansion's direct convolution e: its output is d's input. */
+static bool e_conv_ok(const kiln_conv2d_f32_params *e, const kiln_conv2d_f32_params *d, int64_t c, int isa) {
+  return kiln_conv2d_f32_uses_direct(e, isa) && e->n == d->n && e->c == c && e->m == d->c && e->oh == d->h &&
+         e->ow == d->w && e->h >= 1 && e->w >= 1;
+}
+
 int kiln_conv_block_f32_ok(const kiln_conv2d_f32_params *d, int64_t c, int64_t m, const kiln_act *e_act,
-                           const kiln_act *d_act, int isa) {
+                           const kiln_act *d_act, const kiln_conv2d_f32_params *e_conv, int isa) {
 #ifdef KILN_HAVE_X86_KERNELS
   if (!d || c < 1 || m < 1 || d->n < 1 || !act_inline(e_act) || !act_inline(d_act)) return 0;
+  if (e_conv && (d->h * d->w <= KILN_CONV_BLOCK_WHOLE_PLANE || !e_conv_ok(e_conv, d, c, isa))) return 0;
   if (d->h * d->w <= KILN_CONV_BLOCK_WHOLE_PLANE) return kiln_dw_cb_f32_fits(d, isa);
   /* bands: AVX-512 as the small planes; depthwise with multiplier 1; every GEMM of two rows
    * and two columns or more (one would take a matrix-vector path, which sums in another order
@@ -29,7 +36,7 @@ int kiln_conv_block_f32_ok(const kiln_conv2d_f32_params *d, int64_t c, int64_t m
   return isa >= KILN_ISA_AVX512 && d->group == d->c && d->m == d->c && d->c >= 2 && m >= 2 && d->w >= 2 &&
          d->ow >= 2;
 #else
-  (void)d, (void)c, (void)m, (void)e_act, (void)d_act, (void)isa;
+  (void)d, (void)c, (void)m, (void)e_act, (void)d_act, (void)e_conv, (void)isa;
   return 0;
 #endif
 }
@@ -87,10 +94,15 @@ static kiln_code band_run(const band_job *j, const float *x, int64_t nn, int64_t
   kiln_gemm_ctx g = {NULL, j->isa};
   kiln_gemm_epilogue ge = {.act = a->e_ep.act};
   kiln_code rc = KILN_OK;
-  if (keep < rows)
+  if (keep < rows && a->e_conv) { /* the direct convolution's rows, image nn */
+    kiln_conv2d_f32_params ec = *a->e_conv;
+    ec.n = 1;
+    rc = kiln_conv2d_direct_f32_rows(j->isa, &ec, x, a->we, &a->e_ep, iy0 + keep, iy1, e + keep * w, rows * w);
+  } else if (keep < rows) {
     rc = kiln_gemm_f32_rows(&g, 0, 0, (size_t)ce, (size_t)((rows - keep) * w), (size_t)j->c, 1.0f, a->we,
                             (size_t)j->c, x + (iy0 + keep) * w, (size_t)hw, 0.0f, e + keep * w, (size_t)(rows * w),
                             &ge, a->e_ep.bias, NULL);
+  }
   if (rc) return rc;
   kiln_conv2d_f32_epilogue dep = {a->d_ep.bias, NULL, a->d_ep.act};
   kiln_conv2d_dw_f32(NULL, j->isa, &bp, e, a->wd, &dep, dd);
@@ -103,7 +115,8 @@ static kiln_code band_run(const band_job *j, const float *x, int64_t nn, int64_t
 
 /* Output rows [oy0, oy1) of image nn, band by band. */
 static kiln_code band_range(const band_job *j, int64_t nn, int64_t oy0, int64_t oy1, float *mem) {
-  const float *x = j->a->x + nn * j->c * j->d->h * j->d->w;
+  const kiln_conv2d_f32_params *in = j->a->e_conv ? j->a->e_conv : j->d; /* the block input's plane */
+  const float *x = j->a->x + nn * j->c * in->h * in->w;
   float *e = mem, *dd = mem + j->e_floats;
   int64_t prev0 = 0, prev_rows = 0;
   for (int64_t b0 = oy0; b0 < oy1; b0 += j->ob) {
@@ -190,7 +203,7 @@ static kiln_code block_whole(kiln_threadpool *pool, int isa, const kiln_conv2d_f
 
 kiln_code kiln_conv_block_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_params *d, int64_t c,
                               int64_t m, const kiln_conv_block_f32_args *a) {
-  if (!kiln_conv_block_f32_ok(d, c, m, &a->e_ep.act, &a->d_ep.act, isa)) return KILN_ERR_UNSUPPORTED;
+  if (!kiln_conv_block_f32_ok(d, c, m, &a->e_ep.act, &a->d_ep.act, a->e_conv, isa)) return KILN_ERR_UNSUPPORTED;
   if (d->h * d->w > KILN_CONV_BLOCK_WHOLE_PLANE)
     return a->we && a->wp ? block_bands(pool, a, isa, d, c, m) : KILN_ERR_UNSUPPORTED;
   if (!a->we_t || !a->wp_t || kiln_gemm_packed_b_isa(a->we_t) != isa || kiln_gemm_packed_b_isa(a->wp_t) != isa ||

@@ -27,6 +27,9 @@ typedef struct kiln_dir_ctx {
   bool clamp;        /* relu or clip: min(max(v, lo), hi) in registers (relu: hi = inf) */
   float lo, hi;
   int64_t rows_per_pass;
+  /* The row task writes output row oy of channel co at y + (n * m + co) * ys + (oy - yr0) * ow:
+   * the output tensor (ys = ohw, yr0 = 0), or a band of rows (kiln_conv2d_direct_f32_rows). */
+  int64_t ys, yr0;
 } kiln_dir_ctx;
 
 /* Convolution then max pooling in one pass (kiln_conv2d_f32_maxpool): a task is a band of up

@@ -173,7 +173,7 @@ static kiln_code dir_setup(int64_t nthr, const kiln_conv2d_f32_params *p, const 
   *d = (dir_ctx){p,    x,  xb,   region, cap, wb,  off,  ep,  y,
                  hp,   t,  taps, mb, p->oh * p->ow, bias, relu || clip,
                  clip ? ep->act.alpha : 0.0f, clip ? ep->act.beta : INFINITY,
-                 sizeof(float) * wbn <= 16384 ? 1 : ROWS_PER_PASS};
+                 sizeof(float) * wbn <= 16384 ? 1 : ROWS_PER_PASS, p->oh * p->ow, 0};
   return KILN_OK;
 }
 
@@ -190,6 +190,23 @@ kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv
    * rows interleave between the threads and measured 10-50% slower at 2 threads */
   kiln_parallel_for(pool, (size_t)rows, isa >= KILN_ISA_AVX512 ? row_task : kiln_conv_direct_rows_avx2,
                     &d, 0);
+  return KILN_OK;
+}
+
+kiln_code kiln_conv2d_direct_f32_rows(int isa, const kiln_conv2d_f32_params *p, const float *x, const float *w,
+                                      const kiln_conv2d_f32_epilogue *ep, int64_t oy0, int64_t oy1, float *y,
+                                      int64_t ys) {
+  if (!kiln_conv2d_f32_uses_direct(p, isa) || p->n != 1 || ep->residual || oy0 < 0 || oy1 > p->oh || oy0 >= oy1)
+    return KILN_ERR_INVALID_ARG;
+  dir_ctx d;
+  kiln_code rc = dir_setup(1, p, x, w, ep, y, oy1 - oy0, 0, &d);
+  if (rc) return rc;
+  d.ys = ys;
+  d.yr0 = oy0;
+  if (isa >= KILN_ISA_AVX512)
+    row_task(&d, (size_t)oy0, (size_t)oy1, 0);
+  else
+    kiln_conv_direct_rows_avx2(&d, (size_t)oy0, (size_t)oy1, 0);
   return KILN_OK;
 }
 
@@ -313,6 +330,13 @@ kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv
                                  const float *x, const float *w,
                                  const kiln_conv2d_f32_epilogue *ep, float *y) {
   (void)pool, (void)isa, (void)p, (void)x, (void)w, (void)ep, (void)y;
+  return KILN_ERR_INVALID_ARG;
+}
+
+kiln_code kiln_conv2d_direct_f32_rows(int isa, const kiln_conv2d_f32_params *p, const float *x, const float *w,
+                                      const kiln_conv2d_f32_epilogue *ep, int64_t oy0, int64_t oy1, float *y,
+                                      int64_t ys) {
+  (void)isa, (void)p, (void)x, (void)w, (void)ep, (void)oy0, (void)oy1, (void)y, (void)ys;
   return KILN_ERR_INVALID_ARG;
 }
 

@@ -51,7 +51,7 @@ DIR_TASK_ATTR void DIR_ROW_TASK(void *ctx, size_t begin, size_t end, int ti) {
       size_t i1 = s1 - i0 < pass ? s1 : i0 + pass;
       for (int64_t b = 0; b < d->mb; b++)
         for (size_t i = i0; i < i1; i++)
-          row_block(d, reg, oy0, (int64_t)i, b, d->y + nn * d->p->m * d->ohw, d->ohw, (int64_t)i % oh);
+          row_block(d, reg, oy0, (int64_t)i, b, d->y + nn * d->p->m * d->ys, d->ys, (int64_t)i % oh - d->yr0);
     }
     s0 = s1;
   }

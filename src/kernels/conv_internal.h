@@ -266,4 +266,12 @@ kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv
                                  const float *x, const float *w,
                                  const kiln_conv2d_f32_epilogue *ep, float *y);
 
+/* Output rows [oy0, oy1) of kiln_conv2d_direct_f32 for one image (p->n == 1, no residual), on
+ * the calling thread: output channel co's row oy at y + co * ys + (oy - oy0) * ow, the same
+ * bytes as the whole convolution's. KILN_ERR_INVALID_ARG where p is not a direct shape at isa
+ * or the rows are out of range. */
+kiln_code kiln_conv2d_direct_f32_rows(int isa, const kiln_conv2d_f32_params *p, const float *x, const float *w,
+                                      const kiln_conv2d_f32_epilogue *ep, int64_t oy0, int64_t oy1, float *y,
+                                      int64_t ys);
+
 #endif
