@@ -321,6 +321,20 @@ static bool expand_conv(const kiln_graph *g, const kiln_node *n) {
   return pointwise_conv(g, n) && block_plane(kiln_value_type(g, n->in[0]));
 }
 
+/* Or a network's first layer, whose output the depthwise Conv reads (MobileNetV2's stem, then
+ * its first block without expansion): a convolution that kernels/conv2d_f32 computes directly
+ * (stem_conv: 2-4 input channels, a kernel over 1x1; x stride 1 or 2, 4 output channels or
+ * more, rows of 16 or more) into a plane of known size run in bands (over 256 pixels). */
+static bool stem_expand_conv(const kiln_graph *g, const kiln_node *n) {
+  if (!stem_conv(g, n)) return false;
+  const kiln_tensor *w = kiln_const_input(g, n, 1);
+  const kiln_type *out = kiln_value_type(g, n->out[0]);
+  int64_t s[2] = {1, 1};
+  return plain_pads(n) && w->dims[2] * w->dims[3] > 1 && w->dims[0] >= 4 && ints_or_default(n, "strides", 2, s) &&
+         s[1] >= 1 && s[1] <= 2 && out->rank == 4 && out->dims[2] > 0 && out->dims[3] >= 16 &&
+         out->dims[2] * out->dims[3] > KILN_CONV_BLOCK_WHOLE_PLANE;
+}
+
 /* A float depthwise Conv (one input channel per group, multiplier 1) of at most 49 taps, on a
  * plane of known size in and out. */
 static bool depthwise_conv(const kiln_graph *g, const kiln_node *n) {
@@ -339,13 +353,25 @@ static const kiln_pattern block_patterns[] = {
                            {"Relu|Clip", 0, act_ok}, {"Conv", 0, pointwise_conv}, {"Add", -1, residual_add}}},
     {"conv_block", 5, {{"Conv", -1, expand_conv}, {"Relu|Clip", 0, act_ok}, {"Conv", 0, depthwise_conv},
                        {"Relu|Clip", 0, act_ok}, {"Conv", 0, pointwise_conv}}},
+    {"stem_block", 5, {{"Conv", -1, stem_expand_conv}, {"Relu|Clip", 0, act_ok}, {"Conv", 0, depthwise_conv},
+                       {"Relu|Clip", 0, act_ok}, {"Conv", 0, pointwise_conv}}},
 };
+
+/* A KxK expansion's geometry as expand_strides, expand_pads and expand_dilations. */
+static kiln_code set_expand_attrs(kiln_node *f, const kiln_node *ce) {
+  int64_t s[2] = {1, 1}, p[4] = {0, 0, 0, 0}, d[2] = {1, 1};
+  ints_or_default(ce, "strides", 2, s);
+  ints_or_default(ce, "pads", 4, p);
+  ints_or_default(ce, "dilations", 2, d);
+  kiln_code rc = kiln_node_set_ints(f, "expand_strides", s, 2);
+  if (!rc) rc = kiln_node_set_ints(f, "expand_pads", p, 4);
+  return rc ? rc : kiln_node_set_ints(f, "expand_dilations", d, 2);
+}
 
 /* FusedConvBlock(X, We, Be, Wd, Bd, Wp, Bp, R): the depthwise Conv's attributes, its activation
  * and the expansion's (expand_). */
 static kiln_code build_block(const kiln_graph *g, const kiln_match *m, size_t p, const char **op_type, int *in,
                              size_t *n_in, kiln_node *attrs) {
-  (void)p;
   const kiln_node *ce = &g->nodes[m->nodes[0]], *dw = &g->nodes[m->nodes[2]], *cp = &g->nodes[m->nodes[4]];
   const kiln_node *convs[3] = {ce, dw, cp};
   for (int i = 0; i < 3; i++) {
@@ -364,6 +390,7 @@ static kiln_code build_block(const kiln_graph *g, const kiln_match *m, size_t p,
   *n_in = 8;
   kiln_code rc = kiln_node_copy_attrs(attrs, dw);
   if (!rc) rc = kiln_fuse_set_activation_prefixed(attrs, g, &g->nodes[m->nodes[1]], "expand_");
+  if (!rc && p == 2) rc = set_expand_attrs(attrs, ce);
   return rc ? rc : kiln_fuse_set_activation(attrs, g, &g->nodes[m->nodes[3]]);
 }
 

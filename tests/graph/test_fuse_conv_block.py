@@ -23,14 +23,18 @@ def act_node(kind, src, dst, inits, tag):
     return helper.make_node(kind, [src], [dst])
 
 
-def block(name, c, ce, m, h, w, k=3, s=1, acts=("Clip", "Clip"), res=False, batch=1, mult=1, fan_out=False, bn=False):
-    We = const("We", (rng.standard_normal((ce, c, 1, 1)) / np.sqrt(c)).astype(np.float32))
+def block(name, c, ce, m, h, w, k=3, s=1, acts=("Clip", "Clip"), res=False, batch=1, mult=1, fan_out=False, bn=False,
+          stem=None):
+    """stem=(k, s, p): the expansion a KxK convolution (a network's first layer) of stride s, pads p."""
+    ek, es, ep = stem or (1, 1, 0)
+    We = const("We", (rng.standard_normal((ce, c, ek, ek)) / np.sqrt(c * ek * ek)).astype(np.float32))
     Be = const("Be", rng.standard_normal(ce).astype(np.float32))
     Wd = const("Wd", (rng.standard_normal((ce * mult, 1, k, k)) / k).astype(np.float32))
     Bd = const("Bd", rng.standard_normal(ce * mult).astype(np.float32))
     Wp = const("Wp", (rng.standard_normal((m, ce * mult, 1, 1)) / np.sqrt(ce)).astype(np.float32))
     inits = [We, Be, Wd, Bd, Wp]
-    nodes = [helper.make_node("Conv", ["x", "We", "Be"], ["e"], kernel_shape=[1, 1])]
+    nodes = [helper.make_node("Conv", ["x", "We", "Be"], ["e"], kernel_shape=[ek, ek], strides=[es, es],
+                              pads=[ep] * 4)]
     cur = "e"
     if bn:
         for nm, v in [("g", rng.uniform(0.5, 1.5, ce)), ("b", rng.standard_normal(ce)),
@@ -57,7 +61,13 @@ cases = [("r14", block("cb_r14", 64, 384, 64, 14, 14, res=True)),          # Mob
          ("bn", block("cb_bn", 16, 64, 24, 10, 10, bn=True)),
          ("28", block("cb_28", 32, 192, 32, 28, 28, res=True)),            # bands of rows from here
          ("112s2", block("cb_112s2", 16, 96, 24, 112, 112, s=2)),
-         ("56bn", block("cb_56bn", 24, 144, 24, 56, 56, res=True, batch="N", bn=True))]
+         ("56bn", block("cb_56bn", 24, 144, 24, 56, 56, res=True, batch="N", bn=True)),
+         # the expansion a network's first layer: MobileNetV2's stem and first block (3 -> 32, 3x3
+         # stride 2 on 224x224; depthwise; 32 -> 16), a 7x7 stem with relu at a symbolic batch, a
+         # stem of stride 1 before a depthwise of stride 2
+         ("stem", block("cb_stem", 3, 32, 16, 224, 224, stem=(3, 2, 1))),
+         ("stem7", block("cb_stem7", 3, 16, 8, 61, 70, acts=("Relu", "Clip"), batch="N", stem=(7, 2, 3))),
+         ("stem_s1", block("cb_stem_s1", 2, 8, 12, 24, 40, k=5, s=2, stem=(3, 1, 1)))]
 for tag, p in cases:
     ops, text = optimized_ops(p)
     if has_block:
@@ -65,7 +75,7 @@ for tag, p in cases:
     else:
         check(ops is not None and "FusedConvBlock" not in ops, f"{tag}: no block kernel here, not fused: {ops}")
     # level 0 keeps the BatchNormalization apart (other roundings)
-    check_fused_bytes(p, tag, "FusedConvBlock", *(["--dim", "N=2"] if tag in ("batch", "56bn") else []),
+    check_fused_bytes(p, tag, "FusedConvBlock", *(["--dim", "N=2"] if tag in ("batch", "56bn", "stem7") else []),
                       level0=tag not in ("bn", "56bn"))
 
 # verify_fusions: the fused node is run against its chain and reported as agreeing
@@ -79,7 +89,11 @@ not_fused = [block("cb_narrow", 8, 32, 8, 300, 2, s=2),
              block("cb_fan", 16, 64, 16, 7, 7, fan_out=True),
              block("cb_mult", 16, 32, 16, 7, 7, mult=2),
              block("cb_hsig", 16, 64, 16, 7, 7, acts=("HardSigmoid", "Clip")),
-             block("cb_dyn", 16, 64, 16, "H", "W")]
+             block("cb_dyn", 16, 64, 16, "H", "W"),
+             # a first layer into a small plane (whole planes take 1x1 expansions only), or of 8
+             # input channels (not a direct convolution)
+             block("cb_stem_small", 3, 16, 8, 32, 32, stem=(3, 2, 1)),
+             block("cb_stem_c8", 8, 16, 8, 64, 64, stem=(3, 2, 1))]
 for p in not_fused:
     ops, text = optimized_ops(p)
     check(ops is not None and "FusedConvBlock" not in ops, f"{os.path.basename(p)} stays apart: {ops}")
@@ -101,5 +115,14 @@ for what, change in bad.items():
     p = save(kmodel([n], [vi("x", [1, 16, 7, 7])], [vi("y", None)], inits), "cb_hostile")
     rc, text = kiln("run", p, "--quiet")
     check(rc == 1 and "'cb' (FusedConvBlock)" in text, f"{what}: a clear error: {rc} {text}")
+
+# a KxK expansion written by hand with strides that leave no output: a clear error naming the node
+n = helper.make_node("FusedConvBlock", ["x", "We", "", "Wd", "", "Wp"], ["y"], domain=K, name="cb",
+                     kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=16, expand_strides=[0, 2])
+inits = [const("We", np.ones((16, 3, 3, 3), np.float32)), const("Wd", np.ones((16, 1, 3, 3), np.float32)),
+         const("Wp", np.ones((8, 16, 1, 1), np.float32))]
+p = save(kmodel([n], [vi("x", [1, 3, 64, 64])], [vi("y", None)], inits), "cb_hostile_stem")
+rc, text = kiln("run", p, "--quiet")
+check(rc == 1 and "'cb' (FusedConvBlock)" in text, f"bad expand_strides: a clear error: {rc} {text}")
 
 finish("test_fuse_conv_block")
