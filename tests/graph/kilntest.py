@@ -3,8 +3,10 @@
 Each tests/graph/test_*.py is a CTest test: `python3 test_x.py PATH_TO_KILN`. Use check() for
 assertions (all run, failures counted), and finish() at the end (exit 1 on any failure).
 """
+import atexit
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,6 +17,9 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: F401
 
 KILN = sys.argv[1] if len(sys.argv) > 1 else "build/kiln"
 TMP = tempfile.mkdtemp(prefix="kiln_graph_")
+# the test's models go with it (KILN_KEEP_TMP=1 keeps them to look at a failure)
+if os.environ.get("KILN_KEEP_TMP") != "1":
+    atexit.register(shutil.rmtree, TMP, True)
 _failures = 0
 _checks = 0
 
