@@ -71,6 +71,13 @@ static const float *bias_of(const kiln_tensor *b) {
   return b && b->kind == KILN_KIND_TENSOR ? (const float *)b->data : NULL;
 }
 
+/* A convolution's output size along one axis: input n, kernel k, stride st, dilation di, pads
+ * pad in all; -1 where n is unknown or the geometry leaves no output. */
+static int64_t conv_out(int64_t n, int64_t k, int64_t st, int64_t di, int64_t pad) {
+  int64_t ek = k < 1 || di < 1 ? -1 : (k - 1) * di + 1;
+  return n >= 0 && ek >= 1 && st >= 1 && n + pad >= ek ? (n + pad - ek) / st + 1 : -1;
+}
+
 /* Whether the expansion is larger than 1x1 (We [CE, C, KH, KW]): then *pe is its convolution
  * over an input of dims xd, from the expand_strides, expand_pads and expand_dilations
  * attributes (pe->oh, pe->ow -1 where an input dim is unknown or the attributes are bad). */
@@ -82,11 +89,7 @@ static bool expand_geom(const kiln_node *n, const int64_t xd[4], const int64_t w
   bool ok = (!s || ns == 2) && (!p || np == 4) && (!d || nd == 2);
   int64_t st[2] = {s && ns == 2 ? s[0] : 1, s && ns == 2 ? s[1] : 1};
   int64_t di[2] = {d && nd == 2 ? d[0] : 1, d && nd == 2 ? d[1] : 1}, o[2] = {-1, -1};
-  for (int i = 0; i < 2; i++) {
-    int64_t pad = p && np == 4 ? p[i] + p[i + 2] : 0, ek = (wd[2 + i] - 1) * di[i] + 1;
-    if (ok && xd[2 + i] >= 0 && st[i] >= 1 && di[i] >= 1 && wd[2 + i] >= 1 && xd[2 + i] + pad >= ek)
-      o[i] = (xd[2 + i] + pad - ek) / st[i] + 1;
-  }
+  for (int i = 0; i < 2 && ok; i++) o[i] = conv_out(xd[2 + i], wd[2 + i], st[i], di[i], p && np == 4 ? p[i] + p[i + 2] : 0);
   *pe = (kiln_conv2d_f32_params){xd[0], xd[1], xd[2], xd[3], wd[0], 1, wd[2], wd[3], st[0], st[1], di[0], di[1],
                                  p && np == 4 ? p[0] : 0, p && np == 4 ? p[1] : 0, o[0], o[1], 0, 0};
   return true;
@@ -200,11 +203,8 @@ static kiln_code block_infer(kiln_ictx *c) {
   if ((s && ns != 2) || (p && np != 4) || (d && nd != 2)) return kiln_ifail(c, "strides, pads and dilations must be 2-D");
   dims[0] = x->dims[0];
   dims[1] = wp->dims[0];
-  for (int i = 0; i < 2; i++) {
-    int64_t n = ed[2 + i], k = wd->dims[2 + i], st = s ? s[i] : 1, di = d ? d[i] : 1;
-    int64_t pad = p ? p[i] + p[i + 2] : 0, ek = k < 0 ? -1 : (k - 1) * di + 1;
-    if (n >= 0 && ek >= 1 && st >= 1 && n + pad >= ek) dims[2 + i] = (n + pad - ek) / st + 1;
-  }
+  for (int i = 0; i < 2; i++)
+    dims[2 + i] = conv_out(ed[2 + i], wd->dims[2 + i], s ? s[i] : 1, d ? d[i] : 1, p ? p[i] + p[i + 2] : 0);
   kiln_infer_tensor(c, 0, KILN_FLOAT, 4, dims);
   return KILN_OK;
 }
