@@ -158,6 +158,48 @@ static void check_threads_equal(kiln_threadpool *pool2, const kiln_conv2d_f32_pa
   free(x), free(w), free(b), free(r), free(y1), free(y2);
 }
 
+/* kiln_conv2d_direct_f32_rows: each image's rows in three bands, at every direct level, byte-equal
+ * to the whole direct convolution (kiln_conv2d_direct_f32) at that level (bias, clip: the epilogue in registers); rows out of
+ * range, a residual or a batch refused. */
+static void check_direct_rows(const kiln_conv2d_f32_params *p) {
+  int64_t xn = p->n * p->c * p->h * p->w, wn = p->m * p->c * p->kh * p->kw, ohw = p->oh * p->ow;
+  int64_t yn = p->n * p->m * ohw;
+  float *x = malloc(sizeof(float) * (size_t)xn), *w = malloc(sizeof(float) * (size_t)wn);
+  float *b = malloc(sizeof(float) * (size_t)p->m), *y = malloc(sizeof(float) * (size_t)yn);
+  float *band = malloc(sizeof(float) * (size_t)(p->m * ohw));
+  for (int64_t i = 0; i < xn; i++) x[i] = kt_frand();
+  for (int64_t i = 0; i < wn; i++) w[i] = kt_frand();
+  for (int64_t i = 0; i < p->m; i++) b[i] = kt_frand();
+  kiln_conv2d_f32_epilogue ep = {b, NULL, {KILN_ACT_CLIP, 0.0f, 1.5f}};
+  static const int lvls[] = {KILN_ISA_AVX2, KILN_ISA_AVX512};
+  for (size_t l = 0; l < sizeof lvls / sizeof lvls[0]; l++) {
+    int isa = lvls[l];
+    if (kiln_isa_resolve(isa) < 0 || !kiln_conv2d_f32_uses_direct(p, isa)) continue;
+    CHECK(kiln_conv2d_direct_f32(NULL, isa, p, x, w, &ep, y) == KILN_OK); /* (one channel: not kiln_conv2d_f32's path) */
+    kiln_conv2d_f32_params one = *p;
+    one.n = 1;
+    int64_t cut[4] = {0, p->oh / 3, p->oh - p->oh / 4, p->oh};
+    for (int64_t nn = 0; nn < p->n; nn++)
+      for (int k = 0; k < 3; k++) {
+        int64_t r0 = cut[k], r1 = cut[k + 1], ys = (r1 - r0) * p->ow;
+        if (r0 >= r1) continue;
+        const float *xi = x + nn * p->c * p->h * p->w, *yi = y + nn * p->m * ohw;
+        CHECK(kiln_conv2d_direct_f32_rows(isa, &one, xi, w, &ep, r0, r1, band, ys) == KILN_OK);
+        int same = 1;
+        for (int64_t co = 0; co < p->m && same; co++)
+          same = !memcmp(band + co * ys, yi + co * ohw + r0 * p->ow, sizeof(float) * (size_t)ys);
+        CHECK_MSG(same, "direct rows [%lld, %lld) of image %lld at level %d: not the whole convolution's",
+                  (long long)r0, (long long)r1, (long long)nn, isa);
+      }
+    CHECK(kiln_conv2d_direct_f32_rows(isa, &one, x, w, &ep, 0, p->oh + 1, band, ohw) == KILN_ERR_INVALID_ARG);
+    CHECK(kiln_conv2d_direct_f32_rows(isa, &one, x, w, &ep, 2, 2, band, ohw) == KILN_ERR_INVALID_ARG);
+    kiln_conv2d_f32_epilogue res = {b, y, ep.act};
+    CHECK(kiln_conv2d_direct_f32_rows(isa, &one, x, w, &res, 0, 1, band, ohw) == KILN_ERR_INVALID_ARG);
+    if (p->n > 1) CHECK(kiln_conv2d_direct_f32_rows(isa, p, x, w, &ep, 0, 1, band, ohw) == KILN_ERR_INVALID_ARG);
+  }
+  free(x), free(w), free(b), free(y), free(band);
+}
+
 /* The gathered transposed path (W^T packed) against the im2col GEMM (no W^T) at level lvl, 1
  * and 2 threads, bias + residual + relu: the same K order and blocks, so the same bytes.
  * Returns 1 when checked. */
@@ -352,6 +394,7 @@ int main(void) {
     if (kiln_isa_resolve(KILN_ISA_AVX2) >= 0) CHECK(kiln_conv2d_f32_uses_direct(&p, KILN_ISA_AVX2));
     CHECK(!kiln_conv2d_f32_uses_direct(&p, KILN_ISA_SCALAR));
     check_threads_equal(pools[1], &p);
+    check_direct_rows(&p);
     static const epi_case cs[] = {{0, 0, {KILN_ACT_NONE, 0, 0}, 0},
                                   {1, 0, {KILN_ACT_RELU, 0, 0}, 0},
                                   {1, 0, {KILN_ACT_CLIP, 0.0f, 6.0f}, 0},
