@@ -561,11 +561,7 @@ kiln_code kiln_conv2d_f32(kiln_threadpool *pool, int isa, const kiln_conv2d_f32_
   const kiln_conv2d_f32_epilogue *ep = &a->ep;
   float *y = a->y;
   isa = kiln_isa_resolve(isa);
-  if (isa < 0 || !p || p->n < 0 || p->c < 1 || p->h < 0 || p->w < 0 || p->m < 0 ||
-      p->group < 1 || p->c % p->group || p->m % p->group || p->kh < 1 || p->kw < 1 ||
-      p->sh < 1 || p->sw < 1 || p->dh < 1 || p->dw < 1 || p->pt < 0 || p->pl < 0 ||
-      p->oh < 0 || p->ow < 0)
-    return KILN_ERR_INVALID_ARG;
+  if (isa < 0 || !conv_params_ok(p)) return KILN_ERR_INVALID_ARG;
   int64_t ohw = p->oh * p->ow, cg = p->c / p->group, mg = p->m / p->group;
   if (!p->n || !p->m || !ohw) return KILN_OK;
   if (!x || !w || !y) return KILN_ERR_INVALID_ARG;

@@ -20,7 +20,7 @@ enum { BAND_FLOATS = 160 * 1024 };
 
 /* The expansion's direct convolution e: its output is d's input. */
 static bool e_conv_ok(const kiln_conv2d_f32_params *e, const kiln_conv2d_f32_params *d, int64_t c, int isa) {
-  return kiln_conv2d_f32_uses_direct(e, isa) && e->n == d->n && e->c == c && e->m == d->c && e->oh == d->h &&
+  return conv_params_ok(e) && kiln_conv2d_f32_uses_direct(e, isa) && e->n == d->n && e->c == c && e->m == d->c && e->oh == d->h &&
          e->ow == d->w && e->h >= 1 && e->w >= 1;
 }
 

@@ -196,7 +196,8 @@ kiln_code kiln_conv2d_direct_f32(kiln_threadpool *pool, int isa, const kiln_conv
 kiln_code kiln_conv2d_direct_f32_rows(int isa, const kiln_conv2d_f32_params *p, const float *x, const float *w,
                                       const kiln_conv2d_f32_epilogue *ep, int64_t oy0, int64_t oy1, float *y,
                                       int64_t ys) {
-  if (!kiln_conv2d_f32_uses_direct(p, isa) || p->n != 1 || ep->residual || oy0 < 0 || oy1 > p->oh || oy0 >= oy1)
+  if (!conv_params_ok(p) || !kiln_conv2d_f32_uses_direct(p, isa) || p->n != 1 || ep->residual || oy0 < 0 ||
+      oy1 > p->oh || oy0 >= oy1)
     return KILN_ERR_INVALID_ARG;
   dir_ctx d;
   kiln_code rc = dir_setup(1, p, x, w, ep, y, oy1 - oy0, 0, &d);

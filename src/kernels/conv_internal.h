@@ -25,6 +25,14 @@ static inline void col_range(int64_t off, int64_t sw, int64_t w, int64_t ow, int
   *ox1 = b;
 }
 
+/* Parameters any convolution entry point takes: sizes >= 0 (channels >= 1), groups dividing
+ * the channels, kernel, strides and dilations >= 1, top and left pads >= 0. */
+static inline bool conv_params_ok(const kiln_conv2d_f32_params *p) {
+  return p && p->n >= 0 && p->c >= 1 && p->h >= 0 && p->w >= 0 && p->m >= 0 && p->group >= 1 &&
+         p->c % p->group == 0 && p->m % p->group == 0 && p->kh >= 1 && p->kw >= 1 && p->sh >= 1 && p->sw >= 1 &&
+         p->dh >= 1 && p->dw >= 1 && p->pt >= 0 && p->pl >= 0 && p->oh >= 0 && p->ow >= 0;
+}
+
 /* Input rows that r output rows of p read, from the first row's first tap to the last row's
  * last (padded coordinates). */
 static inline int64_t conv_in_rows(const kiln_conv2d_f32_params *p, int64_t r) {

@@ -72,10 +72,12 @@ static const float *bias_of(const kiln_tensor *b) {
 }
 
 /* A convolution's output size along one axis: input n, kernel k, stride st, dilation di, pads
- * pad in all; -1 where n is unknown or the geometry leaves no output. */
-static int64_t conv_out(int64_t n, int64_t k, int64_t st, int64_t di, int64_t pad) {
-  int64_t ek = k < 1 || di < 1 ? -1 : (k - 1) * di + 1;
-  return n >= 0 && ek >= 1 && st >= 1 && n + pad >= ek ? (n + pad - ek) / st + 1 : -1;
+ * pb and pe; -1 where n is unknown or the geometry is bad or leaves no output (the window
+ * size of kiln_pool_out_dim over the dilated kernel's extent). */
+static int64_t conv_out(int64_t n, int64_t k, int64_t st, int64_t di, int64_t pb, int64_t pe) {
+  return k < 1 || di < 1 || k > ((int64_t)1 << 30) || di > ((int64_t)1 << 30)
+             ? -1
+             : kiln_pool_out_dim(n, (k - 1) * di + 1, st, pb, pe, false);
 }
 
 /* Whether the expansion is larger than 1x1 (We [CE, C, KH, KW]): then *pe is its convolution
@@ -89,7 +91,8 @@ static bool expand_geom(const kiln_node *n, const int64_t xd[4], const int64_t w
   bool ok = (!s || ns == 2) && (!p || np == 4) && (!d || nd == 2);
   int64_t st[2] = {s && ns == 2 ? s[0] : 1, s && ns == 2 ? s[1] : 1};
   int64_t di[2] = {d && nd == 2 ? d[0] : 1, d && nd == 2 ? d[1] : 1}, o[2] = {-1, -1};
-  for (int i = 0; i < 2 && ok; i++) o[i] = conv_out(xd[2 + i], wd[2 + i], st[i], di[i], p && np == 4 ? p[i] + p[i + 2] : 0);
+  for (int i = 0; i < 2 && ok; i++)
+    o[i] = conv_out(xd[2 + i], wd[2 + i], st[i], di[i], p && np == 4 ? p[i] : 0, p && np == 4 ? p[i + 2] : 0);
   *pe = (kiln_conv2d_f32_params){xd[0], xd[1], xd[2], xd[3], wd[0], 1, wd[2], wd[3], st[0], st[1], di[0], di[1],
                                  p && np == 4 ? p[0] : 0, p && np == 4 ? p[1] : 0, o[0], o[1], 0, 0};
   return true;
@@ -204,7 +207,7 @@ static kiln_code block_infer(kiln_ictx *c) {
   dims[0] = x->dims[0];
   dims[1] = wp->dims[0];
   for (int i = 0; i < 2; i++)
-    dims[2 + i] = conv_out(ed[2 + i], wd->dims[2 + i], s ? s[i] : 1, d ? d[i] : 1, p ? p[i] + p[i + 2] : 0);
+    dims[2 + i] = conv_out(ed[2 + i], wd->dims[2 + i], s ? s[i] : 1, d ? d[i] : 1, p ? p[i] : 0, p ? p[i + 2] : 0);
   kiln_infer_tensor(c, 0, KILN_FLOAT, 4, dims);
   return KILN_OK;
 }

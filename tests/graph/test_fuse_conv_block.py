@@ -116,13 +116,15 @@ for what, change in bad.items():
     rc, text = kiln("run", p, "--quiet")
     check(rc == 1 and "'cb' (FusedConvBlock)" in text, f"{what}: a clear error: {rc} {text}")
 
-# a KxK expansion written by hand with strides that leave no output: a clear error naming the node
-n = helper.make_node("FusedConvBlock", ["x", "We", "", "Wd", "", "Wp"], ["y"], domain=K, name="cb",
-                     kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=16, expand_strides=[0, 2])
-inits = [const("We", np.ones((16, 3, 3, 3), np.float32)), const("Wd", np.ones((16, 1, 3, 3), np.float32)),
-         const("Wp", np.ones((8, 16, 1, 1), np.float32))]
-p = save(kmodel([n], [vi("x", [1, 3, 64, 64])], [vi("y", None)], inits), "cb_hostile_stem")
-rc, text = kiln("run", p, "--quiet")
-check(rc == 1 and "'cb' (FusedConvBlock)" in text, f"bad expand_strides: a clear error: {rc} {text}")
+# a KxK expansion written by hand with a zero stride or negative pads: a clear error naming the node
+for what, attrs in {"expand_strides": {"expand_strides": [0, 2]},
+                    "expand_pads": {"expand_strides": [2, 2], "expand_pads": [-2, 1, 1, 1]}}.items():
+    n = helper.make_node("FusedConvBlock", ["x", "We", "", "Wd", "", "Wp"], ["y"], domain=K, name="cb",
+                         kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=16, **attrs)
+    inits = [const("We", np.ones((16, 3, 3, 3), np.float32)), const("Wd", np.ones((16, 1, 3, 3), np.float32)),
+             const("Wp", np.ones((8, 16, 1, 1), np.float32))]
+    p = save(kmodel([n], [vi("x", [1, 3, 64, 64])], [vi("y", None)], inits), "cb_hostile_stem")
+    rc, text = kiln("run", p, "--quiet")
+    check(rc == 1 and "'cb' (FusedConvBlock)" in text and "expand_" in text, f"bad {what}: a clear error: {rc} {text}")
 
 finish("test_fuse_conv_block")
